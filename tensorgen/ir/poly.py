@@ -1,0 +1,74 @@
+"""The isl view of an IR program: iteration domains, access relations, order.
+
+This is where `tensorgen.ir` values become islpy objects; layers above talk in
+tensorgen's own types and ask `tensorgen.poly` their integer-set questions.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from tensorgen.ir.core import Access, Affine, Program, Statement, Tensor
+
+
+def affine_text(a: Affine) -> str:
+    parts = [f"{c}*{n}" for n, c in a.terms]
+    parts.append(str(a.const))
+    return " + ".join(parts)
+
+
+def domain_text(stmt: Statement, name: str | None = None) -> str:
+    cons = [f"{lo} <= {i} <= {hi}" for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
+    if stmt.where:
+        cons.append(f"({stmt.where})")
+    return f"{name or stmt.name}[{', '.join(stmt.indices)}] : {' and '.join(cons)}"
+
+
+def domain(stmt: Statement) -> isl.Set:
+    return isl.Set("{ " + domain_text(stmt) + " }")
+
+
+def access_map(stmt: Statement, access: Access) -> isl.Map:
+    idx = ", ".join(affine_text(a) for a in access.index)
+    return isl.Map(f"{{ {stmt.name}[{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] }}").intersect_domain(
+        domain(stmt)
+    )
+
+
+def tensor_box(tensor: Tensor) -> isl.Set:
+    names = [f"d{i}" for i in range(len(tensor.shape))]
+    cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, tensor.shape)) or "true"
+    return isl.Set(f"{{ {tensor.name}[{', '.join(names)}] : {cons} }}")
+
+
+def schedule_map(program: Program) -> isl.UnionMap:
+    """The original program order: shared loops, then statement order, then own indices."""
+    depth = max(len(s.indices) for s in program.statements)
+    nshared = len(program.shared_loops)
+    parts = []
+    for pos, stmt in enumerate(program.statements):
+        own = list(stmt.indices[nshared:])
+        out = list(stmt.indices[:nshared]) + [str(pos)] + own + ["0"] * (depth - len(stmt.indices))
+        parts.append(f"{stmt.name}[{', '.join(stmt.indices)}] -> [{', '.join(out)}]")
+    return isl.UnionMap("{ " + "; ".join(parts) + " }").intersect_domain(union_domain(program))
+
+
+def union_domain(program: Program) -> isl.UnionSet:
+    result = isl.UnionSet("{ }")
+    for stmt in program.statements:
+        result = result.union(isl.UnionSet.from_set(domain(stmt)))
+    return result
+
+
+def accesses(program: Program, kind: str) -> isl.UnionMap:
+    """All reads (`kind="read"`) or writes (`"write"`) as one union map, in-bounds elements only.
+
+    Reads of padding (out-of-bounds elements) touch no memory, so they carry no dependence.
+    """
+    result = isl.UnionMap("{ }")
+    for stmt in program.statements:
+        accs = stmt.reads if kind == "read" else [stmt.lhs]
+        for acc in accs:
+            m = access_map(stmt, acc).intersect_range(tensor_box(program.tensor(acc.tensor)))
+            result = result.union(isl.UnionMap.from_map(m))
+    return result

@@ -1,0 +1,267 @@
+"""The instruction set, each instruction defined once.
+
+An `InstructionDef` holds everything about one instruction: mnemonic, opcode,
+queue, fields (and so its binary encoding), numpy semantics and cost. The
+assembler, disassembler, simulator, documentation and the code generator's
+instruction selection all read these definitions, so none can drift from
+another. `docs/isa.md` is generated from this module (`tensorgen isa-doc`).
+
+Every instruction word is 32 bytes: opcode (u8), wait mask (u8), signal mask
+(u8), a reserved byte, then the fields little-endian in the order listed.
+Views and boxes are u16 indices into the binary's operand pool.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from tensorgen.mc.operands import Box, View
+
+WORD_BYTES = 32
+HEADER = struct.Struct("<BBBx")
+QUEUES = ("LD", "EX", "ST")
+QUEUE_BITS = {"LD": 1, "EX": 2, "ST": 4}
+NONE_OPERAND = 0xFFFF
+FIELD_FORMATS = {"u8": "B", "u16": "H", "u32": "I", "i32": "i", "f32": "f", "view": "H", "box": "H", "view?": "H"}
+
+
+class MachineState(Protocol):
+    """What the semantics of an instruction may use; implemented by the simulator."""
+
+    def read(self, view: View) -> np.ndarray: ...  # int64 values, bounds-checked
+
+    def write(self, view: View, values: np.ndarray) -> None: ...  # wraps to the view's dtype
+
+    def load_box(self, box: Box) -> np.ndarray: ...  # pads out-of-bounds elements
+
+    def store_box(self, box: Box, values: np.ndarray) -> None: ...
+
+
+@dataclass(frozen=True)
+class Cost:
+    cycles: int  # occupancy of the instruction's queue (for DMAs: the setup part)
+    dram_bytes: int = 0  # bytes over the shared DRAM channel
+    macs: int = 0
+    vector_ops: int = 0
+    bytes: tuple[tuple[str, int], ...] = ()  # (memory, bytes) read + written on chip
+
+
+@dataclass(frozen=True)
+class InstructionDef:
+    mnemonic: str
+    opcode: int
+    queue: str | None  # None: sequencer (LOOP); "field": SYNC names its queue
+    fields: tuple[tuple[str, str], ...]
+    doc: str
+    execute: Callable | None = None  # (state, args) -> None
+    cost: Callable | None = None  # (target, args, resolved) -> Cost
+
+    @property
+    def struct(self) -> struct.Struct:
+        return struct.Struct("<" + "".join(FIELD_FORMATS[t] for _, t in self.fields))
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64).astype(np.int32).astype(np.int64)
+
+
+# --- semantics --------------------------------------------------------------------------
+
+
+def _load(state: MachineState, a) -> None:
+    state.write(a["dst"], state.load_box(a["src"]))
+
+
+def _store(state: MachineState, a) -> None:
+    state.store_box(a["dst"], state.read(a["src"]))
+
+
+def _matmul(state: MachineState, a) -> None:
+    # float64 BLAS is exact while |sum| < 2**53: K <= array rows keeps every tile far below it.
+    x = state.read(a["a"]).astype(np.float64)
+    w = state.read(a["b"]).astype(np.float64)
+    prod = (x @ w).astype(np.int64)
+    if a["accumulate"]:
+        prod = prod + state.read(a["acc"])
+    state.write(a["acc"], _wrap32(prod))
+
+
+def _binary(fn: Callable) -> Callable:
+    def run(state: MachineState, a) -> None:
+        x = state.read(a["a"])
+        y = state.read(a["b"]) if a["b"] is not None else np.int64(a["imm"])
+        state.write(a["dst"], _wrap32(fn(x, y)))
+
+    return run
+
+
+def _vmac(state: MachineState, a) -> None:
+    acc = state.read(a["dst"])
+    state.write(a["dst"], _wrap32(acc + state.read(a["a"]) * state.read(a["b"])))
+
+
+def _vfill(state: MachineState, a) -> None:
+    dst = a["dst"]
+    state.write(dst, np.full(dst.shape, a["imm"], dtype=np.int64))
+
+
+def _vclamp(state: MachineState, a) -> None:
+    state.write(a["dst"], np.clip(state.read(a["a"]), a["lo"], a["hi"]))
+
+
+def _vrequant(state: MachineState, a) -> None:
+    # PyTorch qnnpack rule (NUMERICS.md): y = clamp(RNE(RN(f32(acc) * M)) + zp, lo, hi), all float32.
+    acc = state.read(a["a"]).astype(np.int32).astype(np.float32)
+    scaled = np.rint(acc * np.float32(a["scale"])).astype(np.int64)
+    state.write(a["dst"], np.clip(scaled + a["zp"], a["lo"], a["hi"]))
+
+
+def _shl(x, y):
+    return np.left_shift(x, np.clip(y, 0, 31))
+
+
+def _shr(x, y):
+    return np.right_shift(x, np.clip(y, 0, 31))
+
+
+# --- costs ------------------------------------------------------------------------------
+
+
+def _view_bytes(*views: View | None) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for v in views:
+        if v is not None:
+            out[v.mem] = out.get(v.mem, 0) + v.nbytes
+    return tuple(sorted(out.items()))
+
+
+def _dma_cost(target, a) -> Cost:
+    view = a["dst"] if isinstance(a["dst"], View) else a["src"]
+    return Cost(target.dma_setup_cycles, dram_bytes=view.nbytes, bytes=_view_bytes(view))
+
+
+def _matmul_cost(target, a) -> Cost:
+    m, k = a["a"].shape
+    n = a["b"].shape[1]
+    acc_views = (a["acc"], a["acc"]) if a["accumulate"] else (a["acc"],)
+    return Cost(m + target.fill_cycles, macs=m * n * k, bytes=_view_bytes(a["a"], a["b"], *acc_views))
+
+
+def _vector_cost(target, a) -> Cost:
+    n = a["dst"].size
+    views = [a.get("a"), a.get("b"), a["dst"]]
+    if "b" in a and a.get("b") is not None and a.get("b") is a["dst"]:
+        views.append(a["dst"])
+    return Cost(target.vector_setup_cycles + -(-n // target.lanes), vector_ops=n, bytes=_view_bytes(*views))
+
+
+def _free(target, a) -> Cost:
+    return Cost(0)
+
+
+# --- the instruction table ---------------------------------------------------------------
+
+_BIN = (("dst", "view"), ("a", "view"), ("b", "view?"), ("imm", "i32"))
+
+INSTRUCTIONS: tuple[InstructionDef, ...] = (
+    InstructionDef("LOOP", 0x01, None, (("count", "u32"), ("body", "u16")),
+                   "Zero-overhead hardware loop: run the next `body` instruction words `count` times. "
+                   "Its counter L<depth> (0-based) is visible to every operand inside; nesting depth <= 8."),
+    InstructionDef("SYNC", 0x02, "field", (("queue", "u8"),),
+                   "No-op on queue `queue` (0=LD, 1=EX, 2=ST) that exists to wait for or signal tokens.",
+                   None, _free),
+    InstructionDef("LOAD", 0x10, "LD", (("dst", "view"), ("src", "box")),
+                   "DMA a box of a DRAM tensor into an on-chip view; elements outside the tensor read as "
+                   "its pad value (the DMA fills halos, no compute does).", _load, _dma_cost),
+    InstructionDef("STORE", 0x11, "ST", (("dst", "box"), ("src", "view")),
+                   "DMA an on-chip view into a box of a DRAM tensor (the box must lie inside the tensor).",
+                   _store, _dma_cost),
+    InstructionDef("MATMUL", 0x20, "EX", (("acc", "view"), ("a", "view"), ("b", "view"), ("accumulate", "u8")),
+                   "acc[M,N] (+)= a[M,K] @ b[K,N] on the weight-stationary MAC array: int8/uint8 operands, "
+                   "int32 accumulator with two's-complement wrap; K <= rows, N <= cols, M streams. "
+                   "Cycles: M + fill.", _matmul, _matmul_cost),
+    InstructionDef("VADD", 0x30, "EX", _BIN, "dst = a + (b or imm), int32 wrap; then stored with dst's dtype (wrap).",
+                   _binary(np.add), _vector_cost),
+    InstructionDef("VSUB", 0x31, "EX", _BIN, "dst = a - (b or imm), int32 wrap.", _binary(np.subtract), _vector_cost),
+    InstructionDef("VMUL", 0x32, "EX", _BIN, "dst = a * (b or imm), int32 wrap.", _binary(np.multiply), _vector_cost),
+    InstructionDef("VMAX", 0x33, "EX", _BIN, "dst = max(a, b or imm).", _binary(np.maximum), _vector_cost),
+    InstructionDef("VMIN", 0x34, "EX", _BIN, "dst = min(a, b or imm).", _binary(np.minimum), _vector_cost),
+    InstructionDef("VSHL", 0x35, "EX", _BIN, "dst = a << (b or imm), shift clamped to [0, 31], int32 wrap.",
+                   _binary(_shl), _vector_cost),
+    InstructionDef("VSHR", 0x36, "EX", _BIN, "dst = a >> (b or imm), arithmetic, shift clamped to [0, 31].",
+                   _binary(_shr), _vector_cost),
+    InstructionDef("VMAC", 0x37, "EX", (("dst", "view"), ("a", "view"), ("b", "view")),
+                   "dst = dst + a * b, int32 wrap (depthwise and other contractions off the MAC array).",
+                   _vmac, _vector_cost),
+    InstructionDef("VFILL", 0x38, "EX", (("dst", "view"), ("imm", "i32")), "dst = imm.", _vfill, _vector_cost),
+    InstructionDef("VCLAMP", 0x39, "EX", (("dst", "view"), ("a", "view"), ("lo", "i32"), ("hi", "i32")),
+                   "dst = min(max(a, lo), hi).", _vclamp, _vector_cost),
+    InstructionDef("VREQUANT", 0x3A, "EX",
+                   (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32"), ("lo", "i32"), ("hi", "i32")),
+                   "dst = clamp(rint(f32(a) * scale) + zp, lo, hi): float32 multiply, round half to even "
+                   "(PyTorch's qnnpack requantization, NUMERICS.md).", _vrequant, _vector_cost),
+)
+
+BY_MNEMONIC = {d.mnemonic: d for d in INSTRUCTIONS}
+BY_OPCODE = {d.opcode: d for d in INSTRUCTIONS}
+assert all(HEADER.size + d.struct.size <= WORD_BYTES for d in INSTRUCTIONS)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One instruction: its definition, field values (views/boxes as objects) and tokens."""
+
+    mnemonic: str
+    args: tuple[tuple[str, object], ...]
+    wait: frozenset[str] = frozenset()
+    signal: frozenset[str] = frozenset()
+
+    @property
+    def defn(self) -> InstructionDef:
+        return BY_MNEMONIC[self.mnemonic]
+
+    @property
+    def queue(self) -> str | None:
+        q = self.defn.queue
+        return QUEUES[self.arg("queue")] if q == "field" else q
+
+    def arg(self, name: str):
+        for k, v in self.args:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def with_tokens(self, wait=None, signal=None) -> Instruction:
+        return Instruction(self.mnemonic, self.args,
+                           frozenset(wait) if wait is not None else self.wait,
+                           frozenset(signal) if signal is not None else self.signal)
+
+
+def make(mnemonic: str, **args) -> Instruction:
+    """Build an instruction, checking its fields against the definition."""
+    defn = BY_MNEMONIC[mnemonic]
+    names = [n for n, _ in defn.fields]
+    for n, t in defn.fields:
+        if n not in args:
+            if t in ("view?",):
+                args[n] = None
+            elif t in ("i32", "u8") and n in ("imm", "accumulate"):
+                args[n] = 0
+            else:
+                raise TypeError(f"{mnemonic}: missing field {n}")
+    extra = set(args) - set(names)
+    if extra:
+        raise TypeError(f"{mnemonic}: unknown field(s) {sorted(extra)}")
+    return Instruction(mnemonic, tuple((n, args[n]) for n in names))
+
+
+def queue_mask(queues) -> int:
+    return sum(QUEUE_BITS[q] for q in queues)
+
+
+def mask_queues(mask: int) -> frozenset[str]:
+    return frozenset(q for q, b in QUEUE_BITS.items() if mask & b)

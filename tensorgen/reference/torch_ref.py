@@ -1,0 +1,311 @@
+"""The PyTorch reference: evaluates an op.yaml program with torch, independently of the compiler.
+
+It reads only the IR of the spec (tensors and statements), never a schedule or
+the microcode. Recognisable convolutions and contractions run as the aten op
+itself (`conv2d`, `einsum`) in exact int64 arithmetic; everything else runs as
+a vectorised gather/scatter over the statement's iteration domain. Statements
+run in program order (shared loops outermost); a statement that reads what it
+writes at another element runs point by point, in its own lexicographic order.
+
+Arithmetic semantics (docs/op-yaml.md): int32 with wrap-around after every
+operation; storing into a narrower tensor wraps; `requant(x, s, zp)` follows
+PyTorch's qnnpack requantization (NUMERICS.md) and saturates to the LHS dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tensorgen.ir.core import Access, Affine, BinOp, Call, Const, Expr, Program, Read, Statement, dtype_range
+
+TORCH_DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32}
+
+
+def wrap32(x: torch.Tensor) -> torch.Tensor:
+    return ((x + 2**31) % 2**32) - 2**31
+
+
+def wrap_to(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    bits = {"int8": 8, "uint8": 8, "int32": 32}[dtype]
+    lo, _ = dtype_range(dtype)
+    return ((x - lo) % (1 << bits)) + lo
+
+
+def requant(acc: torch.Tensor, scale: float, zp: int, dtype: str) -> torch.Tensor:
+    lo, hi = dtype_range(dtype)
+    scaled = wrap32(acc).to(torch.int32).to(torch.float32) * torch.tensor(scale, dtype=torch.float32)
+    return torch.clamp(torch.round(scaled).to(torch.int64) + zp, lo, hi)
+
+
+def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run `program` on `inputs`; returns every output and inout tensor."""
+    env: dict[str, torch.Tensor] = {}
+    for t in program.tensors:
+        if t.role in ("input", "inout"):
+            env[t.name] = torch.as_tensor(np.asarray(inputs[t.name]).astype(np.int64))
+        else:
+            env[t.name] = torch.zeros(t.shape, dtype=torch.int64)
+    shared = program.shared_loops
+    for values in itertools.product(*(range(n) for _, n in shared)):
+        fixed = dict(zip((n for n, _ in shared), values))
+        for stmt in program.statements:
+            _run(program, stmt, fixed, env)
+    return {t.name: env[t.name].numpy().astype(t.np_dtype) for t in program.outputs}
+
+
+def _run(program: Program, stmt: Statement, fixed: dict[str, int], env) -> None:
+    if _self_dependent(stmt):
+        for point in _points(stmt, fixed):
+            _run_points(program, stmt, {k: torch.tensor([v]) for k, v in point.items()}, env)
+        return
+    if stmt.op == "+=" and not stmt.where and _fast_contraction(program, stmt, fixed, env):
+        return
+    grids = _grid(stmt, fixed)
+    _run_points(program, stmt, grids, env)
+
+
+def _self_dependent(stmt: Statement) -> bool:
+    return any(a.tensor == stmt.lhs.tensor and a != stmt.lhs for a in stmt.reads)
+
+
+def _points(stmt: Statement, fixed: dict[str, int]):
+    grids = _grid(stmt, fixed)
+    n = len(next(iter(grids.values()))) if grids else 1
+    for i in range(n):
+        yield {k: int(v[i]) for k, v in grids.items()}
+
+
+def _grid(stmt: Statement, fixed: dict[str, int]) -> dict[str, torch.Tensor]:
+    """Every point of the statement's domain, in lexicographic order, as flat index tensors."""
+    ranges = [torch.tensor([fixed[i]]) if i in fixed else torch.arange(lo, hi + 1)
+              for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
+    mesh = torch.meshgrid(*ranges, indexing="ij")
+    grids = {i: m.reshape(-1) for i, m in zip(stmt.indices, mesh)}
+    if stmt.where:
+        keep = _where_mask(stmt, grids)
+        grids = {k: v[keep] for k, v in grids.items()}
+    return grids
+
+
+def _where_mask(stmt: Statement, grids: dict[str, torch.Tensor]) -> torch.Tensor:
+    import islpy as isl
+
+    from tensorgen.ir import poly
+
+    dom = poly.domain(stmt)
+    points = set()
+    dom.foreach_point(lambda p: points.add(tuple(
+        p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(stmt.indices)))))
+    coords = torch.stack([grids[i] for i in stmt.indices], dim=1).tolist()
+    return torch.tensor([tuple(c) in points for c in coords], dtype=torch.bool)
+
+
+def _subscript(a: Affine, grids: dict[str, torch.Tensor]) -> torch.Tensor:
+    out = torch.full_like(next(iter(grids.values())), a.const) if grids else torch.tensor([a.const])
+    for name, c in a.terms:
+        out = out + c * grids[name]
+    return out
+
+
+def _gather(program: Program, acc: Access, grids, env) -> torch.Tensor:
+    t = program.tensor(acc.tensor)
+    subs = [_subscript(a, grids) for a in acc.index]
+    inside = torch.ones_like(subs[0], dtype=torch.bool)
+    for s, n in zip(subs, t.shape):
+        inside &= (s >= 0) & (s < n)
+    clipped = [torch.clamp(s, 0, n - 1) for s, n in zip(subs, t.shape)]
+    values = env[acc.tensor][tuple(clipped)]
+    return torch.where(inside, values, torch.full_like(values, t.pad))
+
+
+def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tensor | int:
+    if isinstance(e, Read):
+        return _gather(program, e.access, grids, env)
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, BinOp):
+        a, b = _eval(program, stmt, e.lhs, grids, env), _eval(program, stmt, e.rhs, grids, env)
+        a, b = torch.as_tensor(a), torch.as_tensor(b)
+        if e.op == "+":
+            return wrap32(a + b)
+        if e.op == "-":
+            return wrap32(a - b)
+        if e.op == "*":
+            return wrap32(a * b)
+        if e.op == ">>":
+            return a >> torch.clamp(b, 0, 31)
+        return wrap32(a << torch.clamp(b, 0, 31))
+    assert isinstance(e, Call)
+    args = [_eval(program, stmt, x, grids, env) for x in e.args]
+    x = torch.as_tensor(args[0])
+    if e.fn == "relu":
+        return torch.clamp(x, min=0)
+    if e.fn == "clamp":
+        return torch.clamp(x, int(args[1]), int(args[2]))
+    if e.fn in ("min", "max"):
+        y = torch.as_tensor(args[1])
+        return torch.minimum(x, y) if e.fn == "min" else torch.maximum(x, y)
+    if e.fn in ("int8", "uint8"):
+        return torch.clamp(x, *dtype_range(e.fn))
+    if e.fn == "int32":
+        return x
+    if e.fn == "requant":
+        return requant(x, float(args[1]), int(args[2]), program.tensor(stmt.lhs.tensor).dtype)
+    raise ValueError(e.fn)
+
+
+def _run_points(program: Program, stmt: Statement, grids, env) -> None:
+    t = program.tensor(stmt.lhs.tensor)
+    n = len(next(iter(grids.values()))) if grids else 1
+    if n == 0:
+        return
+    values = torch.as_tensor(_eval(program, stmt, stmt.rhs, grids, env)).expand(n).clone()
+    subs = tuple(_subscript(a, grids) for a in stmt.lhs.index)
+    flat = torch.zeros(n, dtype=torch.int64)
+    for s, size in zip(subs, t.shape):
+        flat = flat * size + s
+    target = env[t.name].reshape(-1).clone()
+    if stmt.op == "=":
+        # the last write of an element in program order wins
+        last = torch.full((target.numel(),), -1, dtype=torch.int64).scatter_reduce(
+            0, flat, torch.arange(n), reduce="amax")
+        keep = last[flat] == torch.arange(n)
+        target[flat[keep]] = values[keep]
+    elif stmt.op == "+=":
+        target = target.index_add(0, flat, values)
+    else:
+        target = target.scatter_reduce(0, flat, values, reduce="amax", include_self=True)
+    env[t.name] = wrap_to(target, t.dtype).reshape(t.shape)
+
+
+# --- aten fast paths --------------------------------------------------------------------------
+
+
+def _fast_contraction(program: Program, stmt: Statement, fixed, env) -> bool:
+    rhs = stmt.rhs
+    if not (isinstance(rhs, BinOp) and rhs.op == "*" and isinstance(rhs.lhs, Read) and isinstance(rhs.rhs, Read)):
+        return False
+    if stmt.lhs.tensor in (rhs.lhs.access.tensor, rhs.rhs.access.tensor):
+        return False
+    result = _as_conv2d(program, stmt, rhs.lhs.access, rhs.rhs.access, env) if not fixed else None
+    if result is None:
+        result = _as_einsum(program, stmt, fixed, env)
+    if result is None:
+        return False
+    out = env[stmt.lhs.tensor]
+    region = tuple(slice(lo, hi + 1) if sub.bare() else None
+                   for sub, (lo, hi) in zip(stmt.lhs.index, [_bound(stmt, s) for s in stmt.lhs.index]))
+    if any(r is None for r in region):
+        return False
+    t = program.tensor(stmt.lhs.tensor)
+    out[region] = wrap_to(out[region] + result, t.dtype)
+    return True
+
+
+def _bound(stmt: Statement, sub: Affine) -> tuple[int, int]:
+    name = sub.bare()
+    return stmt.bounds[stmt.indices.index(name)] if name else (0, 0)
+
+
+def _as_einsum(program, stmt, fixed, env) -> torch.Tensor | None:
+    """Contractions whose subscripts are all bare indices or shared-loop indices plus constants."""
+    letters = {}
+    operands, specs = [], []
+    for acc in (stmt.rhs.lhs.access, stmt.rhs.rhs.access):
+        index, spec = [], ""
+        for sub in acc.index:
+            name = sub.bare()
+            if name is not None and name not in fixed:
+                letters.setdefault(name, chr(ord("a") + len(letters)))
+                lo, hi = stmt.bounds[stmt.indices.index(name)]
+                index.append(slice(lo, hi + 1))
+                spec += letters[name]
+            elif all(n in fixed for n in sub.names):
+                index.append(sum(c * fixed[n] for n, c in sub.terms) + sub.const)
+            else:
+                return None
+        tensor = program.tensor(acc.tensor)
+        for i, n in zip(index, tensor.shape):
+            if isinstance(i, int) and not 0 <= i < n or isinstance(i, slice) and i.stop > n:
+                return None
+        operands.append(env[acc.tensor][tuple(index)])
+        specs.append(spec)
+    out = ""
+    for sub in stmt.lhs.index:
+        name = sub.bare()
+        if name is None or name not in letters:
+            return None
+        out += letters[name]
+    return wrap32(torch.einsum(f"{specs[0]},{specs[1]}->{out}", *operands))
+
+
+def _as_conv2d(program, stmt, xa: Access, wa: Access, env) -> torch.Tensor | None:
+    """`Y[n,k,h,w] += X[n,c,s*h+d*r+o, s*w+d*q+o'] * W[k,c,r,q]`, plain or depthwise."""
+    for x, w in ((xa, wa), (wa, xa)):
+        got = _match_conv(program, stmt, x, w)
+        if got is not None:
+            return _conv(program, stmt, x, w, got, env)
+    return None
+
+
+def _match_conv(program, stmt, x: Access, w: Access):
+    lhs = [s.bare() for s in stmt.lhs.index]
+    if len(lhs) != 4 or None in lhs or len(x.index) != 4 or len(w.index) != 4:
+        return None
+    n, k, h, wi = lhs
+    if x.index[0].bare() != n:
+        return None
+    c = x.index[1].bare()
+    wk, wc, r, q = (s.bare() for s in w.index)
+    depthwise = c == k and wk == k and w.index[1] == Affine((), 0)
+    if not depthwise and not (wk == k and wc == c and c not in lhs):
+        return None
+    if r is None or q is None or r in lhs or q in lhs:
+        return None
+    spatial = []
+    for sub, out_i, red_i in ((x.index[2], h, r), (x.index[3], wi, q)):
+        if set(sub.names) != {out_i, red_i}:
+            return None
+        spatial.append((sub.coef(out_i), sub.coef(red_i), sub.const))
+    if any(s <= 0 or d <= 0 for s, d, _ in spatial):
+        return None
+    return depthwise, spatial, (n, k, h, wi, c, r, q)
+
+
+def _conv(program, stmt, x: Access, w: Access, got, env) -> torch.Tensor:
+    depthwise, spatial, (n, k, h, wi, c, r, q) = got
+    xt, wt = program.tensor(x.tensor), program.tensor(w.tensor)
+    bounds = {name: stmt.bounds[stmt.indices.index(name)] for name in (n, k, h, wi, r, q)}
+    X = env[x.tensor]
+    nlo, nhi = bounds[n]
+    X = X[nlo:nhi + 1]
+    # the window of input rows/cols each spatial dim reads, padded with X's pad value
+    windows = []
+    for (s, d, off), (out_i, red_i) in zip(spatial, ((h, r), (wi, q))):
+        (olo, ohi), (rlo, rhi) = bounds[out_i], bounds[red_i]
+        windows.append((s * olo + d * rlo + off, s * ohi + d * rhi + off))
+    (h0, h1), (w0, w1) = windows
+    H, W = xt.shape[2], xt.shape[3]
+    pads = (max(0, -w0), max(0, w1 - W + 1), max(0, -h0), max(0, h1 - H + 1))
+    Xp = F.pad(X, pads, value=xt.pad)
+    Xp = Xp[:, :, h0 + pads[2]: h1 + pads[2] + 1, w0 + pads[0]: w1 + pads[0] + 1]
+    (rlo, rhi), (qlo, qhi) = bounds[r], bounds[q]
+    (klo, khi) = bounds[k]
+    if depthwise:
+        Wt = env[w.tensor][klo:khi + 1, 0:1, rlo:rhi + 1, qlo:qhi + 1]
+        Xp = Xp[:, klo:khi + 1]
+        groups = khi - klo + 1
+    else:
+        clo, chi = stmt.bounds[stmt.indices.index(c)]
+        Wt = env[w.tensor][klo:khi + 1, clo:chi + 1, rlo:rhi + 1, qlo:qhi + 1]
+        Xp = Xp[:, clo:chi + 1]
+        groups = 1
+    if wt.pad != 0 and False:
+        return None
+    out = F.conv2d(Xp, Wt, stride=(spatial[0][0], spatial[1][0]), dilation=(spatial[0][1], spatial[1][1]),
+                   groups=groups)
+    return wrap32(out)

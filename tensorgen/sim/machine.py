@@ -1,0 +1,249 @@
+"""The vectorised numpy simulator: runs a .tgb, returns outputs and counters.
+
+Values are computed in program order with numpy, one numpy operation per
+instruction (a whole tile); timing follows per-queue timelines (LD, EX, ST)
+that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
+flight. Every access is bounds-checked, and an access that overlaps an
+in-flight access of another queue without a token between them is reported
+as a hazard, not computed silently.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tensorgen.errors import BinaryError, SimulatorError
+from tensorgen.mc import isa
+from tensorgen.mc.binary import Binary
+from tensorgen.mc.operands import ITEMSIZE, Box, View
+from tensorgen.target import Target, load_target
+
+
+@dataclass
+class Stats:
+    cycles: int = 0
+    instructions: int = 0
+    macs: int = 0
+    vector_ops: int = 0
+    dram_read_bytes: int = 0
+    dram_write_bytes: int = 0
+    onchip_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})
+    busy: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
+    stalled: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
+    energy_pj: float = 0.0
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    def as_dict(self) -> dict:
+        return {"cycles": self.cycles, "instructions": self.instructions, "macs": self.macs,
+                "vector_ops": self.vector_ops, "dram_read_bytes": self.dram_read_bytes,
+                "dram_write_bytes": self.dram_write_bytes, "onchip_bytes": dict(self.onchip_bytes),
+                "busy": dict(self.busy), "stalled": dict(self.stalled), "energy_pj": self.energy_pj}
+
+
+@dataclass
+class SimResult:
+    outputs: dict[str, np.ndarray]
+    stats: Stats
+
+
+class _Access:
+    __slots__ = ("mem", "lo", "hi", "end", "queue", "write", "pc")
+
+    def __init__(self, mem, lo, hi, end, queue, write, pc):
+        self.mem, self.lo, self.hi, self.end, self.queue, self.write, self.pc = mem, lo, hi, end, queue, write, pc
+
+
+class Machine:
+    """Implements `isa.MachineState` for the instruction semantics."""
+
+    def __init__(self, binary: Binary, target: Target) -> None:
+        self.binary, self.target = binary, target
+        self.mem = {"spad": np.zeros(target.spad.bytes, np.uint8), "acc": np.zeros(target.acc.bytes, np.uint8),
+                    "dram": np.zeros(binary.dram_bytes, np.uint8)}
+        self.counters: tuple[int, ...] = ()
+        self.pc = 0
+        self.touched: list[tuple[str, int, int, bool]] = []
+
+    # -- MachineState ---------------------------------------------------------------------
+    def _ndarray(self, view: View) -> np.ndarray:
+        isz = ITEMSIZE[view.dtype]
+        base = view.base.eval(self.counters)
+        lo = base + sum(min(0, (n - 1) * s) for n, s in zip(view.shape, view.strides)) * isz
+        hi = base + sum(max(0, (n - 1) * s) for n, s in zip(view.shape, view.strides)) * isz + isz
+        memory = self.mem[view.mem]
+        if lo < 0 or hi > memory.size:
+            raise SimulatorError(f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
+                                 f"({memory.size} bytes) at loop counters {list(self.counters)}")
+        self._last_range = (view.mem, lo, hi)
+        return np.ndarray(view.shape, np.dtype(view.dtype), buffer=memory, offset=base,
+                          strides=tuple(s * isz for s in view.strides))
+
+    def read(self, view: View) -> np.ndarray:
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, False))
+        return arr.astype(np.int64)
+
+    def write(self, view: View, values: np.ndarray) -> None:
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, True))
+        arr[...] = np.broadcast_to(values, view.shape).astype(np.int64).astype(arr.dtype)
+
+    def _tensor(self, box: Box):
+        t = self.binary.tensors[box.tensor]
+        if len(box.shape) != len(t.shape):
+            raise SimulatorError(f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}")
+        arr = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset)
+        origin = [a.eval(self.counters) for a in box.origin]
+        self.touched.append(("dram", t.dram_offset, t.dram_offset + t.nbytes, None))
+        return t, arr, origin
+
+    def load_box(self, box: Box) -> np.ndarray:
+        t, arr, origin = self._tensor(box)
+        out = np.full(box.shape, t.pad, np.int64)
+        src, dst = [], []
+        for o, n, dim in zip(origin, box.shape, t.shape):
+            lo, hi = max(o, 0), min(o + n, dim)
+            if lo >= hi:
+                return out
+            src.append(slice(lo, hi))
+            dst.append(slice(lo - o, hi - o))
+        out[tuple(dst)] = arr[tuple(src)]
+        return out
+
+    def store_box(self, box: Box, values: np.ndarray) -> None:
+        t, arr, origin = self._tensor(box)
+        if any(o < 0 or o + n > d for o, n, d in zip(origin, box.shape, t.shape)):
+            raise SimulatorError(f"instruction {self.pc}: STORE of {t.name}{origin} size {list(box.shape)} "
+                                 f"leaves the tensor's shape {list(t.shape)}")
+        arr[tuple(slice(o, o + n) for o, n in zip(origin, box.shape))] = values.astype(arr.dtype)
+
+
+class Simulator:
+    def __init__(self, binary: Binary, target: Target | None = None) -> None:
+        target = target or load_target(binary.target_name)
+        if target.hash != binary.target_hash:
+            raise BinaryError(f"binary was built for target '{binary.target_name}' with other parameters "
+                              f"(hash {binary.target_hash.hex()}, this {target.name} is {target.hash.hex()})")
+        self.binary, self.target = binary, target
+        self.machine = Machine(binary, target)
+        self.stats = Stats()
+        self.queue_time = {q: 0 for q in isa.QUEUES}
+        self.dram_free = 0
+        self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
+        self.inflight: list[_Access] = []
+        self.costs = [ins.defn.cost(target, dict(ins.args)) if ins.defn.cost else None for ins in binary.code]
+
+    def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+        dram = self.machine.mem["dram"]
+        for t in self.binary.tensors:
+            region = np.ndarray(t.shape, np.dtype(t.dtype), buffer=dram, offset=t.dram_offset)
+            if t.role == "const":
+                region[...] = np.frombuffer(self.binary.constants, np.dtype(t.dtype), t.const_bytes // region.itemsize,
+                                            t.const_offset).reshape(t.shape)
+            elif t.role in ("input", "inout"):
+                if t.name not in inputs:
+                    raise SimulatorError(f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})")
+                value = np.asarray(inputs[t.name])
+                if tuple(value.shape) != tuple(t.shape):
+                    raise SimulatorError(f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}")
+                info = np.iinfo(np.dtype(t.dtype))
+                if value.size and (value.min() < info.min or value.max() > info.max):
+                    raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
+                region[...] = value.astype(t.dtype)
+        unknown = set(inputs) - {t.name for t in self.binary.tensors if t.role in ("input", "inout")}
+        if unknown:
+            raise SimulatorError(f"unknown input tensor(s): {', '.join(sorted(unknown))}")
+
+    def run(self, inputs: dict[str, np.ndarray]) -> SimResult:
+        self._set_inputs(inputs)
+        self._block(0, len(self.binary.code), ())
+        self.stats.cycles = max(self.queue_time.values())
+        for (a, b), q in self.tokens.items():
+            if q:
+                raise SimulatorError(f"{len(q)} token(s) from {a} to {b} were signalled but never awaited")
+        e = self.target.energy_pj
+        s = self.stats
+        s.energy_pj = (s.macs * e["mac"] + s.vector_ops * e["vector_op"] + s.onchip_bytes["spad"] * e["spad_byte"]
+                       + s.onchip_bytes["acc"] * e["acc_byte"] + s.dram_bytes * e["dram_byte"])
+        outputs = {}
+        for t in self.binary.tensors:
+            if t.role in ("output", "inout"):
+                outputs[t.name] = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.machine.mem["dram"],
+                                             offset=t.dram_offset).copy()
+        return SimResult(outputs, s)
+
+    def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
+        code = self.binary.code
+        pc = start
+        while pc < end:
+            ins = code[pc]
+            if ins.mnemonic == "LOOP":
+                body = ins.arg("body")
+                if pc + 1 + body > end or len(counters) >= 8:
+                    raise SimulatorError(f"instruction {pc}: LOOP body leaves its block or nests deeper than 8")
+                for c in range(ins.arg("count")):
+                    self._block(pc + 1, pc + 1 + body, counters + (c,))
+                pc += 1 + body
+            else:
+                self._step(pc, ins, counters)
+                pc += 1
+
+    def _step(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...]) -> None:
+        m, st = self.machine, self.stats
+        m.pc, m.counters = pc, counters
+        q = ins.queue
+        start = self.queue_time[q]
+        for src in ins.wait:
+            fifo = self.tokens.get((src, q))
+            if not fifo:
+                raise SimulatorError(f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
+                                     f"that was never signalled (at loop counters {list(counters)})")
+            start = max(start, fifo.popleft())
+        cost = self.costs[pc]
+        m.touched = []
+        if ins.defn.execute is not None:
+            ins.defn.execute(m, dict(ins.args))
+        if cost.dram_bytes:
+            begin = max(start + cost.cycles, self.dram_free)
+            end = begin + -(-cost.dram_bytes // self.target.dram_bytes_per_cycle)
+            self.dram_free = end
+            if ins.mnemonic == "LOAD":
+                st.dram_read_bytes += cost.dram_bytes
+            else:
+                st.dram_write_bytes += cost.dram_bytes
+        else:
+            end = start + cost.cycles
+        self._check_hazards(pc, ins, q, start, end)
+        st.stalled[q] += start - self.queue_time[q]
+        st.busy[q] += end - start
+        self.queue_time[q] = end
+        for dst in ins.signal:
+            self.tokens[(q, dst)].append(end)
+        st.instructions += 1
+        st.macs += cost.macs
+        st.vector_ops += cost.vector_ops
+        for mem, n in cost.bytes:
+            st.onchip_bytes[mem] += n
+
+    def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
+        horizon = min(self.queue_time.values())
+        self.inflight = [a for a in self.inflight if a.end > horizon]
+        for mem, lo, hi, write in self.machine.touched:
+            is_write = write if write is not None else ins.mnemonic == "STORE"
+            for a in self.inflight:
+                if a.queue != q and a.mem == mem and a.end > start and a.lo < hi and lo < a.hi and (a.write or is_write):
+                    raise SimulatorError(
+                        f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle {start} "
+                        f"while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} it "
+                        f"(until cycle {a.end}) and no token orders them")
+            self.inflight.append(_Access(mem, lo, hi, end, q, is_write, pc))
+
+
+def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None) -> SimResult:
+    return Simulator(binary, target).run(inputs)

@@ -1,0 +1,292 @@
+"""op.yaml (format version 1) → `tensorgen.ir.Program`.
+
+Every error names `file:line:col` and what was expected. YAML is composed to
+nodes first so that each value keeps its position in the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import islpy as isl
+import yaml
+
+from tensorgen.errors import SpecError
+from tensorgen.ir import poly
+from tensorgen.ir.core import DTYPES, ROLES, Access, Program, Statement, Tensor, dtype_range
+from tensorgen.spec.statement import parse_statement
+
+FORMAT_VERSION = 1
+TOP_KEYS = {"tensorgen", "name", "tensors", "statements", "loops", "target", "schedule", "description"}
+TENSOR_KEYS = {"shape", "dtype", "role", "pad"}
+
+
+class _Doc:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def at(self, node: yaml.Node) -> str:
+        return f"{self.path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
+    def error(self, node: yaml.Node, what: str) -> SpecError:
+        return SpecError(f"{self.at(node)}: {what}")
+
+    def mapping(self, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, f"expected a mapping for {what}")
+        out, seen = [], set()
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise self.error(k, f"expected a plain key in {what}")
+            if k.value in seen:
+                raise self.error(k, f"duplicate key '{k.value}' in {what}")
+            seen.add(k.value)
+            out.append((k.value, k, v))
+        return out
+
+    def scalar(self, node: yaml.Node, kind: type | tuple, what: str):
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, f"expected {what}")
+        value = yaml.SafeLoader("").construct_scalar(node)
+        if node.tag == "tag:yaml.org,2002:int" or (node.style is None and _is_int(value)):
+            value = int(value)
+        elif node.style is None and _is_float(value):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise self.error(node, f"expected {what}, got '{node.value}'")
+        return value
+
+
+def _is_int(s: str) -> bool:
+    try:
+        int(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def load_program(path: str | Path, target: str | None = None) -> Program:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read ({err.strerror})") from None
+    return parse_program(text, str(path), target)
+
+
+def parse_program(text: str, path: str = "<op.yaml>", target: str | None = None) -> Program:
+    doc = _Doc(path)
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise SpecError(f"{where}: malformed YAML ({getattr(err, 'problem', err)})") from None
+    if root is None:
+        raise SpecError(f"{path}:1:1: empty file; expected an op.yaml mapping with 'tensorgen: 1'")
+    top = {k: (kn, v) for k, kn, v in doc.mapping(root, "the op.yaml file")}
+    for key, (kn, _) in top.items():
+        if key not in TOP_KEYS:
+            raise doc.error(kn, f"unknown key '{key}' (expected one of {', '.join(sorted(TOP_KEYS))})")
+    for key in ("tensorgen", "tensors", "statements"):
+        if key not in top:
+            raise doc.error(root, f"missing key '{key}'")
+    version = doc.scalar(top["tensorgen"][1], int, "the format version 1")
+    if version != FORMAT_VERSION:
+        raise doc.error(top["tensorgen"][1], f"unsupported format version {version} (expected 1)")
+    name = doc.scalar(top["name"][1], str, "a name") if "name" in top else Path(path).stem
+    tensors = _tensors(doc, top["tensors"][1])
+    shared = _loops(doc, top["loops"][1]) if "loops" in top else ()
+    statements = _statements(doc, top["statements"][1], tensors, shared)
+    tgt = target or (doc.scalar(top["target"][1], str, "a target name") if "target" in top else "tg1")
+    sched = doc.scalar(top["schedule"][1], str, "a schedule") if "schedule" in top else "default"
+    program = Program(name, tuple(tensors.values()), tuple(statements), shared, tgt, sched, path)
+    _check_roles(doc, program, top["statements"][1])
+    return program
+
+
+def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
+    tensors: dict[str, Tensor] = {}
+    for name, kn, spec in doc.mapping(node, "'tensors'"):
+        if not name.isidentifier():
+            raise doc.error(kn, f"tensor name '{name}' is not an identifier")
+        fields = {k: (knode, v) for k, knode, v in doc.mapping(spec, f"tensor {name}")}
+        for k, (knode, _) in fields.items():
+            if k not in TENSOR_KEYS:
+                raise doc.error(knode, f"unknown key '{k}' in tensor {name} (expected shape, dtype, role, pad)")
+        if "shape" not in fields or "dtype" not in fields:
+            raise doc.error(spec, f"tensor {name} needs 'shape' and 'dtype'")
+        shape_node = fields["shape"][1]
+        if not isinstance(shape_node, yaml.SequenceNode) or not shape_node.value:
+            raise doc.error(shape_node, f"expected a non-empty list of dimensions for {name}'s shape")
+        shape = []
+        for d in shape_node.value:
+            v = doc.scalar(d, int, "a positive integer dimension")
+            if v <= 0:
+                raise doc.error(d, f"expected a positive integer dimension, got {v}")
+            shape.append(v)
+        dtype = doc.scalar(fields["dtype"][1], str, "a dtype")
+        if dtype not in DTYPES:
+            raise doc.error(fields["dtype"][1], f"unknown dtype '{dtype}' (expected {', '.join(DTYPES)})")
+        role = doc.scalar(fields["role"][1], str, "a role") if "role" in fields else "none"
+        if role not in ROLES:
+            raise doc.error(fields["role"][1], f"unknown role '{role}' (expected {', '.join(ROLES)})")
+        pad = doc.scalar(fields["pad"][1], int, "an integer pad value") if "pad" in fields else 0
+        lo, hi = dtype_range(dtype)
+        if not lo <= pad <= hi:
+            raise doc.error(fields["pad"][1], f"pad value {pad} does not fit {dtype}")
+        tensors[name] = Tensor(name, tuple(shape), dtype, role, pad)
+    if not tensors:
+        raise doc.error(node, "expected at least one tensor")
+    return tensors
+
+
+def _loops(doc: _Doc, node: yaml.Node) -> tuple[tuple[str, int], ...]:
+    loops = []
+    for name, kn, v in doc.mapping(node, "'loops'"):
+        if not name.isidentifier():
+            raise doc.error(kn, f"loop name '{name}' is not an identifier")
+        extent = doc.scalar(v, int, "a positive trip count")
+        if extent <= 0:
+            raise doc.error(v, f"expected a positive trip count, got {extent}")
+        loops.append((name, extent))
+    return tuple(loops)
+
+
+def _statement_text(doc: _Doc, node: yaml.Node) -> tuple[str, int, int, str, yaml.Node | None]:
+    """(text, line, col, where, where_node) of one entry of 'statements'."""
+    where, where_node = "", None
+    if isinstance(node, yaml.MappingNode):
+        fields = {k: (kn, v) for k, kn, v in doc.mapping(node, "a statement")}
+        for k, (kn, _) in fields.items():
+            if k not in ("stmt", "where"):
+                raise doc.error(kn, f"unknown key '{k}' in a statement (expected stmt, where)")
+        if "stmt" not in fields:
+            raise doc.error(node, "expected 'stmt:' in a statement mapping")
+        if "where" in fields:
+            where_node = fields["where"][1]
+            where = doc.scalar(where_node, str, "isl constraints like '0 <= r < 3 and j <= i'")
+        node = fields["stmt"][1]
+    if not isinstance(node, yaml.ScalarNode):
+        raise doc.error(node, "expected a statement like 'Y[i, j] += A[i, k] * B[k, j]'")
+    quoted = 1 if node.style in ("'", '"') else 0
+    return node.value, node.start_mark.line + 1, node.start_mark.column + 1 + quoted, where, where_node
+
+
+def _statements(doc: _Doc, node: yaml.Node, tensors: dict[str, Tensor], shared) -> list[Statement]:
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        raise doc.error(node, "expected a non-empty list of statements")
+    shared_names = [n for n, _ in shared]
+    out = []
+    for pos, item in enumerate(node.value):
+        text, line, col, where, where_node = _statement_text(doc, item)
+        parsed = parse_statement(text, doc.path, line, col)
+        loc = f"{doc.path}:{line}:{col}"
+        for acc in [parsed.lhs] + _reads(parsed.rhs):
+            _check_access(loc, acc, tensors)
+        indices = _index_order(parsed, shared_names)
+        stmt = Statement(f"S{pos}", parsed.lhs, parsed.op, parsed.rhs, tuple(indices), (), where, text, loc)
+        stmt = _infer_bounds(doc, stmt, tensors, dict(shared), where_node or item)
+        _check_write_in_bounds(stmt, tensors[stmt.lhs.tensor])
+        out.append(stmt)
+    return out
+
+
+def _reads(rhs) -> list[Access]:
+    from tensorgen.ir.core import reads_of
+
+    return reads_of(rhs)
+
+
+def _check_access(loc: str, acc: Access, tensors: dict[str, Tensor]) -> None:
+    if acc.tensor not in tensors:
+        raise SpecError(f"{loc}: unknown tensor '{acc.tensor}' (declared: {', '.join(tensors)})")
+    rank = len(tensors[acc.tensor].shape)
+    if len(acc.index) != rank:
+        raise SpecError(
+            f"{loc}: shape mismatch: {acc} has {len(acc.index)} subscript(s) but {acc.tensor} has {rank} dimension(s)"
+        )
+
+
+def _index_order(parsed, shared_names: list[str]) -> list[str]:
+    order = list(shared_names)
+    for acc in [parsed.lhs] + _reads(parsed.rhs):
+        for sub in acc.index:
+            for name in sub.names:
+                if name not in order:
+                    order.append(name)
+    return order
+
+
+def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_node) -> Statement:
+    """Ranges from bare subscripts (as Tensor Comprehensions does), then `where:`."""
+    known: dict[str, tuple[int, str]] = {}
+    for acc in [stmt.lhs] + stmt.reads:
+        for dim, sub in enumerate(acc.index):
+            name = sub.bare()
+            if name is None or name in shared:
+                continue
+            extent = tensors[acc.tensor].shape[dim]
+            if name in known and known[name][0] != extent:
+                raise SpecError(
+                    f"{stmt.location}: shape mismatch: index '{name}' ranges over {known[name][0]} "
+                    f"({known[name][1]}) but over {extent} in {acc.tensor} dimension {dim}"
+                )
+            known.setdefault(name, (extent, f"{acc.tensor} dimension {dim}"))
+    cons = []
+    for name in stmt.indices:
+        if name in shared:
+            cons.append(f"0 <= {name} < {shared[name]}")
+        elif name in known:
+            cons.append(f"0 <= {name} < {known[name][0]}")
+    if stmt.where:
+        cons.append(f"({stmt.where})")
+    text = f"{{ [{', '.join(stmt.indices)}] : {' and '.join(cons) or 'true'} }}"
+    try:
+        dom = isl.Set(text)
+    except isl.Error:
+        raise doc.error(where_node, f"cannot parse where: '{stmt.where}' (expected isl constraints like '0 <= r < 3')") from None
+    bounds = []
+    for pos, name in enumerate(stmt.indices):
+        lo, hi = dom.dim_min(pos), dom.dim_max(pos)
+        if not (lo.is_cst() and hi.is_cst()) or dom.is_empty():
+            raise SpecError(
+                f"{stmt.location}: cannot infer the range of index '{name}': it never subscripts a tensor "
+                f"dimension bare; give it a bound with 'where:'"
+            )
+        lo_v = lo.get_pieces()[0][1].get_constant_val().to_python()
+        hi_v = hi.get_pieces()[0][1].get_constant_val().to_python()
+        bounds.append((int(lo_v), int(hi_v)))
+    return Statement(stmt.name, stmt.lhs, stmt.op, stmt.rhs, stmt.indices, tuple(bounds), stmt.where, stmt.text, stmt.location)
+
+
+def _check_write_in_bounds(stmt: Statement, tensor: Tensor) -> None:
+    written = poly.access_map(stmt, stmt.lhs).range()
+    outside = written.subtract(poly.tensor_box(tensor))
+    if not outside.is_empty():
+        point = outside.sample_point()
+        coords = [point.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(tensor.shape))]
+        raise SpecError(
+            f"{stmt.location}: out-of-bounds write: {stmt.lhs} reaches {tensor.name}"
+            f"[{', '.join(map(str, coords))}] outside shape {list(tensor.shape)}"
+        )
+
+
+def _check_roles(doc: _Doc, program: Program, node: yaml.Node) -> None:
+    written = {s.lhs.tensor: s for s in program.statements}
+    for stmt in program.statements:
+        if program.tensor(stmt.lhs.tensor).role == "input":
+            raise SpecError(f"{stmt.location}: {stmt.lhs.tensor} is an input and cannot be written (make it inout)")
+    for t in program.tensors:
+        if t.role in ("output", "inout") and t.name not in written and t.role == "output":
+            raise doc.error(node, f"output tensor {t.name} is never written")
+    if not program.outputs:
+        raise doc.error(node, "no tensor has role output or inout: the program computes nothing")
