@@ -1,0 +1,81 @@
+"""The pipeline as one short function per job, shared by the CLI, tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tensorgen.codegen.lower import Compiled, compile_program
+from tensorgen.ir.core import Program, Tensor
+from tensorgen.mc.binary import decode, encode
+from tensorgen.reference.torch_ref import evaluate
+from tensorgen.sim.machine import SimResult, simulate
+from tensorgen.spec.loader import load_program
+from tensorgen.target import Target, load_target
+
+
+@dataclass(frozen=True)
+class Job:
+    program: Program
+    target: Target
+    compiled: Compiled
+
+
+def compile_file(path: str | Path, target: str | None = None) -> Job:
+    """op.yaml -> IR -> default schedule -> microcode."""
+    program = load_program(path, target)
+    tgt = load_target(program.target)
+    return Job(program, tgt, compile_program(program, tgt))
+
+
+def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def draw(t: Tensor) -> np.ndarray:
+        lo, hi = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**24), 2**24)}[t.dtype]
+        return rng.integers(lo, hi, t.shape, endpoint=True).astype(t.np_dtype)
+
+    return {t.name: draw(t) for t in program.inputs}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    exact: bool
+    message: str  # "BIT-EXACT" or the first differing element with both values
+
+
+def compare(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Comparison:
+    for name, ref in expected.items():
+        out = got[name]
+        if ref.shape != out.shape or not np.array_equal(ref, out):
+            where = np.argwhere(ref != out)[0] if ref.shape == out.shape else None
+            if where is None:
+                return Comparison(False, f"MISMATCH {name}: shape {list(out.shape)}, PyTorch {list(ref.shape)}")
+            idx = ", ".join(map(str, where))
+            count = int((ref != out).sum())
+            return Comparison(False, f"MISMATCH {name}[{idx}]: simulator {out[tuple(where)]}, PyTorch "
+                                     f"{ref[tuple(where)]} ({count} of {ref.size} elements differ)")
+    return Comparison(True, "BIT-EXACT")
+
+
+def run_and_compare(job: Job, inputs: dict[str, np.ndarray]) -> tuple[Comparison, SimResult]:
+    binary = decode(encode(job.compiled.binary))  # always run what would be written to disk
+    result = simulate(binary, inputs, job.target)
+    return compare(evaluate(job.program, inputs), result.outputs), result
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, never half."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
