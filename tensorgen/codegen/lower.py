@@ -232,7 +232,7 @@ class KernelLowering:
             acc = self._operand(stmt, stmt.lhs, actual, origins, [m, n])
             a = self._operand(stmt, mp.a, actual, origins, [m, k])
             b = self._operand(stmt, mp.b, actual, origins, [k, n])
-            self.em.emit(isa.make("MATMUL", acc=acc, a=a, b=b, accumulate=1))
+            self.em.emit(isa.make("MATMUL", acc=acc, a=a, b=b, accumulate=1, a_zp=mp.a_zp, b_zp=mp.b_zp))
 
         self._point_nest(stmt, origins, {mp.m, mp.n, mp.k} - {None}, body)
 

@@ -40,6 +40,8 @@ class MachineState(Protocol):
 
     def store_box(self, box: Box, values: np.ndarray) -> None: ...
 
+    def read_loop(self, view: View) -> np.ndarray: ...  # values of all iterations of the loop nest
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -58,7 +60,10 @@ class InstructionDef:
     fields: tuple[tuple[str, str], ...]
     doc: str
     execute: Callable | None = None  # (state, args) -> None
-    cost: Callable | None = None  # (target, args, resolved) -> Cost
+    cost: Callable | None = None  # (target, args) -> Cost
+    # semantics of a loop nest around this one instruction when its destination does not
+    # move with the loops (a reduction): lets the simulator run the nest as one numpy call
+    execute_reduction_loop: Callable | None = None
 
     @property
     def struct(self) -> struct.Struct:
@@ -82,12 +87,30 @@ def _store(state: MachineState, a) -> None:
 
 def _matmul(state: MachineState, a) -> None:
     # float64 BLAS is exact while |sum| < 2**53: K <= array rows keeps every tile far below it.
-    x = state.read(a["a"]).astype(np.float64)
-    w = state.read(a["b"]).astype(np.float64)
+    x = (state.read(a["a"]) - a["a_zp"]).astype(np.float64)
+    w = (state.read(a["b"]) - a["b_zp"]).astype(np.float64)
     prod = (x @ w).astype(np.int64)
     if a["accumulate"]:
         prod = prod + state.read(a["acc"])
     state.write(a["acc"], _wrap32(prod))
+
+
+def _matmul_loop(state: MachineState, a) -> None:
+    # A nest of hardware loops around one accumulating MATMUL whose acc does not move: the loop
+    # axes are more reduction depth, so the whole nest is one BLAS call over (M, loops*K).
+    x = state.read_loop(a["a"]) - a["a_zp"]
+    w = state.read_loop(a["b"]) - a["b_zp"]
+    m, k = x.shape[-2:]
+    n = w.shape[-1]
+    x2 = np.moveaxis(x, -2, 0).reshape(m, -1).astype(np.float64)
+    w2 = w.reshape(-1, n).astype(np.float64)
+    state.write(a["acc"], _wrap32(state.read(a["acc"]) + (x2 @ w2).astype(np.int64)))
+
+
+def _vmac_loop(state: MachineState, a) -> None:
+    prod = state.read_loop(a["a"]) * state.read_loop(a["b"])
+    total = prod.reshape(-1, *a["dst"].shape).sum(axis=0)
+    state.write(a["dst"], _wrap32(state.read(a["dst"]) + total))
 
 
 def _binary(fn: Callable) -> Callable:
@@ -180,10 +203,13 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
     InstructionDef("STORE", 0x11, "ST", (("dst", "box"), ("src", "view")),
                    "DMA an on-chip view into a box of a DRAM tensor (the box must lie inside the tensor).",
                    _store, _dma_cost),
-    InstructionDef("MATMUL", 0x20, "EX", (("acc", "view"), ("a", "view"), ("b", "view"), ("accumulate", "u8")),
-                   "acc[M,N] (+)= a[M,K] @ b[K,N] on the weight-stationary MAC array: int8/uint8 operands, "
+    InstructionDef("MATMUL", 0x20, "EX",
+                   (("acc", "view"), ("a", "view"), ("b", "view"), ("accumulate", "u8"), ("a_zp", "i32"),
+                    ("b_zp", "i32")),
+                   "acc[M,N] (+)= (a[M,K] - a_zp) @ (b[K,N] - b_zp) on the weight-stationary MAC array: "
+                   "int8/uint8 operands, zero points subtracted at the array inputs (9-bit multipliers), "
                    "int32 accumulator with two's-complement wrap; K <= rows, N <= cols, M streams. "
-                   "Cycles: M + fill.", _matmul, _matmul_cost),
+                   "Cycles: M + fill.", _matmul, _matmul_cost, _matmul_loop),
     InstructionDef("VADD", 0x30, "EX", _BIN, "dst = a + (b or imm), int32 wrap; then stored with dst's dtype (wrap).",
                    _binary(np.add), _vector_cost),
     InstructionDef("VSUB", 0x31, "EX", _BIN, "dst = a - (b or imm), int32 wrap.", _binary(np.subtract), _vector_cost),
@@ -196,7 +222,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    _binary(_shr), _vector_cost),
     InstructionDef("VMAC", 0x37, "EX", (("dst", "view"), ("a", "view"), ("b", "view")),
                    "dst = dst + a * b, int32 wrap (depthwise and other contractions off the MAC array).",
-                   _vmac, _vector_cost),
+                   _vmac, _vector_cost, _vmac_loop),
     InstructionDef("VFILL", 0x38, "EX", (("dst", "view"), ("imm", "i32")), "dst = imm.", _vfill, _vector_cost),
     InstructionDef("VCLAMP", 0x39, "EX", (("dst", "view"), ("a", "view"), ("lo", "i32"), ("hi", "i32")),
                    "dst = min(max(a, lo), hi).", _vclamp, _vector_cost),
@@ -249,7 +275,7 @@ def make(mnemonic: str, **args) -> Instruction:
         if n not in args:
             if t in ("view?",):
                 args[n] = None
-            elif t in ("i32", "u8") and n in ("imm", "accumulate"):
+            elif t in ("i32", "u8") and n in ("imm", "accumulate", "a_zp", "b_zp"):
                 args[n] = 0
             else:
                 raise TypeError(f"{mnemonic}: missing field {n}")

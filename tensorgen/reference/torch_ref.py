@@ -185,15 +185,32 @@ def _run_points(program: Program, stmt: Statement, grids, env) -> None:
 # --- aten fast paths --------------------------------------------------------------------------
 
 
+def _operand(e: Expr) -> tuple[Access, int] | None:
+    """`X[...]` or `X[...] - c` (a zero point): contractions the aten ops take after a shift."""
+    if isinstance(e, Read):
+        return e.access, 0
+    if isinstance(e, BinOp) and e.op == "-" and isinstance(e.lhs, Read) and isinstance(e.rhs, Const) \
+            and isinstance(e.rhs.value, int):
+        return e.lhs.access, e.rhs.value
+    return None
+
+
 def _fast_contraction(program: Program, stmt: Statement, fixed, env) -> bool:
     rhs = stmt.rhs
-    if not (isinstance(rhs, BinOp) and rhs.op == "*" and isinstance(rhs.lhs, Read) and isinstance(rhs.rhs, Read)):
+    if not (isinstance(rhs, BinOp) and rhs.op == "*"):
         return False
-    if stmt.lhs.tensor in (rhs.lhs.access.tensor, rhs.rhs.access.tensor):
+    ops = _operand(rhs.lhs), _operand(rhs.rhs)
+    if None in ops or stmt.lhs.tensor in (ops[0][0].tensor, ops[1][0].tensor):
         return False
-    result = _as_conv2d(program, stmt, rhs.lhs.access, rhs.rhs.access, env) if not fixed else None
+    (xa, xs), (wa, ws) = ops
+    shifted = {**env, xa.tensor: env[xa.tensor] - xs}
+    shifted[wa.tensor] = shifted[wa.tensor] - ws if wa.tensor != xa.tensor or ws != xs else shifted[wa.tensor]
+    if xa.tensor == wa.tensor and xs != ws:
+        return False
+    pads = {xa.tensor: program.tensor(xa.tensor).pad - xs, wa.tensor: program.tensor(wa.tensor).pad - ws}
+    result = _as_conv2d(program, stmt, xa, wa, shifted, pads) if not fixed else None
     if result is None:
-        result = _as_einsum(program, stmt, fixed, env)
+        result = _as_einsum(program, stmt, (xa, wa), fixed, shifted)
     if result is None:
         return False
     out = env[stmt.lhs.tensor]
@@ -211,11 +228,11 @@ def _bound(stmt: Statement, sub: Affine) -> tuple[int, int]:
     return stmt.bounds[stmt.indices.index(name)] if name else (0, 0)
 
 
-def _as_einsum(program, stmt, fixed, env) -> torch.Tensor | None:
+def _as_einsum(program, stmt, accesses, fixed, env) -> torch.Tensor | None:
     """Contractions whose subscripts are all bare indices or shared-loop indices plus constants."""
     letters = {}
     operands, specs = [], []
-    for acc in (stmt.rhs.lhs.access, stmt.rhs.rhs.access):
+    for acc in accesses:
         index, spec = [], ""
         for sub in acc.index:
             name = sub.bare()
@@ -243,12 +260,12 @@ def _as_einsum(program, stmt, fixed, env) -> torch.Tensor | None:
     return wrap32(torch.einsum(f"{specs[0]},{specs[1]}->{out}", *operands))
 
 
-def _as_conv2d(program, stmt, xa: Access, wa: Access, env) -> torch.Tensor | None:
+def _as_conv2d(program, stmt, xa: Access, wa: Access, env, pads) -> torch.Tensor | None:
     """`Y[n,k,h,w] += X[n,c,s*h+d*r+o, s*w+d*q+o'] * W[k,c,r,q]`, plain or depthwise."""
     for x, w in ((xa, wa), (wa, xa)):
         got = _match_conv(program, stmt, x, w)
         if got is not None:
-            return _conv(program, stmt, x, w, got, env)
+            return _conv(program, stmt, x, w, got, env, pads[x.tensor])
     return None
 
 
@@ -276,9 +293,9 @@ def _match_conv(program, stmt, x: Access, w: Access):
     return depthwise, spatial, (n, k, h, wi, c, r, q)
 
 
-def _conv(program, stmt, x: Access, w: Access, got, env) -> torch.Tensor:
+def _conv(program, stmt, x: Access, w: Access, got, env, pad: int) -> torch.Tensor:
     depthwise, spatial, (n, k, h, wi, c, r, q) = got
-    xt, wt = program.tensor(x.tensor), program.tensor(w.tensor)
+    xt = program.tensor(x.tensor)
     bounds = {name: stmt.bounds[stmt.indices.index(name)] for name in (n, k, h, wi, r, q)}
     X = env[x.tensor]
     nlo, nhi = bounds[n]
@@ -291,7 +308,7 @@ def _conv(program, stmt, x: Access, w: Access, got, env) -> torch.Tensor:
     (h0, h1), (w0, w1) = windows
     H, W = xt.shape[2], xt.shape[3]
     pads = (max(0, -w0), max(0, w1 - W + 1), max(0, -h0), max(0, h1 - H + 1))
-    Xp = F.pad(X, pads, value=xt.pad)
+    Xp = F.pad(X, pads, value=pad)
     Xp = Xp[:, :, h0 + pads[2]: h1 + pads[2] + 1, w0 + pads[0]: w1 + pads[0] + 1]
     (rlo, rhi), (qlo, qhi) = bounds[r], bounds[q]
     (klo, khi) = bounds[k]
@@ -304,8 +321,6 @@ def _conv(program, stmt, x: Access, w: Access, got, env) -> torch.Tensor:
         Wt = env[w.tensor][klo:khi + 1, clo:chi + 1, rlo:rhi + 1, qlo:qhi + 1]
         Xp = Xp[:, clo:chi + 1]
         groups = 1
-    if wt.pad != 0 and False:
-        return None
     out = F.conv2d(Xp, Wt, stride=(spatial[0][0], spatial[1][0]), dilation=(spatial[0][1], spatial[1][1]),
                    groups=groups)
     return wrap32(out)

@@ -19,13 +19,25 @@ from tensorgen.poly.footprint import FootprintBox, footprint
 
 @dataclass(frozen=True)
 class MacMapping:
-    """How a contraction maps onto the MAC array: acc[m, n] += a[m, k] * b[k, n]."""
+    """How a contraction maps onto the MAC array: acc[m, n] += (a[m, k] - a_zp) * (b[k, n] - b_zp)."""
 
     m: str | None
     n: str | None
     k: str
     a: Access
     b: Access
+    a_zp: int = 0
+    b_zp: int = 0
+
+
+def _mac_operand(e: Expr) -> tuple[Access, int] | None:
+    """`X[...]` or `X[...] - zero_point`: what the MAC array's inputs accept."""
+    if isinstance(e, Read):
+        return e.access, 0
+    if isinstance(e, BinOp) and e.op == "-" and isinstance(e.lhs, Read) and isinstance(e.rhs, Const) \
+            and isinstance(e.rhs.value, int) and -256 < e.rhs.value < 256:
+        return e.lhs.access, e.rhs.value
+    return None
 
 
 @dataclass(frozen=True)
@@ -79,11 +91,10 @@ def mac_mapping(program: Program, stmt: Statement) -> MacMapping | None:
     rhs = stmt.rhs
     if stmt.op != "+=" or not (isinstance(rhs, BinOp) and rhs.op == "*"):
         return None
-    if not (isinstance(rhs.lhs, Read) and isinstance(rhs.rhs, Read)):
+    ops = _mac_operand(rhs.lhs), _mac_operand(rhs.rhs)
+    if None in ops or program.tensor(stmt.lhs.tensor).dtype != "int32":
         return None
-    if program.tensor(stmt.lhs.tensor).dtype != "int32":
-        return None
-    x, y = rhs.lhs.access, rhs.rhs.access
+    (x, x_zp), (y, y_zp) = ops
     if any(program.tensor(a.tensor).dtype not in ("int8", "uint8") for a in (x, y)):
         return None
     out = set(out_indices(program, stmt))
@@ -93,7 +104,7 @@ def mac_mapping(program: Program, stmt: Statement) -> MacMapping | None:
         return any(sub.coef(i) for sub in acc.index)
 
     best = None
-    for a, b in ((x, y), (y, x)):
+    for a, a_zp, b, b_zp in ((x, x_zp, y, y_zp), (y, y_zp, x, x_zp)):
         ks = [i for i in red if uses(a, i) and uses(b, i)]
         ns = [i for i in out if uses(b, i) and not uses(a, i)]
         ms = [i for i in out if uses(a, i) and not uses(b, i)]
@@ -101,7 +112,7 @@ def mac_mapping(program: Program, stmt: Statement) -> MacMapping | None:
             continue
         # ties go to the innermost index: unit stride in the usual layouts
         pick = lambda cands: max(cands, key=lambda i: (stmt.extent(i), stmt.indices.index(i))) if cands else None  # noqa: E731
-        cand = MacMapping(pick(ms), pick(ns), pick(ks), a, b)
+        cand = MacMapping(pick(ms), pick(ns), pick(ks), a, b, a_zp, b_zp)
         score = (cand.n is not None, cand.m is not None, stmt.extent(cand.n) if cand.n else 0)
         if best is None or score > best[0]:
             best = (score, cand)

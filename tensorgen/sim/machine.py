@@ -67,6 +67,7 @@ class Machine:
         self.mem = {"spad": np.zeros(target.spad.bytes, np.uint8), "acc": np.zeros(target.acc.bytes, np.uint8),
                     "dram": np.zeros(binary.dram_bytes, np.uint8)}
         self.counters: tuple[int, ...] = ()
+        self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
 
@@ -93,6 +94,23 @@ class Machine:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, True))
         arr[...] = np.broadcast_to(values, view.shape).astype(np.int64).astype(arr.dtype)
+
+    def read_loop(self, view: View) -> np.ndarray:
+        """The view at every iteration of the loop nest `self.loop`: shape (*counts, *view.shape)."""
+        isz = ITEMSIZE[view.dtype]
+        levels = [lvl for lvl, _ in self.loop]
+        coefs = [view.base.coefs[lvl] if lvl < len(view.base.coefs) else 0 for lvl in levels]
+        shape = tuple(n for _, n in self.loop) + view.shape
+        byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
+        base = view.base.eval(self.counters)
+        lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides))
+        hi = base + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides)) + isz
+        memory = self.mem[view.mem]
+        if lo < 0 or hi > memory.size:
+            raise SimulatorError(f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
+                                 f"({memory.size} bytes) in the loop nest at counters {list(self.counters)}")
+        self.touched.append((view.mem, lo, hi, False))
+        return np.ndarray(shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides).astype(np.int64)
 
     def _tensor(self, box: Box):
         t = self.binary.tensors[box.tensor]
@@ -125,7 +143,7 @@ class Machine:
 
 
 class Simulator:
-    def __init__(self, binary: Binary, target: Target | None = None) -> None:
+    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True) -> None:
         target = target or load_target(binary.target_name)
         if target.hash != binary.target_hash:
             raise BinaryError(f"binary was built for target '{binary.target_name}' with other parameters "
@@ -138,6 +156,7 @@ class Simulator:
         self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
         self.inflight: list[_Access] = []
         self.costs = [ins.defn.cost(target, dict(ins.args)) if ins.defn.cost else None for ins in binary.code]
+        self.vectorize_loops = vectorize_loops
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -187,6 +206,11 @@ class Simulator:
                 body = ins.arg("body")
                 if pc + 1 + body > end or len(counters) >= 8:
                     raise SimulatorError(f"instruction {pc}: LOOP body leaves its block or nests deeper than 8")
+                nest = self._reduction_nest(pc, len(counters)) if self.vectorize_loops else None
+                if nest is not None:
+                    self._step(pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest)
+                    pc += 1 + body
+                    continue
                 for c in range(ins.arg("count")):
                     self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
@@ -194,9 +218,30 @@ class Simulator:
                 self._step(pc, ins, counters)
                 pc += 1
 
-    def _step(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...]) -> None:
+    def _reduction_nest(self, pc: int, depth: int) -> list[tuple[int, int]] | None:
+        """(level, count) of a perfect loop nest at `pc` around one token-free instruction that
+        reduces into a destination the loops do not move, or None."""
+        code, nest = self.binary.code, []
+        while code[pc].mnemonic == "LOOP":
+            nest.append((depth + len(nest), code[pc].arg("count")))
+            pc += 1
+        # a perfect nest: the i-th LOOP's body is exactly the inner LOOPs and the instruction
+        if any(code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))):
+            return None
+        ins = code[pc]
+        defn = ins.defn
+        if defn.execute_reduction_loop is None or ins.wait or ins.signal or not dict(ins.args).get("accumulate", 1):
+            return None
+        dest = ins.arg(defn.fields[0][0])
+        if any(lvl < len(dest.base.coefs) and dest.base.coefs[lvl] for lvl, _ in nest):
+            return None
+        return nest
+
+    def _step(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...],
+              nest: list[tuple[int, int]] | None = None) -> None:
         m, st = self.machine, self.stats
-        m.pc, m.counters = pc, counters
+        m.pc, m.counters, m.loop = pc, counters, nest or []
+        reps = int(np.prod([n for _, n in nest], dtype=np.int64)) if nest else 1
         q = ins.queue
         start = self.queue_time[q]
         for src in ins.wait:
@@ -207,7 +252,16 @@ class Simulator:
             start = max(start, fifo.popleft())
         cost = self.costs[pc]
         m.touched = []
-        if ins.defn.execute is not None:
+        if nest:
+            dest = ins.arg(ins.defn.fields[0][0])
+            ins.defn.execute_reduction_loop(m, dict(ins.args))
+            dmem, dlo, dhi, _ = m.touched[-1]
+            for mem, lo, hi, write in m.touched[:-1]:
+                if mem == dmem and lo < dhi and dlo < hi and not (lo == dlo and hi == dhi and mem == dest.mem):
+                    raise SimulatorError(f"instruction {pc}: a reduction loop reads memory its destination overlaps")
+            cost = isa.Cost(cost.cycles * reps, cost.dram_bytes * reps, cost.macs * reps, cost.vector_ops * reps,
+                            tuple((mem, n * reps) for mem, n in cost.bytes))
+        elif ins.defn.execute is not None:
             ins.defn.execute(m, dict(ins.args))
         if cost.dram_bytes:
             begin = max(start + cost.cycles, self.dram_free)
@@ -225,7 +279,7 @@ class Simulator:
         self.queue_time[q] = end
         for dst in ins.signal:
             self.tokens[(q, dst)].append(end)
-        st.instructions += 1
+        st.instructions += reps
         st.macs += cost.macs
         st.vector_ops += cost.vector_ops
         for mem, n in cost.bytes:
@@ -245,5 +299,8 @@ class Simulator:
             self.inflight.append(_Access(mem, lo, hi, end, q, is_write, pc))
 
 
-def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None) -> SimResult:
-    return Simulator(binary, target).run(inputs)
+def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
+             vectorize_loops: bool = True) -> SimResult:
+    """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
+    that the vectorised path computes the same values and counters)."""
+    return Simulator(binary, target, vectorize_loops).run(inputs)

@@ -254,10 +254,16 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
         dom = isl.Set(text)
     except isl.Error:
         raise doc.error(where_node, f"cannot parse where: '{stmt.where}' (expected isl constraints like '0 <= r < 3')") from None
+    if dom.is_empty():
+        raise doc.error(where_node, f"where: '{stmt.where}' leaves the statement no iterations; "
+                                    f"expected constraints that some index values satisfy")
     bounds = []
     for pos, name in enumerate(stmt.indices):
-        lo, hi = dom.dim_min(pos), dom.dim_max(pos)
-        if not (lo.is_cst() and hi.is_cst()) or dom.is_empty():
+        try:
+            lo, hi = dom.dim_min(pos), dom.dim_max(pos)
+        except isl.Error:  # isl reports an unbounded index as an error, not as a value
+            lo = hi = None
+        if lo is None or not (lo.is_cst() and hi.is_cst()):
             raise SpecError(
                 f"{stmt.location}: cannot infer the range of index '{name}': it never subscripts a tensor "
                 f"dimension bare; give it a bound with 'where:'"

@@ -28,18 +28,20 @@ class ParsedStatement:
 class _Locator:
     """Turns a column inside the statement text into `file:line:col`."""
 
-    def __init__(self, file: str, line: int, col: int) -> None:
-        self.file, self.line, self.col = file, line, col
+    def __init__(self, file: str, line: int, col: int, source: str = "") -> None:
+        self.file, self.line, self.col, self.source = file, line, col, source.encode()
 
     def at(self, node: ast.AST | None = None, offset: int | None = None) -> str:
-        col = self.col + (offset if offset is not None else getattr(node, "col_offset", 0))
-        return f"{self.file}:{self.line}:{col}"
+        if offset is None:
+            # ast counts UTF-8 bytes; the user's editor counts characters (`Ä[i*j]`)
+            offset = len(self.source[: getattr(node, "col_offset", 0)].decode(errors="ignore"))
+        return f"{self.file}:{self.line}:{self.col + offset}"
 
 
 def parse_statement(text: str, file: str, line: int, col: int) -> ParsedStatement:
     """Parse `text`, which starts at 1-based `line`/`col` of `file`."""
-    loc = _Locator(file, line, col)
     source = text.replace("max=", " **=")
+    loc = _Locator(file, line, col, source.strip())
     if "\n" in source.strip():
         raise SpecError(f"{loc.at(offset=0)}: a statement must fit on one line")
     try:
