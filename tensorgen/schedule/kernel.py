@@ -9,9 +9,12 @@ isl footprint of its accesses over one tile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import islpy as isl
 
 from tensorgen.errors import CodegenError
+from tensorgen.ir import poly
 from tensorgen.ir.core import Access, BinOp, Call, Const, Expr, Program, Read, Statement
 from tensorgen.poly import deps as depmod
 from tensorgen.poly.footprint import FootprintBox, footprint
@@ -150,7 +153,8 @@ def _can_join(program: Program, deps, group: list[Statement], stmt: Statement, o
 
 
 def _check_lhs(program: Program, stmt: Statement) -> None:
-    if stmt.where:
+    box = isl.Set("{ " + poly.domain_text(replace(stmt, where="")) + " }")
+    if stmt.where and not poly.domain(stmt).is_equal(box):
         raise CodegenError(f"{stmt.location}: non-rectangular domains (where: {stmt.where}) are not lowered yet")
     shared = program.shared_names
     seen = set()
