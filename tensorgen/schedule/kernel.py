@@ -116,7 +116,8 @@ def mac_mapping(program: Program, stmt: Statement) -> MacMapping | None:
         # ties go to the innermost index: unit stride in the usual layouts
         pick = lambda cands: max(cands, key=lambda i: (stmt.extent(i), stmt.indices.index(i))) if cands else None  # noqa: E731
         cand = MacMapping(pick(ms), pick(ns), pick(ks), a, b, a_zp, b_zp)
-        score = (cand.n is not None, cand.m is not None, stmt.extent(cand.n) if cand.n else 0)
+        # written order wins ties: `X * W` keeps W stationary in the array and streams X
+        score = (cand.n is not None, cand.m is not None, a is x)
         if best is None or score > best[0]:
             best = (score, cand)
     return best[1] if best else None

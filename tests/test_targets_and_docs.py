@@ -1,0 +1,45 @@
+"""Targets load and validate; the generated ISA reference in docs/ is current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorgen.errors import TargetError
+from tensorgen.mc import isa
+from tensorgen.mc.doc import isa_markdown
+from tensorgen.target import load_target
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_bundled_targets() -> None:
+    tg1, tiny = load_target("tg1"), load_target("tiny")
+    assert (tg1.rows, tg1.cols, tg1.spad.bytes, tg1.acc.bytes) == (16, 16, 256 * 1024, 64 * 1024)
+    assert (tiny.rows, tiny.cols, tiny.spad.bytes) == (4, 4, 2048)
+    assert tg1.hash != tiny.hash and len(tg1.hash) == 8
+    assert "Horowitz" in tg1.energy_pj["source"]
+
+
+def test_bad_targets_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(TargetError, match="unknown target 'nope'"):
+        load_target("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "isa" / "tiny.yaml").read_text().replace("rows: 4", "rows: -4"))
+    with pytest.raises(TargetError, match="'mac_array.rows' must be positive"):
+        load_target(str(bad))
+    bad.write_text("name: x\n")
+    with pytest.raises(TargetError, match="missing 'energy_pj'"):
+        load_target(str(bad))
+
+
+def test_isa_doc_is_generated_from_the_definitions() -> None:
+    assert (ROOT / "docs" / "isa.md").read_text() == isa_markdown(), "run: tensorgen isa-doc > docs/isa.md"
+
+
+def test_every_instruction_fits_one_word_and_has_unique_opcode() -> None:
+    assert len({d.opcode for d in isa.INSTRUCTIONS}) == len(isa.INSTRUCTIONS)
+    for d in isa.INSTRUCTIONS:
+        assert isa.HEADER.size + d.struct.size <= isa.WORD_BYTES
+        assert d.queue is None or d.cost is not None
