@@ -40,8 +40,10 @@ class _Locator:
 
 def parse_statement(text: str, file: str, line: int, col: int) -> ParsedStatement:
     """Parse `text`, which starts at 1-based `line`/`col` of `file`."""
+    loc = _Locator(file, line, col, text.strip())
+    if "**=" in text:  # would otherwise pass for max=, which is spelled that way below
+        raise SpecError(f"{loc.at(offset=text.strip().index('**='))}: expected one of '=', '+=', 'max=', got '**='")
     source = text.replace("max=", " **=")
-    loc = _Locator(file, line, col, source.strip())
     if "\n" in source.strip():
         raise SpecError(f"{loc.at(offset=0)}: a statement must fit on one line")
     try:
