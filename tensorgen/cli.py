@@ -31,16 +31,25 @@ def _read_binary(path: str):
         raise BinaryError(f"{path}: {err}") from None
 
 
+def _write(path: str | Path, data: bytes) -> None:
+    from tensorgen.driver import write_atomic
+
+    try:
+        write_atomic(path, data)
+    except OSError as err:  # a missing directory or no permission is the user's to fix, not a bug
+        raise TensorgenError(f"{path}: cannot write ({err.strerror})") from None
+
+
 def cmd_emit(args) -> int:
-    from tensorgen.driver import compile_file, write_atomic
+    from tensorgen.driver import compile_file
     from tensorgen.mc.binary import disassemble, encode
 
     job = compile_file(args.op, args.target)
     binary = job.compiled.binary
     data = encode(binary)
     if args.asm:
-        write_atomic(args.asm, disassemble(binary).encode())
-    write_atomic(args.output, data)
+        _write(args.asm, disassemble(binary).encode())
+    _write(args.output, data)
     print(f"{args.output}: {len(binary.code)} instructions, {len(data)} bytes, target {job.target.name}")
     return 0
 
@@ -70,7 +79,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from tensorgen.driver import write_atomic
     from tensorgen.sim.machine import simulate
 
     binary = _read_binary(args.binary)
@@ -81,15 +89,18 @@ def cmd_run(args) -> int:
             raise TensorgenError(f"--in {item}: expected NAME=FILE.npy")
         try:
             inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, EOFError) as err:  # np.load raises EOFError on an empty file
             raise TensorgenError(f"--in {item}: cannot load {path} ({err})") from None
     result = simulate(binary, inputs)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TensorgenError(f"--out {out}: cannot create the output directory ({err.strerror})") from None
     for name, value in result.outputs.items():
         buf = io.BytesIO()
         np.save(buf, value)
-        write_atomic(out / f"{name}.npy", buf.getvalue())
+        _write(out / f"{name}.npy", buf.getvalue())
         print(f"{out / (name + '.npy')}: {value.dtype} {list(value.shape)}")
     print(f"cycles {result.stats.cycles}  MACs {result.stats.macs}  DRAM {result.stats.dram_bytes} B")
     return 0
