@@ -1,0 +1,119 @@
+"""Exact legality of schedules against isl dependences, with concrete counterexamples.
+
+A schedule maps every statement instance to a point of one common schedule
+space; it is legal when every dependence source runs strictly before its sink.
+Dependences between instances of one accumulating statement (`+=`, `max=`)
+through its own LHS element are relaxed: integer addition and max are
+associative and commutative, so any order of the reduction gives the same bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import islpy as isl
+
+from tensorgen.ir import poly
+from tensorgen.ir.core import Program, Statement
+from tensorgen.poly.deps import dependences
+
+
+@dataclass(frozen=True)
+class Violation:
+    """`later` would run no later than `earlier`, though it depends on it through `element`."""
+
+    earlier: str  # e.g. "S3[t=0, j=5]"
+    later: str
+    element: str  # e.g. "H[1, 5]"
+    kind: str  # "flow", "anti", "output"
+
+    def sentence(self, parallel: bool = False) -> str:
+        e, l = self.earlier.split("[")[0], self.later.split("[")[0]
+        if self.kind == "flow":
+            why = f"{l} reads {self.element} that {e} writes"
+        elif self.kind == "anti":
+            why = f"{l} overwrites {self.element} that {e} must read first"
+        else:
+            why = f"both write {self.element} and {e}'s value must be overwritten by {l}'s"
+        if parallel:
+            return f"{self.earlier} and {self.later} would run at once, but {why}"
+        return f"{self.later} would run before {self.earlier}, but {why}"
+
+
+@lru_cache(maxsize=64)
+def relaxed_dependences(program: Program) -> tuple[tuple[str, isl.UnionMap], ...]:
+    """(kind, dependences) with integer reduction self-dependences removed."""
+    deps = dependences(program)
+    relax = isl.UnionMap("{ }")
+    for stmt in program.statements:
+        if stmt.op in ("+=", "max=") and all(a.tensor != stmt.lhs.tensor for a in stmt.reads):
+            w = poly.access_map(stmt, stmt.lhs)
+            relax = relax.union(isl.UnionMap.from_map(w.apply_range(w.reverse())))
+    return tuple((kind, d.subtract(relax).coalesce()) for kind, d in
+                 (("flow", deps.flow), ("anti", deps.anti), ("output", deps.output)))
+
+
+def _coords(point: isl.Point, n: int, offset: int = 0) -> list[int]:
+    return [int(point.get_coordinate_val(isl.dim_type.set, offset + i).to_python()) for i in range(n)]
+
+
+def instance(stmt: Statement, values: list[int]) -> str:
+    return f"{stmt.name}[{', '.join(f'{i}={v}' for i, v in zip(stmt.indices, values))}]"
+
+
+def _linking_element(program: Program, src: Statement, sv: list[int], dst: Statement, dv: list[int]) -> str:
+    def touched(stmt: Statement, values: list[int]) -> isl.UnionSet:
+        fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values))
+        point = isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}")
+        out = isl.UnionSet("{ }")
+        for acc in [stmt.lhs] + stmt.reads:
+            m = poly.access_map(stmt, acc).intersect_domain(point).intersect_range(
+                poly.tensor_box(program.tensor(acc.tensor)))
+            out = out.union(isl.UnionSet.from_set(m.range()))
+        return out
+
+    common = touched(src, sv).intersect(touched(dst, dv))
+    sets = common.get_set_list()
+    if sets.n_set() == 0:
+        return "an element"
+    s = sets.get_at(0)
+    p = s.sample_point()
+    return f"{s.get_tuple_name()}[{', '.join(map(str, _coords(p, s.dim(isl.dim_type.set))))}]"
+
+
+def find_violation(program: Program, schedule: isl.UnionMap, parallel_from: int | None = None,
+                   parallel_to: int | None = None) -> Violation | None:
+    """A dependence the schedule breaks, or None.
+
+    Without `parallel_*`, a dependence is broken when its sink is not scheduled strictly after
+    its source. With them, dimensions [parallel_from, parallel_to) run at once (vector lanes,
+    the MAC array): a dependence whose endpoints agree on every dimension before them and differ
+    inside them is broken too.
+    """
+    dims = _n_out(schedule)
+    space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dims)
+    if parallel_from is None:
+        bad = isl.Map.lex_ge(space)
+    else:
+        eq = " and ".join(f"a{i} = b{i}" for i in range(parallel_from)) or "true"
+        diff = " or ".join(f"a{i} != b{i}" for i in range(parallel_from, parallel_to))
+        a = ", ".join(f"a{i}" for i in range(dims))
+        b = ", ".join(f"b{i}" for i in range(dims))
+        bad = isl.Map(f"{{ [{a}] -> [{b}] : {eq} and ({diff}) }}")
+    order = schedule.apply_range(isl.UnionMap.from_map(bad)).apply_range(schedule.reverse())
+    by_name = {s.name: s for s in program.statements}
+    for kind, deps in relaxed_dependences(program):
+        viol = deps.intersect(order)
+        if viol.is_empty():
+            continue
+        m = viol.get_map_list().get_at(0)
+        p = m.wrap().sample_point()
+        src, dst = by_name[m.get_tuple_name(isl.dim_type.in_)], by_name[m.get_tuple_name(isl.dim_type.out)]
+        sv, dv = _coords(p, len(src.indices)), _coords(p, len(dst.indices), len(src.indices))
+        return Violation(instance(src, sv), instance(dst, dv), _linking_element(program, src, sv, dst, dv), kind)
+    return None
+
+
+def _n_out(umap: isl.UnionMap) -> int:
+    return umap.get_map_list().get_at(0).dim(isl.dim_type.out)

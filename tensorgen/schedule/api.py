@@ -1,0 +1,517 @@
+"""The schedule-authoring API.
+
+A `Schedule` maps every statement instance to a point of one common,
+multi-dimensional schedule space (an isl map per statement). Each dimension is,
+per statement, either a loop (a `Loop` handle shared by the statements it
+encloses) or a constant that orders sibling statements. Every primitive
+rewrites these maps, then checks the result at once against the program's exact
+isl dependences (flow, anti, output; integer reductions relaxed) and raises a
+`ScheduleError` naming the primitive and one concrete counterexample.
+
+The schedule is also a trace: `str(schedule)` is the Python that recreates it,
+the body of a schedule file under schedules/.
+
+Example (matmul `C[i, j] += A[i, k] * B[k, j]`)::
+
+    s = Schedule(program)
+    io, jo, ii, ji = s.tile(s.loop("i"), s.loop("j"), 16, 16)
+    s.reorder(io, jo, s.loop("k"), ii, ji)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from tensorgen.errors import CapacityError, ScheduleError
+from tensorgen.ir.core import Program
+from tensorgen.ir import poly
+from tensorgen.poly.legality import find_violation
+
+MEMORIES = ("spad", "acc")
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A handle on one loop; it stays valid across transformations of the schedule."""
+
+    id: int
+    name: str
+
+    def __repr__(self) -> str:
+        return f"Loop({self.name!r})"
+
+
+@dataclass
+class _LoopInfo:
+    name: str
+    statements: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Stage:
+    tensor: str
+    loop: str  # loop name, or "" for the whole program
+    memory: str
+    double_buffered: bool = False
+
+
+@dataclass
+class _State:
+    maps: dict[str, isl.Map]  # statement -> { S[indices] -> [d0, ..., dn] }
+    dims: list[dict[str, int | None]]  # per position: statement -> loop id, or None for a constant
+    loops: dict[int, _LoopInfo]
+    alias: dict[int, int] = field(default_factory=dict)  # fused-away loop id -> surviving id
+
+
+class Schedule:
+    """A chainable, checked schedule of one program. See the module docstring."""
+
+    def __init__(self, program: Program, target=None) -> None:
+        self.program = program
+        self.target = target
+        self.trace: list[str] = []
+        self.stages: list[Stage] = []
+        self.unrolled: dict[str, int | None] = {}
+        self.vectorized: list[str] = []
+        self.tensorized: list[tuple[str, str, str]] = []
+        self._next_id = 0
+        self._state = self._original()
+
+    # -- construction ---------------------------------------------------------------------
+    def _new_loop(self, name: str, statements) -> int:
+        taken = {info.name for info in self._state.loops.values()} if hasattr(self, "_state") else set()
+        base, n = name, 1
+        while name in taken:
+            n += 1
+            name = f"{base}{n}"
+        self._next_id += 1
+        self._pending_loops[self._next_id] = _LoopInfo(name, frozenset(statements))
+        return self._next_id
+
+    def _original(self) -> _State:
+        """Program order: shared loops, then statements in order, each with its own loop nest."""
+        prog = self.program
+        self._pending_loops: dict[int, _LoopInfo] = {}
+        shared = prog.shared_names
+        depth = max(len(s.indices) - len(shared) for s in prog.statements)
+        names = [s.name for s in prog.statements]
+        dims: list[dict[str, int | None]] = []
+        for name in shared:
+            lid = self._new_loop(name, names)
+            dims.append({n: lid for n in names})
+        dims.append({n: None for n in names})  # statement order
+        own_names = {}
+        for s in prog.statements:
+            for i in s.indices[len(shared):]:
+                own_names[i] = own_names.get(i, 0) + 1
+        for level in range(depth):
+            row: dict[str, int | None] = {}
+            for s in prog.statements:
+                own = s.indices[len(shared):]
+                if level < len(own):
+                    label = own[level] if own_names[own[level]] == 1 else f"{s.name}.{own[level]}"
+                    row[s.name] = self._new_loop(label, [s.name])
+                else:
+                    row[s.name] = None
+            dims.append(row)
+        maps = {}
+        for pos, s in enumerate(prog.statements):
+            own = list(s.indices[len(shared):])
+            out = list(shared) + [str(pos)] + own + ["0"] * (depth - len(own))
+            maps[s.name] = isl.Map(f"{{ {s.name}[{', '.join(s.indices)}] -> [{', '.join(out)}] }}").intersect_domain(
+                poly.domain(s))
+        state = _State(maps, dims, dict(self._pending_loops))
+        return state
+
+    # -- queries ----------------------------------------------------------------------------
+    def loop(self, name: str) -> Loop:
+        """The loop called `name` (`"k"`, or `"S1.k"` when several statements have a `k`)."""
+        for lid, info in self._state.loops.items():
+            if info.name == name and lid not in self._state.alias:
+                return Loop(lid, name)
+        known = ", ".join(sorted(i.name for lid, i in self._state.loops.items() if lid not in self._state.alias))
+        raise ScheduleError(f"loop('{name}'): no such loop (loops: {known})")
+
+    def loops(self, statement: str) -> list[Loop]:
+        """The loops enclosing `statement`, outermost first."""
+        if statement not in self._state.maps:
+            raise ScheduleError(f"loops('{statement}'): no such statement")
+        out = []
+        for row in self._state.dims:
+            lid = row[statement]
+            if lid is not None:
+                out.append(Loop(lid, self._state.loops[lid].name))
+        return out
+
+    def _resolve(self, loop: Loop, prim: str) -> tuple[int, int, frozenset[str]]:
+        """(loop id, position, statements) of a handle."""
+        if not isinstance(loop, Loop):
+            raise ScheduleError(f"{prim}: expected a loop handle (s.loop(name)), got {loop!r}")
+        lid = loop.id
+        while lid in self._state.alias:
+            lid = self._state.alias[lid]
+        if lid not in self._state.loops:
+            raise ScheduleError(f"{prim}: {loop.name} is not a loop of this schedule")
+        for pos, row in enumerate(self._state.dims):
+            if lid in row.values():
+                return lid, pos, self._state.loops[lid].statements
+        raise ScheduleError(f"{prim}: {loop.name} no longer exists")
+
+    def union_map(self) -> isl.UnionMap:
+        out = isl.UnionMap("{ }")
+        for m in self._state.maps.values():
+            out = out.union(isl.UnionMap.from_map(m))
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.trace)
+
+    # -- machinery ------------------------------------------------------------------------------
+    def _commit(self, prim: str, state: _State, call: str) -> None:
+        """Check `state` against the dependences; adopt it and record `call`, or raise."""
+        umap = isl.UnionMap("{ }")
+        for m in state.maps.values():
+            umap = umap.union(isl.UnionMap.from_map(m))
+        viol = find_violation(self.program, umap)
+        if viol is not None:
+            raise ScheduleError(f"{prim}: {viol.sentence()}", detail=str(umap))
+        self._state = state
+        self.trace.append(call)
+
+    def _copy(self) -> _State:
+        s = self._state
+        return _State(dict(s.maps), [dict(r) for r in s.dims], dict(s.loops), dict(s.alias))
+
+    def _apply(self, state: _State, statements, transform: str) -> None:
+        """Apply `{ [d...] -> [e...] }` (isl text over d0..dn) to the maps of `statements`."""
+        for name in statements:
+            state.maps[name] = state.maps[name].apply_range(isl.Map(transform))
+
+    def _all_statements(self) -> list[str]:
+        return [s.name for s in self.program.statements]
+
+    def _insert_dim(self, state: _State, pos: int, values: dict[str, int | None], loop_of: dict[str, int]) -> None:
+        """Insert a dimension at `pos`: a loop for statements in `loop_of`, else the constant."""
+        n = len(state.dims)
+        ins = [f"d{i}" for i in range(n)]
+        for name in self._all_statements():
+            out = ins[:pos] + [str(values.get(name, 0) or 0)] + ins[pos:]
+            if name in loop_of:
+                out[pos] = "NEW"
+            state.maps[name] = state.maps[name].apply_range(isl.Map(
+                f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}".replace("NEW", loop_of[name] if name in loop_of else "0")))
+        state.dims.insert(pos, {name: None for name in self._all_statements()})
+
+    # -- primitives ------------------------------------------------------------------------------
+    def split(self, loop: Loop, factor: int) -> tuple[Loop, Loop]:
+        """Split `loop` into an outer loop over blocks of `factor` and an inner loop inside them.
+
+        Before::                    After ``split(i, 4)``::
+
+            for i in 0..N:              for i_o in 0..ceil(N/4):
+                S(i)                        for i_i in 0..4 (and 4*i_o + i_i < N):
+                                                S(4*i_o + i_i)
+        """
+        prim = f"split({loop.name}, {factor})"
+        if not isinstance(factor, int) or isinstance(factor, bool) or factor <= 0:
+            raise ScheduleError(f"{prim}: factor must be a positive integer")
+        lid, pos, stmts = self._resolve(loop, prim)
+        state = self._copy()
+        n = len(state.dims)
+        ins = [f"d{i}" for i in range(n)]
+        outer = ins[:pos] + [f"floor(d{pos}/{factor})", f"d{pos} - {factor}*floor(d{pos}/{factor})"] + ins[pos + 1:]
+        other = ins[:pos + 1] + ["0"] + ins[pos + 1:]
+        for name in self._all_statements():
+            out = outer if name in stmts else other
+            state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+        self._pending_loops = {}
+        name = state.loops[lid].name
+        o, i = self._new_loop(f"{name}_o", stmts), self._new_loop(f"{name}_i", stmts)
+        del state.loops[lid]
+        state.loops.update(self._pending_loops)
+        row = state.dims[pos]
+        state.dims[pos] = {k: (o if v == lid else v) for k, v in row.items()}
+        state.dims.insert(pos + 1, {k: (i if v == lid else None) for k, v in row.items()})
+        self._commit(prim, state, f"s.split(s.loop({name!r}), {factor})")
+        return Loop(o, state.loops[o].name), Loop(i, state.loops[i].name)
+
+    def reorder(self, *loops: Loop) -> None:
+        """Permute loops that enclose the same statements into the given order (outermost first).
+
+        Before::                    After ``reorder(j, i)``::
+
+            for i: for j: S(i, j)       for j: for i: S(i, j)
+        """
+        prim = f"reorder({', '.join(getattr(l, 'name', repr(l)) for l in loops)})"
+        if len(loops) < 2:
+            raise ScheduleError(f"{prim}: give at least two loops")
+        found = [self._resolve(l, prim) for l in loops]
+        stmts = found[0][2]
+        for (lid, _, st), l in zip(found, loops):
+            if st != stmts:
+                raise ScheduleError(f"{prim}: {l.name} and {loops[0].name} do not enclose the same statements "
+                                    f"({', '.join(sorted(st))} vs {', '.join(sorted(stmts))}); fuse or distribute first")
+        positions = sorted(p for _, p, _ in found)
+        if len(set(positions)) != len(positions):
+            raise ScheduleError(f"{prim}: a loop is named twice")
+        state = self._copy()
+        n = len(state.dims)
+        ins = [f"d{i}" for i in range(n)]
+        out = list(ins)
+        for target_pos, (_, src_pos, _) in zip(positions, found):
+            out[target_pos] = f"d{src_pos}"
+        self._apply(state, stmts, f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
+        for name in stmts:
+            olds = [state.dims[p][name] for p in range(n)]
+            for target_pos, (_, src_pos, _) in zip(positions, found):
+                state.dims[target_pos][name] = olds[src_pos]
+        self._commit(prim, state, f"s.reorder({', '.join(f's.loop({l.name!r})' for l in loops)})")
+
+    def tile(self, outer: Loop, inner: Loop, f_outer: int, f_inner: int) -> tuple[Loop, Loop, Loop, Loop]:
+        """Split two nested loops and reorder to (outer_o, inner_o, outer_i, inner_i).
+
+        Before::                    After ``tile(i, j, 4, 8)``::
+
+            for i: for j: S             for i_o: for j_o: for i_i in 0..4: for j_i in 0..8: S
+        """
+        prim = f"tile({getattr(outer, 'name', outer)}, {getattr(inner, 'name', inner)}, {f_outer}, {f_inner})"
+        saved = (self._copy(), list(self.trace))
+        try:
+            oo, oi = self.split(outer, f_outer)
+            io, ii = self.split(inner, f_inner)
+            self.reorder(oo, io, oi, ii)
+        except ScheduleError as err:
+            self._state, self.trace = saved
+            reason = str(err).split(": ", 1)[1]
+            raise ScheduleError(f"{prim}: {reason}", detail=err.detail) from None
+        return oo, io, oi, ii
+
+    def skew(self, loop: Loop, by: Loop, factor: int = 1) -> None:
+        """Replace `loop`'s iterator i by i + factor * (iterator of the outer loop `by`).
+
+        Before::                        After ``skew(i, t, 1)``::
+
+            for t: for i: S(t, i)           for t: for i' in t..t+N: S(t, i' - t)
+
+        Skewing makes the dependences of a stencil point forward in both loops, so that a
+        following tile (or reorder) is legal.
+        """
+        prim = f"skew({getattr(loop, 'name', loop)}, {getattr(by, 'name', by)}, {factor})"
+        if not isinstance(factor, int) or isinstance(factor, bool):
+            raise ScheduleError(f"{prim}: factor must be an integer")
+        lid, pos, stmts = self._resolve(loop, prim)
+        bid, bpos, bstmts = self._resolve(by, prim)
+        if bpos >= pos or not stmts <= bstmts:
+            raise ScheduleError(f"{prim}: {by.name} must be a loop enclosing {loop.name}")
+        state = self._copy()
+        ins = [f"d{i}" for i in range(len(state.dims))]
+        out = list(ins)
+        out[pos] = f"d{pos} + {factor}*d{bpos}"
+        self._apply(state, stmts, f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
+        self._commit(prim, state, f"s.skew(s.loop({loop.name!r}), s.loop({by.name!r}), {factor})")
+
+    def fuse(self, first: Loop, second: Loop) -> Loop:
+        """Fuse two sibling loops: the body of `second` runs inside `first`, after its body.
+
+        Before::                    After ``fuse(i, i2)``::
+
+            for i: S0(i)                for i: S0(i); S1(i)
+            for i2: S1(i2)
+        """
+        prim = f"fuse({getattr(first, 'name', first)}, {getattr(second, 'name', second)})"
+        a, pa, sa = self._resolve(first, prim)
+        b, pb, sb = self._resolve(second, prim)
+        if pa != pb or a == b:
+            raise ScheduleError(f"{prim}: the loops are not siblings at the same depth")
+        state = self._copy()
+        # the constant dimension that orders the two loops: the last one where they differ, before them
+        q = next((p for p in range(pa - 1, -1, -1) if all(state.dims[p][s] is None for s in sa | sb)
+                  and _const_at(state, sa, p) != _const_at(state, sb, p)), None)
+        if q is None or any(state.dims[p][s] != state.dims[p][next(iter(sa))] for p in range(q + 1, pa)
+                            for s in sa | sb):
+            raise ScheduleError(f"{prim}: the loops are not siblings under the same parent loop")
+        va, vb = _const_at(state, sa, q), _const_at(state, sb, q)
+        if va is None or vb is None:
+            raise ScheduleError(f"{prim}: the statements of each loop must be ordered by one constant")
+        if va > vb:
+            raise ScheduleError(f"{prim}: {first.name} must come before {second.name}")
+        n = len(state.dims)
+        ins = [f"d{i}" for i in range(n)]
+        for name, v in [(s, va) for s in sa] + [(s, vb) for s in sb]:
+            out = list(ins)
+            out[q] = str(va)
+            out.insert(pa + 1, str(v))
+            state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+        for name in self._all_statements():
+            if name not in sa | sb:
+                ins2 = list(ins)
+                out = ins2[:pa + 1] + ["0"] + ins2[pa + 1:]
+                state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+        state.dims.insert(pa + 1, {name: None for name in self._all_statements()})
+        for name in sb:
+            state.dims[pa][name] = a
+        state.loops[a] = _LoopInfo(state.loops[a].name, sa | sb)
+        del state.loops[b]
+        state.alias[b] = a
+        self._commit(prim, state, f"s.fuse(s.loop({first.name!r}), s.loop({second.name!r}))")
+        return Loop(a, state.loops[a].name)
+
+    def distribute(self, loop: Loop, *statements: str) -> Loop:
+        """Split `loop` in two: `statements` move to a copy of the loop that runs after it.
+
+        Before::                        After ``distribute(i, "S1")``::
+
+            for i: S0(i); S1(i)             for i: S0(i)
+                                            for i': S1(i')
+        Returns the new loop of `statements`.
+        """
+        prim = f"distribute({getattr(loop, 'name', loop)}, {', '.join(statements)})"
+        lid, pos, stmts = self._resolve(loop, prim)
+        moved = frozenset(statements)
+        if not moved or not moved < stmts:
+            raise ScheduleError(f"{prim}: name some but not all of the statements in {loop.name}: "
+                                f"{', '.join(sorted(stmts))}")
+        state = self._copy()
+        n = len(state.dims)
+        ins = [f"d{i}" for i in range(n)]
+        for name in self._all_statements():
+            v = "1" if name in moved else "0"
+            out = ins[:pos] + [v] + ins[pos:]
+            state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+        state.dims.insert(pos, {name: None for name in self._all_statements()})
+        self._pending_loops = {}
+        new = self._new_loop(f"{state.loops[lid].name}_d", moved)
+        state.loops.update(self._pending_loops)
+        state.loops[lid] = _LoopInfo(state.loops[lid].name, stmts - moved)
+        for name in moved:
+            state.dims[pos + 1][name] = new
+        self._commit(prim, state, f"s.distribute(s.loop({loop.name!r}), {', '.join(map(repr, statements))})")
+        return Loop(new, state.loops[new].name)
+
+    def unroll(self, loop: Loop, factor: int | None = None) -> None:
+        """Unroll `loop` (fully, or by `factor`); a code-generation hint that keeps the order."""
+        prim = f"unroll({getattr(loop, 'name', loop)})"
+        if factor is not None and (not isinstance(factor, int) or factor <= 0):
+            raise ScheduleError(f"{prim}: factor must be a positive integer")
+        self._resolve(loop, prim)
+        self.unrolled[loop.name] = factor
+        self.trace.append(f"s.unroll(s.loop({loop.name!r}){'' if factor is None else f', {factor}'})")
+
+    def _innermost_band(self, loops: tuple[Loop, ...], prim: str) -> tuple[int, int]:
+        found = [self._resolve(l, prim) for l in loops]
+        positions = [p for _, p, _ in found]
+        stmts = found[0][2]
+        for name in stmts:
+            deeper = [p for p, row in enumerate(self._state.dims) if row[name] is not None and p > max(positions)]
+            if deeper:
+                raise ScheduleError(f"{prim}: {name} has loops inside the band; the band must be innermost")
+        return min(positions), max(positions) + 1
+
+    def vectorize(self, loop: Loop) -> None:
+        """Run the iterations of the innermost `loop` at once on the vector unit."""
+        prim = f"vectorize({getattr(loop, 'name', loop)})"
+        lo, hi = self._innermost_band((loop,), prim)
+        viol = find_violation(self.program, self.union_map(), lo, hi)
+        if viol is not None:
+            raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
+        self.vectorized.append(loop.name)
+        self.trace.append(f"s.vectorize(s.loop({loop.name!r}))")
+
+    def tensorize(self, m: Loop, n: Loop, k: Loop) -> None:
+        """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n]."""
+        prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in (m, n, k))})"
+        lo, hi = self._innermost_band((m, n, k), prim)
+        viol = find_violation(self.program, self.union_map(), lo, hi)
+        if viol is not None:
+            raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
+        self.tensorized.append((m.name, n.name, k.name))
+        self.trace.append(f"s.tensorize(s.loop({m.name!r}), s.loop({n.name!r}), s.loop({k.name!r}))")
+
+    def stage(self, tensor: str, at: Loop | None, memory: str = "spad") -> None:
+        """Keep the footprint of `tensor` that the iterations of `at` touch in `memory` (the DMAs
+        in and out are implied); `at=None` stages what the whole program touches."""
+        where = getattr(at, "name", "the program")
+        prim = f"stage({tensor}, {where}, {memory})"
+        try:
+            self.program.tensor(tensor)
+        except KeyError:
+            raise ScheduleError(f"{prim}: no tensor {tensor}") from None
+        if memory not in MEMORIES:
+            raise ScheduleError(f"{prim}: memory must be one of {', '.join(MEMORIES)}")
+        if at is not None:
+            self._resolve(at, prim)
+        self.stages.append(Stage(tensor, "" if at is None else at.name, memory))
+        self._check_capacity(prim)
+        self.trace.append(f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r})")
+
+    def double_buffer(self, tensor: str) -> None:
+        """Give a staged tensor two buffers so the DMA of the next block overlaps this one's compute."""
+        prim = f"double_buffer({tensor})"
+        idx = next((i for i, s in enumerate(self.stages) if s.tensor == tensor), None)
+        if idx is None:
+            raise ScheduleError(f"{prim}: stage {tensor} first")
+        st = self.stages[idx]
+        self.stages[idx] = Stage(st.tensor, st.loop, st.memory, True)
+        try:
+            self._check_capacity(prim)
+        except CapacityError:
+            self.stages[idx] = st
+            raise
+        self.trace.append(f"s.double_buffer({tensor!r})")
+
+    # -- capacity -----------------------------------------------------------------------------------
+    def footprint_bytes(self, stage: Stage) -> int:
+        """Bytes of the largest per-iteration footprint of `stage.tensor` under its loop (isl)."""
+        tensor = self.program.tensor(stage.tensor)
+        pos = -1 if not stage.loop else self._resolve(self.loop(stage.loop), "stage")[1]
+        stmts = self._state.loops[self._resolve(self.loop(stage.loop), "stage")[0]].statements \
+            if stage.loop else frozenset(self._all_statements())
+        elements = 0
+        box = None
+        for s in self.program.statements:
+            if s.name not in stmts:
+                continue
+            for acc in [s.lhs] + s.reads:
+                if acc.tensor != stage.tensor:
+                    continue
+                sched = self._state.maps[s.name]
+                n = sched.dim(isl.dim_type.out)
+                prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
+                rel = prefix.reverse().apply_range(poly.access_map(s, acc)).intersect_range(poly.tensor_box(tensor))
+                rel = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1) if pos >= 0 else rel
+                img = rel.range()
+                box = img if box is None else box.align_params(img.get_space()).union(img.align_params(box.get_space()))
+        if box is None or box.is_empty():
+            return 0
+        elements = 1
+        for d in range(box.dim(isl.dim_type.set)):
+            width = box.dim_max(d).sub(box.dim_min(d)).max_val().to_python() + 1
+            elements *= int(width)
+        return elements * tensor.itemsize * (2 if stage.double_buffered else 1)
+
+    def _check_capacity(self, prim: str) -> None:
+        if self.target is None:
+            return
+        caps = {"spad": self.target.spad.bytes, "acc": self.target.acc.bytes}
+        for mem in MEMORIES:
+            live = [(st, self.footprint_bytes(st)) for st in self.stages if st.memory == mem]
+            total = sum(b for _, b in live)
+            if total > caps[mem]:
+                what = ", ".join(f"{st.tensor} at {st.loop or 'the program'} ({b} B"
+                                 f"{', double-buffered' if st.double_buffered else ''})" for st, b in live)
+                raise CapacityError(f"{prim}: {mem} holds {total} B but has {caps[mem]} B "
+                                    f"({total - caps[mem]} B over): {what}")
+
+
+def _const_at(state: _State, statements, pos: int) -> int | None:
+    """The constant value of dimension `pos` shared by `statements`, or None."""
+    values = set()
+    for name in statements:
+        m = state.maps[name]
+        v = m.range().dim_max(pos)
+        if not v.is_cst():
+            return None
+        values.add(int(v.get_pieces()[0][1].get_constant_val().to_python()))
+    return values.pop() if len(values) == 1 else None
