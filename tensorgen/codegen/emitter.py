@@ -50,22 +50,30 @@ class Emitter:
     @contextmanager
     def loop(self, count: int):
         """A hardware loop; yields the level of its counter (L<level>)."""
-        if self.depth >= MAX_LOOP_DEPTH:
+        with self.block("LOOP", count=count) as level:
+            yield level
+
+    @contextmanager
+    def block(self, mnemonic: str, **fields):
+        """A LOOP, LOOPB or IF around the instructions emitted inside; yields the level of the
+        loop's iterator (L<level>), or None for IF, which opens no level."""
+        opens_level = mnemonic != "IF"
+        if opens_level and self.depth >= MAX_LOOP_DEPTH:
             raise CodegenError(f"loop nest deeper than the {MAX_LOOP_DEPTH} hardware loop levels")
         entry = self.queue
         head = len(self.code)
-        self.code.append(isa.make("LOOP", count=count, body=0))
-        self.depth += 1
+        self.code.append(isa.make(mnemonic, **fields, body=0))
+        self.depth += opens_level
         self.fresh_block = True
-        yield self.depth - 1
+        yield self.depth - 1 if opens_level else None
         if self.queue != entry:
             self.emit(isa.make("SYNC", queue=QUEUE_INDEX[entry]))
-        self.depth -= 1
+        self.depth -= opens_level
         body = len(self.code) - head - 1
         if body == 0:
             self.code.pop()
         else:
-            self.code[head] = isa.make("LOOP", count=count, body=body)
+            self.code[head] = isa.make(mnemonic, **fields, body=body)
         self.fresh_block = True
 
     def finish(self) -> list[isa.Instruction]:

@@ -238,30 +238,21 @@ class KernelLowering:
 
     def _vector(self, stmt: Statement, origins: Origins) -> None:
         dims = [(o, origins[o][1]) for o in self.kernel.out]
-        lo, hi = dtype_range(self.program.tensor(stmt.lhs.tensor).dtype)
 
         def body(actual: dict[str, LoopAffine]) -> None:
-            ev = _VectorExpr(self, stmt, actual, origins, dims, (lo, hi))
-            dst = self._operand(stmt, stmt.lhs, actual, origins, dims)
-            rhs = stmt.rhs
-            if stmt.op == "=":
-                ev.into(rhs, dst)
-            elif stmt.op == "+=" and isinstance(rhs, BinOp) and rhs.op == "*" and isinstance(rhs.lhs, Read) \
-                    and isinstance(rhs.rhs, Read):
-                self.em.emit(isa.make("VMAC", dst=dst, a=ev.view(rhs.lhs), b=ev.view(rhs.rhs)))
-            else:
-                val = ev.value(rhs)
-                op = "VADD" if stmt.op == "+=" else "VMAX"
-                self.em.emit(isa.make(op, dst=dst, a=dst, **_b(val)))
+            shape = tuple(n for _, n in dims)
+            ev = VectorExpr(self.em, self.program, stmt,
+                            lambda acc: self._operand(stmt, acc, actual, origins, dims),
+                            lambda slot: self.temp(slot, shape))
+            ev.statement()
 
         self._point_nest(stmt, origins, set(self.kernel.out), body)
 
-    def temp(self, slot: int, dims) -> View:
+    def temp(self, slot: int, shape: tuple[int, ...]) -> View:
         base = self.temp_base + slot * self.temp_bytes
         if base + self.temp_bytes > self.temp_limit:
             raise CapacityError(f"vector temporaries overflow the scratchpad of {self.target.name}")
-        return View("spad", "int32", LoopAffine.make(base), tuple(n for _, n in dims),
-                    _row_major(tuple(n for _, n in dims)))
+        return View("spad", "int32", LoopAffine.make(base), shape, _row_major(shape))
 
 
 def _b(val) -> dict:
@@ -271,19 +262,37 @@ def _b(val) -> dict:
 _VOPS = {"+": "VADD", "-": "VSUB", "*": "VMUL", ">>": "VSHR", "<<": "VSHL", "max": "VMAX", "min": "VMIN"}
 
 
-class _VectorExpr:
-    """Evaluates an element-wise expression tree with vector instructions over one tile."""
+class VectorExpr:
+    """Lowers one statement over a block of its instances to vector instructions.
 
-    def __init__(self, low: KernelLowering, stmt, actual, origins, dims, dst_range) -> None:
-        self.low, self.stmt, self.actual, self.origins, self.dims = low, stmt, actual, origins, dims
-        self.dst_range = dst_range
+    `view_of(access)` gives the operand view of a tensor access over the block, `temp(slot)` an
+    int32 scratch view of the block's shape; both backends (kernels, general schedules) use it.
+    """
+
+    def __init__(self, em: Emitter, program: Program, stmt: Statement, view_of, temp) -> None:
+        self.em, self.program, self.stmt = em, program, stmt
+        self.view_of, self.temp_of = view_of, temp
+        self.dst_range = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         self.next_slot = 0
 
+    def statement(self) -> None:
+        stmt, rhs = self.stmt, self.stmt.rhs
+        dst = self.view_of(stmt.lhs)
+        if stmt.op == "=":
+            self.into(rhs, dst)
+        elif stmt.op == "+=" and isinstance(rhs, BinOp) and rhs.op == "*" and isinstance(rhs.lhs, Read) \
+                and isinstance(rhs.rhs, Read):
+            self.em.emit(isa.make("VMAC", dst=dst, a=self.view(rhs.lhs), b=self.view(rhs.rhs)))
+        else:
+            val = self.value(rhs)
+            op = "VADD" if stmt.op == "+=" else "VMAX"
+            self.em.emit(isa.make(op, dst=dst, a=dst, **_b(val)))
+
     def view(self, e: Read) -> View:
-        return self.low._operand(self.stmt, e.access, self.actual, self.origins, self.dims)
+        return self.view_of(e.access)
 
     def _temp(self) -> View:
-        v = self.low.temp(self.next_slot, self.dims)
+        v = self.temp_of(self.next_slot)
         self.next_slot += 1
         return v
 
@@ -300,7 +309,7 @@ class _VectorExpr:
         return dst
 
     def into(self, e: Expr, dst: View) -> None:
-        emit = self.low.em.emit
+        emit = self.em.emit
         if isinstance(e, (Read, Const)):
             val = self.value(e)
             if isinstance(val, View):

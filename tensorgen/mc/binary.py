@@ -20,7 +20,7 @@ import numpy as np
 
 from tensorgen.errors import BinaryError
 from tensorgen.mc import isa
-from tensorgen.mc.operands import DTYPE_CODES, DTYPE_NAMES, MAX_RANK, MEMORIES, Box, LoopAffine, View
+from tensorgen.mc.operands import DTYPE_CODES, DTYPE_NAMES, MAX_RANK, MEMORIES, Bound, Box, LoopAffine, View
 
 MAGIC = b"TGB\x1a"
 VERSION = 1
@@ -67,7 +67,11 @@ def _affine_bytes(a: LoopAffine, nlev: int) -> bytes:
     return struct.pack(f"<q{nlev}q", a.const, *coefs)
 
 
-def _encode_operand(op: View | Box) -> bytes:
+def _encode_operand(op: View | Box | Bound) -> bytes:
+    if isinstance(op, Bound):
+        nlev = max((len(a.coefs) for a, _ in op.terms), default=0)
+        head = _POOL_HEAD.pack(2, len(op.terms), nlev, 0, 0)
+        return head + b"".join(_affine_bytes(a, nlev) + struct.pack("<q", d) for a, d in op.terms)
     if isinstance(op, View):
         nlev = len(op.base.coefs)
         head = _POOL_HEAD.pack(0, len(op.shape), nlev, MEMORIES.index(op.mem), DTYPE_CODES[op.dtype])
@@ -80,14 +84,14 @@ def _encode_operand(op: View | Box) -> bytes:
 
 
 def encode(binary: Binary) -> bytes:
-    pool: dict[View | Box, int] = {}
+    pool: dict[View | Box | Bound, int] = {}
     words = []
     for ins in binary.code:
         defn = ins.defn
         values = []
         for name, kind in defn.fields:
             v = ins.arg(name)
-            if kind in ("view", "box", "view?"):
+            if kind in isa.OPERAND_KINDS:
                 v = isa.NONE_OPERAND if v is None else pool.setdefault(v, len(pool))
             values.append(v)
         word = isa.HEADER.pack(defn.opcode, isa.queue_mask(ins.wait), isa.queue_mask(ins.signal))
@@ -125,7 +129,7 @@ def _decode_pool(data: bytes, start: int, end: int, n_tensors: int) -> list[View
     pool: list[View | Box] = []
     for _ in range(count):
         kind, rank, nlev, mem, ref = r.take("BBBBH")
-        if rank > MAX_RANK or nlev > 8:
+        if (rank > MAX_RANK and kind != 2) or nlev > 8:
             raise BinaryError("corrupt operand pool (rank or loop depth out of range)")
 
         def affine() -> LoopAffine:
@@ -138,6 +142,14 @@ def _decode_pool(data: bytes, start: int, end: int, n_tensors: int) -> list[View
             base = affine()
             vals = r.take(f"{rank}I{rank}q")
             pool.append(View(MEMORIES[mem], DTYPE_NAMES[ref], base, tuple(vals[:rank]), tuple(vals[rank:])))
+        elif kind == 2:
+            terms = []
+            for _ in range(rank):
+                a = affine()
+                terms.append((a, r.take("q")[0]))
+            if any(d <= 0 for _, d in terms):
+                raise BinaryError("corrupt operand pool (non-positive divisor)")
+            pool.append(Bound(tuple(terms)))
         elif kind == 1:
             if ref >= n_tensors:
                 raise BinaryError("corrupt operand pool (box of an unknown tensor)")
@@ -187,10 +199,11 @@ def decode(data: bytes) -> Binary:
         values = defn.struct.unpack_from(word, isa.HEADER.size)
         args = []
         for (name, kind), v in zip(defn.fields, values):
-            if kind in ("view", "box", "view?"):
+            if kind in isa.OPERAND_KINDS:
+                want = {"view": View, "view?": View, "box": Box, "bound": Bound}[kind]
                 if v == isa.NONE_OPERAND and kind == "view?":
                     v = None
-                elif v >= len(pool) or isinstance(pool[v], View) != (kind != "box"):
+                elif v >= len(pool) or not isinstance(pool[v], want):
                     raise BinaryError(f"instruction {i} ({defn.mnemonic}): bad operand reference {v}")
                 else:
                     v = pool[v]
@@ -207,7 +220,7 @@ def decode(data: bytes) -> Binary:
 def _field_text(value, kind: str, names: list[str]) -> str:
     if kind == "box":
         return value.text(names)
-    if kind in ("view", "view?"):
+    if kind in ("view", "view?", "bound"):
         return "-" if value is None else str(value)
     if kind == "f32":
         return repr(float(np.float32(value)))
@@ -237,7 +250,7 @@ def disassemble(binary: Binary) -> str:
         while ends and ends[-1] <= i:
             ends.pop()
         lines.append("    " * (len(ends) + 1) + format_instruction(ins, names))
-        if ins.mnemonic == "LOOP":
+        if ins.mnemonic in ("LOOP", "LOOPB", "IF"):
             ends.append(i + 1 + ins.arg("body"))
     return "\n".join(lines) + "\n"
 
@@ -245,6 +258,8 @@ def disassemble(binary: Binary) -> str:
 def _parse_field(text: str, kind: str, names: list[str]):
     if kind == "box":
         return Box.parse(text, names)
+    if kind == "bound":
+        return Bound.parse(text)
     if kind in ("view", "view?"):
         return None if text == "-" and kind == "view?" else View.parse(text)
     if kind == "f32":

@@ -7,7 +7,7 @@ from tensorgen.mc.binary import _HEADER, _POOL_HEAD, _TENSOR
 
 _TYPES = {"u8": "u8", "u16": "u16", "u32": "u32", "i32": "i32", "f32": "f32 (IEEE single)",
           "view": "u16 operand-pool index of a view", "view?": "u16 pool index of a view, 0xFFFF = none",
-          "box": "u16 operand-pool index of a box"}
+          "box": "u16 operand-pool index of a box", "bound": "u16 operand-pool index of a bound"}
 
 
 def isa_markdown() -> str:
@@ -30,7 +30,8 @@ def isa_markdown() -> str:
         "  window of `spad` or `acc`, base a byte address affine in the loop counters",
         "  (`const + sum c_l * L_l`), strides in elements. A **box** is `T(origin)[shape]`: a box of DRAM",
         "  tensor T whose origin coordinates are affine in the loop counters. Loads read elements outside",
-        "  the tensor as its pad value; stores must stay inside.",
+        "  the tensor as its pad value; stores drop elements outside it. A **bound** is",
+        "  `B(a0/d0;a1/d1;...)`: terms floor(a_i / d_i) with a_i affine in the loop iterators.",
         "- DMA timing: setup cycles, then bytes / DRAM bandwidth on one DRAM channel shared by all DMAs.",
         "",
         "## Encoding",
@@ -46,9 +47,10 @@ def isa_markdown() -> str:
         "name 32 bytes, dtype u8 (0 int8, 1 uint8, 2 int32), role u8 (input, output, inout, temp, const),",
         "rank u8, reserved, pad value i32, 6 x u32 shape, u64 DRAM offset, u64 constant offset, u64",
         f"constant bytes); the operand pool (u32 count, then per operand a {_POOL_HEAD.size}-byte head: kind u8",
-        "(0 view, 1 box), rank u8, loop depth d u8, memory u8 (0 spad, 1 acc), dtype or tensor index u16;",
-        "then for a view the base (i64 constant + d x i64 coefficients), rank x u32 shape, rank x i64",
-        "strides; for a box rank affine origins then rank x u32 shape); the code words; the constants.",
+        "(0 view, 1 box, 2 bound), rank or term count u8, loop depth d u8, memory u8 (0 spad, 1 acc),",
+        "dtype or tensor index u16; then for a view the base (i64 constant + d x i64 coefficients), rank",
+        "x u32 shape, rank x i64 strides; for a box rank affine origins then rank x u32 shape; for a",
+        "bound, per term an affine then an i64 divisor); the code words; the constants.",
         "",
         "## Instructions",
         "",
@@ -64,6 +66,6 @@ def isa_markdown() -> str:
             "  shared DRAM channel.",
             "- `MATMUL`: `M + fill_cycles` cycles; `M*N*K` MACs.",
             "- vector instructions: `setup_cycles + ceil(elements / lanes)` cycles.",
-            "- `SYNC`, `LOOP`: free (zero-overhead loops).",
+            "- `SYNC`, `LOOP`, `LOOPB`, `IF`: free (zero-overhead loops, sequencer-evaluated bounds).",
             "- Energy: the target's `energy_pj` per MAC, vector element op, on-chip byte and DRAM byte.", ""]
     return "\n".join(out)

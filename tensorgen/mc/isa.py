@@ -19,14 +19,16 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from tensorgen.mc.operands import Box, View
+from tensorgen.mc.operands import Box, View  # noqa: F401  (Bound operands are read by the sequencer)
 
 WORD_BYTES = 32
 HEADER = struct.Struct("<BBBx")
 QUEUES = ("LD", "EX", "ST")
 QUEUE_BITS = {"LD": 1, "EX": 2, "ST": 4}
 NONE_OPERAND = 0xFFFF
-FIELD_FORMATS = {"u8": "B", "u16": "H", "u32": "I", "i32": "i", "f32": "f", "view": "H", "box": "H", "view?": "H"}
+FIELD_FORMATS = {"u8": "B", "u16": "H", "u32": "I", "i32": "i", "f32": "f", "view": "H", "box": "H", "view?": "H",
+                 "bound": "H"}
+OPERAND_KINDS = ("view", "box", "view?", "bound")
 
 
 class MachineState(Protocol):
@@ -194,6 +196,12 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
     InstructionDef("LOOP", 0x01, None, (("count", "u32"), ("body", "u16")),
                    "Zero-overhead hardware loop: run the next `body` instruction words `count` times. "
                    "Its counter L<depth> (0-based) is visible to every operand inside; nesting depth <= 8."),
+    InstructionDef("LOOPB", 0x03, None, (("lower", "bound"), ("upper", "bound"), ("body", "u16")),
+                   "Hardware loop with bounds computed by the sequencer: its iterator L<depth> runs from "
+                   "max(floor(a/d) of `lower`) to min(floor(a/d) of `upper`), affine terms of the outer "
+                   "iterators (triangular, skewed and tiled nests); no iteration if empty."),
+    InstructionDef("IF", 0x04, None, (("cond", "bound"), ("body", "u16")),
+                   "Run the next `body` instruction words only if every floor(a/d) of `cond` is >= 0."),
     InstructionDef("SYNC", 0x02, "field", (("queue", "u8"),),
                    "No-op on queue `queue` (0=LD, 1=EX, 2=ST) that exists to wait for or signal tokens.",
                    None, _free),
@@ -201,7 +209,8 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    "DMA a box of a DRAM tensor into an on-chip view; elements outside the tensor read as "
                    "its pad value (the DMA fills halos, no compute does).", _load, _dma_cost),
     InstructionDef("STORE", 0x11, "ST", (("dst", "box"), ("src", "view")),
-                   "DMA an on-chip view into a box of a DRAM tensor (the box must lie inside the tensor).",
+                   "DMA an on-chip view into a box of a DRAM tensor; elements of the box outside the tensor "
+                   "(halos) are dropped.",
                    _store, _dma_cost),
     InstructionDef("MATMUL", 0x20, "EX",
                    (("acc", "view"), ("a", "view"), ("b", "view"), ("accumulate", "u8"), ("a_zp", "i32"),

@@ -148,3 +148,29 @@ class Box:
         if len(origin) != len(shape):
             raise ValueError(f"bad box '{text}': origin and shape differ in rank")
         return Box(names.index(m.group(1)), origin, shape)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Terms floor(affine / divisor) over loop iterators, combined by the instruction that uses
+    them: the max for a lower loop bound, the min for an upper one, all >= 0 for a condition."""
+
+    terms: tuple[tuple[LoopAffine, int], ...]
+
+    def values(self, counters: tuple[int, ...]) -> list[int]:
+        return [a.eval(counters) // d for a, d in self.terms]
+
+    def __str__(self) -> str:
+        return "B(" + ";".join(f"{a}/{d}" for a, d in self.terms) + ")"
+
+    @staticmethod
+    def parse(text: str) -> Bound:
+        if not (text.startswith("B(") and text.endswith(")")) or len(text) < 4:
+            raise ValueError(f"bad bound '{text}' (expected like B(L0+1/1;7/1))")
+        terms = []
+        for part in text[2:-1].split(";"):
+            num, _, den = part.rpartition("/")
+            if int(den) <= 0:
+                raise ValueError(f"bad bound '{text}': divisors must be positive")
+            terms.append((LoopAffine.parse(num), int(den)))
+        return Bound(tuple(terms))

@@ -136,10 +136,14 @@ class Machine:
 
     def store_box(self, box: Box, values: np.ndarray) -> None:
         t, arr, origin = self._tensor(box)
-        if any(o < 0 or o + n > d for o, n, d in zip(origin, box.shape, t.shape)):
-            raise SimulatorError(f"instruction {self.pc}: STORE of {t.name}{origin} size {list(box.shape)} "
-                                 f"leaves the tensor's shape {list(t.shape)}")
-        arr[tuple(slice(o, o + n) for o, n in zip(origin, box.shape))] = values.astype(arr.dtype)
+        src, dst = [], []
+        for o, n, dim in zip(origin, box.shape, t.shape):
+            lo, hi = max(o, 0), min(o + n, dim)
+            if lo >= hi:
+                return  # wholly outside the tensor: a halo, nothing to write
+            dst.append(slice(lo, hi))
+            src.append(slice(lo - o, hi - o))
+        arr[tuple(dst)] = values[tuple(src)].astype(arr.dtype)
 
 
 class Simulator:
@@ -213,6 +217,18 @@ class Simulator:
                     continue
                 for c in range(ins.arg("count")):
                     self._block(pc + 1, pc + 1 + body, counters + (c,))
+                pc += 1 + body
+            elif ins.mnemonic in ("LOOPB", "IF"):
+                body = ins.arg("body")
+                if pc + 1 + body > end or len(counters) >= 8:
+                    raise SimulatorError(f"instruction {pc}: {ins.mnemonic} body leaves its block or nests deeper than 8")
+                if ins.mnemonic == "IF":
+                    if all(v >= 0 for v in ins.arg("cond").values(counters)):
+                        self._block(pc + 1, pc + 1 + body, counters)
+                else:
+                    lo, hi = max(ins.arg("lower").values(counters)), min(ins.arg("upper").values(counters))
+                    for c in range(lo, hi + 1):
+                        self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
             else:
                 self._step(pc, ins, counters)

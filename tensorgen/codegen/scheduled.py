@@ -1,0 +1,315 @@
+"""Lowering of a hand-written `Schedule` (any legal affine schedule) to microcode.
+
+The loop structure is isl's AST of the schedule. Loops with constant bounds become LOOP,
+others LOOPB (bounds as max/min of floor-affine terms of outer iterators), guards IF.
+Statement instances run on the vector unit, one element at a time, or as whole vectors
+over a `vectorize`d loop, or on the MAC array over a `tensorize`d band. Every tensor is
+staged whole in the scratchpad (with its padding halo) at the start and stored at the end;
+staging smaller footprints at a loop is not lowered by this backend yet.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+import numpy as np
+
+from tensorgen.codegen.emitter import Emitter, _expr
+from tensorgen.codegen.lower import Compiled, VectorExpr, _align, _row_major, useful_macs
+from tensorgen.errors import CapacityError, CodegenError
+from tensorgen.ir import poly
+from tensorgen.ir.core import Access, Program, Statement
+from tensorgen.mc import isa
+from tensorgen.mc.binary import Binary, TensorEntry
+from tensorgen.mc.operands import Bound, Box, LoopAffine, View
+from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.kernel import mac_mapping
+from tensorgen.target import Target
+
+BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or array band
+
+
+def compile_scheduled(program: Program, target: Target, schedule: Schedule) -> Compiled:
+    if any(st.loop for st in schedule.stages):
+        raise CodegenError("stage(..., at=loop): staging below the whole program is not lowered yet; "
+                           "stage at None or leave tensors unstaged")
+    low = _Lowering(program, target, schedule)
+    low.emit()
+    binary = Binary(target.name, target.hash, tuple(low.entries), tuple(low.em.finish()), low.dram)
+    return Compiled(binary, (), useful_macs(program))
+
+
+class _Lowering:
+    def __init__(self, program: Program, target: Target, schedule: Schedule) -> None:
+        self.program, self.target, self.schedule = program, target, schedule
+        self.em = Emitter()
+        self.by_name = {s.name: s for s in program.statements}
+        self._layout()
+        self.bands = self._bands()
+
+    # -- memory -----------------------------------------------------------------------------
+    def _layout(self) -> None:
+        self.entries, self.index, offset = [], {}, 0
+        for t in self.program.tensors:
+            self.index[t.name] = len(self.entries)
+            self.entries.append(TensorEntry(t.name, t.dtype, t.shape, "temp" if t.role == "none" else t.role,
+                                            offset, t.pad))
+            offset += -(-t.nbytes // 64) * 64
+        self.dram = offset
+        on_array = {s.lhs.tensor for s in self.program.statements
+                    for band in self.schedule.tensorized if mac_mapping(self.program, s)}
+        top = {"spad": 0, "acc": 0}
+        self.buf: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]] = {}  # mem, base, origin, size
+        self.written = {s.lhs.tensor for s in self.program.statements}
+        for t in self.program.tensors:
+            image = None
+            for s in self.program.statements:
+                for acc in [s.lhs] + s.reads:
+                    if acc.tensor == t.name:
+                        img = poly.access_map(s, acc).range()
+                        image = img if image is None else image.union(img)
+            if image is None:
+                continue
+            lo = [_cst(image.dim_min(d)) for d in range(len(t.shape))]
+            hi = [_cst(image.dim_max(d)) for d in range(len(t.shape))]
+            size = tuple(h - l + 1 for l, h in zip(lo, hi))
+            mem = "acc" if t.name in on_array else "spad"
+            self.buf[t.name] = (mem, top[mem], tuple(lo), size)
+            top[mem] += _align(int(np.prod(size)) * t.itemsize)
+        self.temp_base = top["spad"]
+        for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
+            need = top[mem]
+            if need > cap:
+                live = ", ".join(f"{n} ({int(np.prod(b[3])) * self.program.tensor(n).itemsize} B)"
+                                 for n, b in self.buf.items() if b[0] == mem)
+                raise CapacityError(f"{mem} holds {need} B with every tensor staged whole but has {cap} B "
+                                    f"({need - cap} B over): {live}; stage smaller footprints")
+
+    def _bands(self) -> dict[int, tuple[str, tuple[int, ...]]]:
+        """Schedule position of a band's outermost loop -> (kind, positions)."""
+        out = {}
+        for name in self.schedule.vectorized:
+            pos = self.schedule._resolve(self.schedule.loop(name), "vectorize")[1]
+            out[pos] = ("vector", (pos,))
+        for names in self.schedule.tensorized:
+            ps = tuple(self.schedule._resolve(self.schedule.loop(n), "tensorize")[1] for n in names)
+            out[min(ps)] = ("array", ps)
+        return out
+
+    # -- program ----------------------------------------------------------------------------
+    def emit(self) -> None:
+        for name, (mem, base, origin, size) in self.buf.items():
+            t = self.program.tensor(name)
+            view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
+            box = Box(self.index[name], tuple(LoopAffine.make(o) for o in origin), size)
+            self.em.emit(isa.make("LOAD", dst=view, src=box))
+        self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
+        build = isl.AstBuild.from_context(isl.Set("{ : }"))
+        ast = build.node_from_schedule_map(self.schedule.union_map())
+        self._walk(ast, {}, {})
+        for name, (mem, base, origin, size) in self.buf.items():
+            if name in self.written:
+                t = self.program.tensor(name)
+                view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
+                box = Box(self.index[name], tuple(LoopAffine.make(o) for o in origin), size)
+                self.em.emit(isa.make("STORE", dst=box, src=view))
+
+    def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
+        t = node.get_type()
+        if t == isl.ast_node_type.block:
+            children = node.block_get_children()
+            for i in range(children.n_ast_node()):
+                self._walk(children.get_at(i), env, band)
+        elif t == isl.ast_node_type.for_:
+            self._for(node, env, band)
+        elif t == isl.ast_node_type.if_:
+            cond = Bound(tuple(_conditions(node.if_get_cond(), env)))
+            if node.if_has_else_node():
+                raise CodegenError("the schedule's loop nest needs an if/else; not lowered yet")
+            with self.em.block("IF", cond=cond):
+                self._walk(node.if_get_then_node(), env, band)
+        elif t == isl.ast_node_type.user:
+            self._user(node.user_get_expr(), env, band)
+        elif t == isl.ast_node_type.mark:
+            self._walk(node.mark_get_node(), env, band)
+        else:
+            raise CodegenError(f"unexpected node in the schedule's loop nest: {node.to_C_str()}")
+
+    def _for(self, node, env, band) -> None:
+        name = node.for_get_iterator().get_id().get_name()
+        pos = int(name[1:])
+        cond = node.for_get_cond()
+        if _const_int(node.for_get_inc()) != 1:
+            raise CodegenError(f"loop {name} has a non-unit step")
+        op = cond.get_op_type()
+        if op not in (isl.ast_expr_op_type.le, isl.ast_expr_op_type.lt):
+            raise CodegenError(f"unexpected loop condition {cond.to_C_str()}")
+        lower = _bound_terms(node.for_get_init(), env, "max")
+        upper = _bound_terms(cond.get_op_arg(1), env, "min")
+        if op == isl.ast_expr_op_type.lt:
+            upper = [(a + (-d), d) for a, d in upper]
+        constant = len(lower) == 1 and len(upper) == 1 and lower[0][1] == upper[0][1] == 1 \
+            and not any(lower[0][0].coefs) and not any(upper[0][0].coefs)
+        if constant and pos in self.bands or (constant and band and any(p == pos for p in self._band_positions())):
+            lo, hi = lower[0][0].const, upper[0][0].const
+            lanes = {**band, name: (len(band), hi - lo + 1)}
+            self._walk(node.for_get_body(), {**env, name: LoopAffine.make(lo, {BAND_LEVEL + len(band): 1})}, lanes)
+            return
+        if band:
+            raise CodegenError(f"a vectorized or tensorized loop ({', '.join(band)}) has a loop with non-constant "
+                               f"bounds inside it; split by a factor that divides the extent")
+        if constant:
+            lo, hi = lower[0][0].const, upper[0][0].const
+            with self.em.loop(hi - lo + 1) as level:
+                self._walk(node.for_get_body(), {**env, name: LoopAffine.make(lo, {level: 1})}, band)
+        else:
+            with self.em.block("LOOPB", lower=Bound(tuple(lower)), upper=Bound(tuple(upper))) as level:
+                self._walk(node.for_get_body(), {**env, name: LoopAffine.make(0, {level: 1})}, band)
+
+    def _band_positions(self):
+        return {p for _, ps in self.bands.values() for p in ps}
+
+    # -- statements -------------------------------------------------------------------------
+    def _user(self, call, env, band) -> None:
+        stmt = self.by_name[call.get_op_arg(0).get_id().get_name()]
+        values = {}
+        for i, index in enumerate(stmt.indices):
+            values[index] = _expr(call.get_op_arg(i + 1), env)
+        kinds = {self.bands[p][0] for p in self.bands if f"c{p}" in band}
+        if "array" in kinds:
+            self._matmul(stmt, values, band)
+            return
+        shape = tuple(n for _, n in sorted(band.values())) or (1,)
+
+        def view_of(acc: Access) -> View:
+            return self._view(acc, values, band)
+
+        def temp(slot: int) -> View:
+            nbytes = _align(4 * int(np.prod(shape)))
+            base = self.temp_base + slot * nbytes
+            if base + nbytes > self.target.spad.bytes:
+                raise CapacityError(f"vector temporaries overflow the scratchpad of {self.target.name}")
+            return View("spad", "int32", LoopAffine.make(base), shape, _row_major(shape))
+
+        if band:
+            lhs = self._view(stmt.lhs, values, band)
+            if 0 in lhs.strides and stmt.op != "=":
+                raise CodegenError(f"vectorize: {stmt.name} reduces along the vector lanes; vectorize a loop "
+                                   f"that indexes its output")
+        VectorExpr(self.em, self.program, stmt, view_of, temp).statement()
+
+    def _view(self, acc: Access, values: dict[str, LoopAffine], band) -> View:
+        mem, base, origin, size = self.buf[acc.tensor]
+        t = self.program.tensor(acc.tensor)
+        strides = _row_major(size)
+        addr = LoopAffine.make(base)
+        for d, sub in enumerate(acc.index):
+            elem = LoopAffine.make(sub.const - origin[d])
+            for name, c in sub.terms:
+                elem = elem + values[name].scale(c)
+            addr = addr + elem.scale(strides[d] * t.itemsize)
+        coefs = list(addr.coefs) + [0] * (BAND_LEVEL + 8 - len(addr.coefs))
+        lane_strides = []
+        for _, (slot, _) in sorted(band.items(), key=lambda kv: kv[1][0]):
+            c = coefs[BAND_LEVEL + slot]
+            if c % t.itemsize:
+                raise CodegenError(f"unaligned lane stride for {acc}")
+            lane_strides.append(c // t.itemsize)
+            coefs[BAND_LEVEL + slot] = 0
+        base_aff = LoopAffine.make(addr.const, tuple(coefs[:BAND_LEVEL]))
+        if not band:
+            return View(mem, t.dtype, base_aff, (1,), (1,))
+        shape = tuple(n for _, (_, n) in sorted(band.items(), key=lambda kv: kv[1][0]))
+        return View(mem, t.dtype, base_aff, shape, tuple(lane_strides))
+
+    def _matmul(self, stmt: Statement, values, band) -> None:
+        mp = mac_mapping(self.program, stmt)
+        if mp is None or len(band) != 3:
+            raise CodegenError(f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band")
+        acc = self._view(stmt.lhs, values, band)
+        a, b = self._view(mp.a, values, band), self._view(mp.b, values, band)
+        # band slots -> roles: k moves a and b but not acc; m moves acc and a; n moves acc and b
+        roles = {}
+        for slot in range(3):
+            moves = (acc.strides[slot] != 0, a.strides[slot] != 0, b.strides[slot] != 0)
+            roles[{(False, True, True): "k", (True, True, False): "m", (True, False, True): "n"}.get(moves, "?")] = slot
+        if set(roles) != {"m", "n", "k"}:
+            raise CodegenError(f"tensorize: the band of {stmt.name} is not (m, n, k) of a matmul")
+        m, n, k = roles["m"], roles["n"], roles["k"]
+        if acc.shape[k] > self.target.rows or acc.shape[n] > self.target.cols:
+            raise CodegenError(f"tensorize: K={acc.shape[k]} N={acc.shape[n]} exceeds the "
+                               f"{self.target.rows}x{self.target.cols} array; split first")
+
+        def pick(v: View, x: int, y: int) -> View:
+            return View(v.mem, v.dtype, v.base, (v.shape[x], v.shape[y]), (v.strides[x], v.strides[y]))
+
+        self.em.emit(isa.make("MATMUL", acc=pick(acc, m, n), a=pick(a, m, k), b=pick(b, k, n), accumulate=1,
+                              a_zp=mp.a_zp, b_zp=mp.b_zp))
+
+
+def _cst(pa: isl.PwAff) -> int:
+    if not pa.is_cst():
+        raise CodegenError("a tensor's footprint is unbounded")
+    return int(pa.get_pieces()[0][1].get_constant_val().to_python())
+
+
+def _const_int(e) -> int:
+    if e.get_type() != isl.ast_expr_type.int:
+        raise CodegenError(f"expected a constant, got {e.to_C_str()}")
+    return int(e.get_val().to_python())
+
+
+def _floor_affine(e, env) -> tuple[LoopAffine, int]:
+    """`e` as floor(numerator / divisor) with an affine numerator over the loop iterators."""
+    t = isl.ast_expr_op_type
+    if e.get_type() != isl.ast_expr_type.op:
+        return _expr(e, env), 1
+    op = e.get_op_type()
+    if op in (t.fdiv_q, t.pdiv_q, t.div):
+        (n, d), k = _floor_affine(e.get_op_arg(0), env), _const_int(e.get_op_arg(1))
+        return n, d * k
+    if op in (t.add, t.sub):
+        (n1, d1), (n2, d2) = _floor_affine(e.get_op_arg(0), env), _floor_affine(e.get_op_arg(1), env)
+        sign = 1 if op == t.add else -1
+        if d2 == 1:
+            return n1 + n2.scale(sign * d1), d1
+        if d1 == 1 and sign == 1:
+            return n2 + n1.scale(d2), d2
+    try:
+        return _expr(e, env), 1
+    except CodegenError:
+        raise CodegenError(f"unsupported expression '{e.to_C_str()}' in the schedule's loop nest") from None
+
+
+def _bound_terms(e, env, combine: str) -> list[tuple[LoopAffine, int]]:
+    if e.get_type() == isl.ast_expr_type.op:
+        op = e.get_op_type()
+        if (combine == "max" and op == isl.ast_expr_op_type.max) or (combine == "min" and op == isl.ast_expr_op_type.min):
+            return [t for i in range(e.get_op_n_arg()) for t in _bound_terms(e.get_op_arg(i), env, combine)]
+    return [_floor_affine(e, env)]
+
+
+def _conditions(e, env) -> list[tuple[LoopAffine, int]]:
+    """Terms that must all be >= 0 for the AST condition `e` to hold."""
+    t = isl.ast_expr_op_type
+    op = e.get_op_type()
+    if op in (t.and_, t.and_then):
+        return _conditions(e.get_op_arg(0), env) + _conditions(e.get_op_arg(1), env)
+    if op in (t.ge, t.le, t.eq, t.gt, t.lt):
+        (na, da), (nb, db) = _floor_affine(e.get_op_arg(0), env), _floor_affine(e.get_op_arg(1), env)
+        if da != 1 and db != 1:
+            raise CodegenError(f"unsupported guard '{e.to_C_str()}' in the schedule's loop nest")
+        # floor(n/d) - b >= 0  <=>  n - d*b >= 0 (d > 0)
+        if db == 1:
+            diff = na + nb.scale(-da)  # a - b >= 0 scaled by da
+        else:
+            diff = na.scale(db) + nb.scale(-1)
+        if op == t.ge:
+            return [(diff, 1)]
+        if op == t.gt:
+            return [(diff + (-1), 1)]
+        if op == t.le:
+            return [(diff.scale(-1), 1)]
+        if op == t.lt:
+            return [(diff.scale(-1) + (-1), 1)]
+        return [(diff, 1), (diff.scale(-1), 1)]
+    raise CodegenError(f"unsupported guard '{e.to_C_str()}' in the schedule's loop nest")
