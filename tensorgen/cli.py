@@ -44,7 +44,7 @@ def cmd_emit(args) -> int:
     from tensorgen.driver import compile_file
     from tensorgen.mc.binary import disassemble, encode
 
-    job = compile_file(args.op, args.target)
+    job = compile_file(args.op, args.target, args.schedule)
     binary = job.compiled.binary
     data = encode(binary)
     if args.asm:
@@ -58,11 +58,12 @@ def cmd_check(args) -> int:
     from tensorgen.driver import compile_file, random_inputs, run_and_compare
 
     t0 = time.perf_counter()
-    job = compile_file(args.op, args.target)
+    job = compile_file(args.op, args.target, args.schedule)
     compile_s = time.perf_counter() - t0
     prog, tgt = job.program, job.target
-    print(f"{prog.name} on {tgt.name}: {len(job.compiled.kernels)} kernel(s), "
-          f"{len(job.compiled.binary.code)} instructions, compiled in {compile_s:.2f} s")
+    which = f"schedule {args.schedule}" if args.schedule else "default schedule"
+    print(f"{prog.name} on {tgt.name} ({which}): {len(job.compiled.binary.code)} instructions, "
+          f"compiled in {compile_s:.2f} s")
     status = 0
     for trial in range(args.trials):
         seed = args.seed + trial
@@ -75,6 +76,13 @@ def cmd_check(args) -> int:
     util = job.compiled.macs / (s.cycles * tgt.peak_macs_per_cycle) if s.cycles else 0.0
     print(f"cycles {s.cycles}  MACs {job.compiled.macs}  MAC utilization {util:.1%}  "
           f"DRAM {s.dram_bytes} B  energy {s.energy_pj / 1e6:.3f} uJ")
+    if args.schedule and status == 0:
+        from tensorgen.driver import compile_default
+        from tensorgen.sim.machine import simulate
+
+        default = compile_default(prog, tgt)
+        base = simulate(default.binary, random_inputs(prog, args.seed), tgt).stats.cycles
+        print(f"default schedule: cycles {base}  ({base / s.cycles:.2f}x the cycles of this schedule)")
     return status
 
 
@@ -129,11 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", required=True)
     e.add_argument("--asm", help="also write readable microcode here")
     e.add_argument("--target", help="target name under isa/ or a path (default: the op.yaml's)")
+    e.add_argument("--schedule", help="a schedule file (default: the op.yaml's schedule: key, else the default)")
     e.set_defaults(func=cmd_emit)
 
     c = sub.add_parser("check", help="compile, simulate on random inputs, compare with PyTorch bit for bit")
     c.add_argument("op")
     c.add_argument("--target")
+    c.add_argument("--schedule", help="a schedule file; also prints the default schedule's cycles")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--trials", type=int, default=1)
     c.set_defaults(func=cmd_check)

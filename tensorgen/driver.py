@@ -10,9 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.codegen.lower import Compiled, compile_program
+from tensorgen.codegen.scheduled import compile_scheduled
+from tensorgen.errors import CodegenError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
 from tensorgen.reference.torch_ref import evaluate
+from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.files import load_schedule
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
 from tensorgen.target import Target, load_target
@@ -25,11 +29,30 @@ class Job:
     compiled: Compiled
 
 
-def compile_file(path: str | Path, target: str | None = None) -> Job:
-    """op.yaml -> IR -> default schedule -> microcode."""
+def compile_file(path: str | Path, target: str | None = None, schedule: str | None = None) -> Job:
+    """op.yaml -> IR -> schedule -> microcode.
+
+    The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
+    relative to the op.yaml), else the default schedule.
+    """
     program = load_program(path, target)
     tgt = load_target(program.target)
-    return Job(program, tgt, compile_program(program, tgt))
+    sched_path = schedule
+    if sched_path is None and program.schedule not in ("default", "auto"):
+        sched_path = str(Path(path).parent / program.schedule)
+    if sched_path is not None:
+        s = load_schedule(sched_path, program, tgt)
+        return Job(program, tgt, compile_scheduled(program, tgt, s))
+    return Job(program, tgt, compile_default(program, tgt))
+
+
+def compile_default(program: Program, target: Target) -> Compiled:
+    """The default schedule: fused kernels tiled for the target; programs the kernel lowering
+    cannot take (scans, triangular domains) run in their original order on the general backend."""
+    try:
+        return compile_program(program, target)
+    except CodegenError:
+        return compile_scheduled(program, target, Schedule(program, target))
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:

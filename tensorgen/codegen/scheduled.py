@@ -84,16 +84,24 @@ class _Lowering:
                 raise CapacityError(f"{mem} holds {need} B with every tensor staged whole but has {cap} B "
                                     f"({need - cap} B over): {live}; stage smaller footprints")
 
-    def _bands(self) -> dict[int, tuple[str, tuple[int, ...]]]:
-        """Schedule position of a band's outermost loop -> (kind, positions)."""
-        out = {}
+    def _bands(self) -> list[tuple[str, tuple[int, ...], frozenset[str]]]:
+        """(kind, schedule positions, statements) of every vectorized or tensorized band."""
+        out = []
         for name in self.schedule.vectorized:
-            pos = self.schedule._resolve(self.schedule.loop(name), "vectorize")[1]
-            out[pos] = ("vector", (pos,))
+            _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize")
+            out.append(("vector", (pos,), stmts))
         for names in self.schedule.tensorized:
-            ps = tuple(self.schedule._resolve(self.schedule.loop(n), "tensorize")[1] for n in names)
-            out[min(ps)] = ("array", ps)
+            found = [self.schedule._resolve(self.schedule.loop(n), "tensorize") for n in names]
+            out.append(("array", tuple(p for _, p, _ in found), found[0][2]))
         return out
+
+    def _band_at(self, pos: int, node) -> tuple[str, tuple[int, ...], frozenset[str]] | None:
+        """The band one of whose loops is the AST loop `node` (at schedule position `pos`)."""
+        under = _statements_under(node)
+        for band in self.bands:
+            if pos in band[1] and under <= band[2]:
+                return band
+        return None
 
     # -- program ----------------------------------------------------------------------------
     def emit(self) -> None:
@@ -149,7 +157,11 @@ class _Lowering:
             upper = [(a + (-d), d) for a, d in upper]
         constant = len(lower) == 1 and len(upper) == 1 and lower[0][1] == upper[0][1] == 1 \
             and not any(lower[0][0].coefs) and not any(upper[0][0].coefs)
-        if constant and pos in self.bands or (constant and band and any(p == pos for p in self._band_positions())):
+        in_band = self._band_at(pos, node)
+        if in_band is not None and not constant:
+            raise CodegenError(f"loop {name} of a vectorized or tensorized band has bounds that vary "
+                               f"({node.to_C_str().splitlines()[0]}); split by a factor that divides its extent")
+        if in_band is not None:
             lo, hi = lower[0][0].const, upper[0][0].const
             lanes = {**band, name: (len(band), hi - lo + 1)}
             self._walk(node.for_get_body(), {**env, name: LoopAffine.make(lo, {BAND_LEVEL + len(band): 1})}, lanes)
@@ -165,16 +177,13 @@ class _Lowering:
             with self.em.block("LOOPB", lower=Bound(tuple(lower)), upper=Bound(tuple(upper))) as level:
                 self._walk(node.for_get_body(), {**env, name: LoopAffine.make(0, {level: 1})}, band)
 
-    def _band_positions(self):
-        return {p for _, ps in self.bands.values() for p in ps}
-
     # -- statements -------------------------------------------------------------------------
     def _user(self, call, env, band) -> None:
         stmt = self.by_name[call.get_op_arg(0).get_id().get_name()]
         values = {}
         for i, index in enumerate(stmt.indices):
             values[index] = _expr(call.get_op_arg(i + 1), env)
-        kinds = {self.bands[p][0] for p in self.bands if f"c{p}" in band}
+        kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and stmt.name in b[2]}
         if "array" in kinds:
             self._matmul(stmt, values, band)
             return
@@ -244,6 +253,23 @@ class _Lowering:
 
         self.em.emit(isa.make("MATMUL", acc=pick(acc, m, n), a=pick(a, m, k), b=pick(b, k, n), accumulate=1,
                               a_zp=mp.a_zp, b_zp=mp.b_zp))
+
+
+def _statements_under(node) -> frozenset[str]:
+    t = node.get_type()
+    if t == isl.ast_node_type.user:
+        return frozenset({node.user_get_expr().get_op_arg(0).get_id().get_name()})
+    if t == isl.ast_node_type.for_:
+        return _statements_under(node.for_get_body())
+    if t == isl.ast_node_type.if_:
+        out = _statements_under(node.if_get_then_node())
+        return out | _statements_under(node.if_get_else_node()) if node.if_has_else_node() else out
+    if t == isl.ast_node_type.block:
+        children = node.block_get_children()
+        return frozenset().union(*(_statements_under(children.get_at(i)) for i in range(children.n_ast_node())))
+    if t == isl.ast_node_type.mark:
+        return _statements_under(node.mark_get_node())
+    return frozenset()
 
 
 def _cst(pa: isl.PwAff) -> int:

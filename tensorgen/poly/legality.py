@@ -83,13 +83,13 @@ def _linking_element(program: Program, src: Statement, sv: list[int], dst: State
 
 
 def find_violation(program: Program, schedule: isl.UnionMap, parallel_from: int | None = None,
-                   parallel_to: int | None = None) -> Violation | None:
+                   parallel_to: int | None = None, among: frozenset[str] | None = None) -> Violation | None:
     """A dependence the schedule breaks, or None.
 
     Without `parallel_*`, a dependence is broken when its sink is not scheduled strictly after
     its source. With them, dimensions [parallel_from, parallel_to) run at once (vector lanes,
     the MAC array): a dependence whose endpoints agree on every dimension before them and differ
-    inside them is broken too.
+    inside them is broken too; `among` limits that check to the statements of the band.
     """
     dims = _n_out(schedule)
     space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dims)
@@ -105,6 +105,12 @@ def find_violation(program: Program, schedule: isl.UnionMap, parallel_from: int 
     by_name = {s.name: s for s in program.statements}
     for kind, deps in relaxed_dependences(program):
         viol = deps.intersect(order)
+        if among is not None:
+            keep = isl.UnionSet("{ }")
+            for stmt in program.statements:
+                if stmt.name in among:
+                    keep = keep.union(isl.UnionSet.from_set(poly.domain(stmt)))
+            viol = viol.intersect_domain(keep).intersect_range(keep)
         if viol.is_empty():
             continue
         m = viol.get_map_list().get_at(0)

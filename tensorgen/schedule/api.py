@@ -413,7 +413,7 @@ class Schedule:
         """Run the iterations of the innermost `loop` at once on the vector unit."""
         prim = f"vectorize({getattr(loop, 'name', loop)})"
         lo, hi = self._innermost_band((loop,), prim)
-        viol = find_violation(self.program, self.union_map(), lo, hi)
+        viol = find_violation(self.program, self.union_map(), lo, hi, self._resolve(loop, prim)[2])
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
         self.vectorized.append(loop.name)
@@ -423,7 +423,7 @@ class Schedule:
         """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n]."""
         prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in (m, n, k))})"
         lo, hi = self._innermost_band((m, n, k), prim)
-        viol = find_violation(self.program, self.union_map(), lo, hi)
+        viol = find_violation(self.program, self.union_map(), lo, hi, self._resolve(m, prim)[2])
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
         self.tensorized.append((m.name, n.name, k.name))

@@ -10,6 +10,7 @@ as a hazard, not computed silently.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -158,7 +159,7 @@ class Simulator:
         self.queue_time = {q: 0 for q in isa.QUEUES}
         self.dram_free = 0
         self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
-        self.inflight: list[_Access] = []
+        self.inflight: dict[str, list[_Access]] = {q: [] for q in isa.QUEUES}
         self.costs = [ins.defn.cost(target, dict(ins.args)) if ins.defn.cost else None for ins in binary.code]
         self.vectorize_loops = vectorize_loops
 
@@ -302,17 +303,28 @@ class Simulator:
             st.onchip_bytes[mem] += n
 
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
-        horizon = min(self.queue_time.values())
-        self.inflight = [a for a in self.inflight if a.end > horizon]
+        # Each queue's accesses end in nondecreasing time, so scanning another queue's list from
+        # its newest entry stops at the first access that ended before this one starts.
+        for other, accesses in self.inflight.items():
+            if other == q:
+                continue
+            horizon = min(t for qq, t in self.queue_time.items() if qq != other)
+            if accesses and accesses[0].end <= horizon:  # no other queue can start that early again
+                del accesses[:bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
+            for mem, lo, hi, write in self.machine.touched:
+                is_write = write if write is not None else ins.mnemonic == "STORE"
+                for a in reversed(accesses):
+                    if a.end <= start:
+                        break
+                    if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or is_write):
+                        raise SimulatorError(
+                            f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle "
+                            f"{start} while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} "
+                            f"it (until cycle {a.end}) and no token orders them")
+        mine = self.inflight.setdefault(q, [])
         for mem, lo, hi, write in self.machine.touched:
             is_write = write if write is not None else ins.mnemonic == "STORE"
-            for a in self.inflight:
-                if a.queue != q and a.mem == mem and a.end > start and a.lo < hi and lo < a.hi and (a.write or is_write):
-                    raise SimulatorError(
-                        f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle {start} "
-                        f"while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} it "
-                        f"(until cycle {a.end}) and no token orders them")
-            self.inflight.append(_Access(mem, lo, hi, end, q, is_write, pc))
+            mine.append(_Access(mem, lo, hi, end, q, is_write, pc))
 
 
 def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,

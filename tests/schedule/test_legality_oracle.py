@@ -126,7 +126,9 @@ def _oracle_legal(schedule, inst, deps, band=None) -> bool:
             if not vec[a] < vec[b]:
                 return False
         else:
-            lo, hi = band
+            lo, hi, among = band
+            if inst[a][0].name not in among or inst[b][0].name not in among:
+                continue
             if vec[a][:lo] == vec[b][:lo] and vec[a][lo:hi] != vec[b][lo:hi]:
                 return False
     return True
@@ -184,7 +186,7 @@ def _apply(schedule, kind, seed):
     n = pick(inner)
     if n is None:
         return None
-    return (lambda: schedule.vectorize(loops[n])), (info[n][1], info[n][1] + 1)
+    return (lambda: schedule.vectorize(loops[n])), (info[n][1], info[n][1] + 1, info[n][2])
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
