@@ -14,7 +14,6 @@ from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import CodegenError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
-from tensorgen.reference.torch_ref import evaluate
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.files import load_schedule
 from tensorgen.sim.machine import SimResult, simulate
@@ -86,6 +85,8 @@ def compare(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Comp
 
 
 def run_and_compare(job: Job, inputs: dict[str, np.ndarray]) -> tuple[Comparison, SimResult]:
+    from tensorgen.reference.torch_ref import evaluate  # torch loads slowly: only when comparing
+
     binary = decode(encode(job.compiled.binary))  # always run what would be written to disk
     result = simulate(binary, inputs, job.target)
     return compare(evaluate(job.program, inputs), result.outputs), result

@@ -88,10 +88,10 @@ class _Lowering:
         """(kind, schedule positions, statements) of every vectorized or tensorized band."""
         out = []
         for name in self.schedule.vectorized:
-            _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize")
+            _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize", False)
             out.append(("vector", (pos,), stmts))
         for names in self.schedule.tensorized:
-            found = [self.schedule._resolve(self.schedule.loop(n), "tensorize") for n in names]
+            found = [self.schedule._resolve(self.schedule.loop(n), "tensorize", False) for n in names]
             out.append(("array", tuple(p for _, p, _ in found), found[0][2]))
         return out
 

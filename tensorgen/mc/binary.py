@@ -282,6 +282,8 @@ def assemble(text: str, constants: bytes = b"") -> Binary:
                 dram = int(words[1])
             elif words[0] == ".tensor":
                 name, dtype, shape, role = words[1:5]
+                if dtype not in DTYPE_CODES or role not in ROLES:
+                    raise ValueError(f"unknown dtype '{dtype}' or role '{role}'")
                 kv = dict(w.split("=", 1) for w in words[5:])
                 coff, cbytes = (int(x) for x in kv.get("const", "0+0").split("+"))
                 tensors.append(TensorEntry(name, dtype, tuple(int(s) for s in shape.split("x")), role,
@@ -301,10 +303,19 @@ def _parse_instruction(words: list[str], names: list[str]) -> isa.Instruction:
         raise ValueError(f"unknown mnemonic {words[0]}")
     kv = dict(w.split("=", 1) for w in words[1:])
     kinds = dict(defn.fields)
-    wait = kv.pop("wait", "")
-    signal = kv.pop("signal", "")
+    tokens = {}
+    for label in ("wait", "signal"):
+        tokens[label] = frozenset(q for q in kv.pop(label, "").split(",") if q)
+        bad = tokens[label] - set(isa.QUEUES)
+        if bad:
+            raise ValueError(f"{label}= names unknown queue(s) {', '.join(sorted(bad))} (queues: LD, EX, ST)")
     if set(kv) != set(kinds):
         raise ValueError(f"{defn.mnemonic} takes fields {', '.join(kinds)}")
     args = tuple((n, _parse_field(kv[n], k, names)) for n, k in defn.fields)
-    return isa.Instruction(defn.mnemonic, args,
-                           frozenset(q for q in wait.split(",") if q), frozenset(q for q in signal.split(",") if q))
+    for (n, k), (_, v) in zip(defn.fields, args):
+        if k in _RANGES and not _RANGES[k][0] <= v <= _RANGES[k][1]:
+            raise ValueError(f"{defn.mnemonic} {n}={v} does not fit a {k}")
+    return isa.Instruction(defn.mnemonic, args, tokens["wait"], tokens["signal"])
+
+
+_RANGES = {"u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1), "i32": (-(2**31), 2**31 - 1)}

@@ -77,6 +77,7 @@ class Schedule:
         self.vectorized: list[str] = []
         self.tensorized: list[tuple[str, str, str]] = []
         self._next_id = 0
+        self._annotated: dict[int, str] = {}
         self._state = self._original()
 
     # -- construction ---------------------------------------------------------------------
@@ -145,8 +146,8 @@ class Schedule:
                 out.append(Loop(lid, self._state.loops[lid].name))
         return out
 
-    def _resolve(self, loop: Loop, prim: str) -> tuple[int, int, frozenset[str]]:
-        """(loop id, position, statements) of a handle."""
+    def _resolve(self, loop: Loop, prim: str, modify: bool = True) -> tuple[int, int, frozenset[str]]:
+        """(loop id, position, statements) of a handle; `modify`: the primitive reshapes the loop."""
         if not isinstance(loop, Loop):
             raise ScheduleError(f"{prim}: expected a loop handle (s.loop(name)), got {loop!r}")
         lid = loop.id
@@ -154,6 +155,9 @@ class Schedule:
             lid = self._state.alias[lid]
         if lid not in self._state.loops:
             raise ScheduleError(f"{prim}: {loop.name} is not a loop of this schedule")
+        if modify and lid in self._annotated:
+            raise ScheduleError(f"{prim}: {loop.name} is {self._annotated[lid]}; transform loops before "
+                                f"vectorizing, tensorizing or unrolling them")
         for pos, row in enumerate(self._state.dims):
             if lid in row.values():
                 return lid, pos, self._state.loops[lid].statements
@@ -302,7 +306,7 @@ class Schedule:
         if not isinstance(factor, int) or isinstance(factor, bool):
             raise ScheduleError(f"{prim}: factor must be an integer")
         lid, pos, stmts = self._resolve(loop, prim)
-        bid, bpos, bstmts = self._resolve(by, prim)
+        bid, bpos, bstmts = self._resolve(by, prim, modify=False)
         if bpos >= pos or not stmts <= bstmts:
             raise ScheduleError(f"{prim}: {by.name} must be a loop enclosing {loop.name}")
         state = self._copy()
@@ -395,12 +399,13 @@ class Schedule:
         prim = f"unroll({getattr(loop, 'name', loop)})"
         if factor is not None and (not isinstance(factor, int) or factor <= 0):
             raise ScheduleError(f"{prim}: factor must be a positive integer")
-        self._resolve(loop, prim)
+        lid = self._resolve(loop, prim, modify=False)[0]
         self.unrolled[loop.name] = factor
+        self._annotated[lid] = "unrolled"
         self.trace.append(f"s.unroll(s.loop({loop.name!r}){'' if factor is None else f', {factor}'})")
 
     def _innermost_band(self, loops: tuple[Loop, ...], prim: str) -> tuple[int, int]:
-        found = [self._resolve(l, prim) for l in loops]
+        found = [self._resolve(l, prim, modify=False) for l in loops]
         positions = [p for _, p, _ in found]
         stmts = found[0][2]
         for name in stmts:
@@ -413,20 +418,30 @@ class Schedule:
         """Run the iterations of the innermost `loop` at once on the vector unit."""
         prim = f"vectorize({getattr(loop, 'name', loop)})"
         lo, hi = self._innermost_band((loop,), prim)
-        viol = find_violation(self.program, self.union_map(), lo, hi, self._resolve(loop, prim)[2])
+        lid, _, stmts = self._resolve(loop, prim, modify=False)
+        viol = find_violation(self.program, self.union_map(), lo, hi, stmts)
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
         self.vectorized.append(loop.name)
+        self._annotated[lid] = "vectorized"
         self.trace.append(f"s.vectorize(s.loop({loop.name!r}))")
 
     def tensorize(self, m: Loop, n: Loop, k: Loop) -> None:
         """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n]."""
         prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in (m, n, k))})"
+        found = [self._resolve(l, prim, modify=False) for l in (m, n, k)]
+        stmt = next(iter(found[0][2]))
+        nest = [p for p, row in enumerate(self._state.dims) if row[stmt] is not None]
+        ranks = sorted(nest.index(p) for _, p, _ in found if p in nest)
+        if len(set(ranks)) != 3 or ranks[2] - ranks[0] != 2:
+            raise ScheduleError(f"{prim}: give three distinct loops that are adjacent in the nest")
         lo, hi = self._innermost_band((m, n, k), prim)
-        viol = find_violation(self.program, self.union_map(), lo, hi, self._resolve(m, prim)[2])
+        viol = find_violation(self.program, self.union_map(), lo, hi, found[0][2])
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
         self.tensorized.append((m.name, n.name, k.name))
+        for lid, _, _ in found:
+            self._annotated[lid] = "tensorized"
         self.trace.append(f"s.tensorize(s.loop({m.name!r}), s.loop({n.name!r}), s.loop({k.name!r}))")
 
     def stage(self, tensor: str, at: Loop | None, memory: str = "spad") -> None:
@@ -441,9 +456,13 @@ class Schedule:
         if memory not in MEMORIES:
             raise ScheduleError(f"{prim}: memory must be one of {', '.join(MEMORIES)}")
         if at is not None:
-            self._resolve(at, prim)
+            self._resolve(at, prim, modify=False)
         self.stages.append(Stage(tensor, "" if at is None else at.name, memory))
-        self._check_capacity(prim)
+        try:
+            self._check_capacity(prim)
+        except CapacityError:
+            self.stages.pop()
+            raise
         self.trace.append(f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r})")
 
     def double_buffer(self, tensor: str) -> None:
@@ -465,8 +484,8 @@ class Schedule:
     def footprint_bytes(self, stage: Stage) -> int:
         """Bytes of the largest per-iteration footprint of `stage.tensor` under its loop (isl)."""
         tensor = self.program.tensor(stage.tensor)
-        pos = -1 if not stage.loop else self._resolve(self.loop(stage.loop), "stage")[1]
-        stmts = self._state.loops[self._resolve(self.loop(stage.loop), "stage")[0]].statements \
+        pos = -1 if not stage.loop else self._resolve(self.loop(stage.loop), "stage", False)[1]
+        stmts = self._state.loops[self._resolve(self.loop(stage.loop), "stage", False)[0]].statements \
             if stage.loop else frozenset(self._all_statements())
         elements = 0
         box = None

@@ -174,6 +174,8 @@ class Simulator:
                 if t.name not in inputs:
                     raise SimulatorError(f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})")
                 value = np.asarray(inputs[t.name])
+                if not np.issubdtype(value.dtype, np.integer):
+                    raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})")
                 if tuple(value.shape) != tuple(t.shape):
                     raise SimulatorError(f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}")
                 info = np.iinfo(np.dtype(t.dtype))

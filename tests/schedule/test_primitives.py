@@ -1,0 +1,202 @@
+"""Each schedule primitive: accepted steps are bit-exact through the simulator, illegal steps
+are refused with their counterexample, and refusals leave the schedule as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorgen.codegen.scheduled import compile_scheduled
+from tensorgen.driver import Job, random_inputs, run_and_compare
+from tensorgen.errors import CapacityError, ScheduleError
+from tensorgen.mc.binary import encode
+from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.files import render, replay
+from tensorgen.spec.loader import load_program, parse_program
+from tensorgen.target import load_target
+
+ROOT = Path(__file__).parents[2]
+TG1 = load_target("tg1")
+
+JACOBI = """tensorgen: 1
+tensors:
+  A: {shape: [7, 12], dtype: int32, role: inout}
+loops: {t: 6}
+statements:
+  - A[t + 1, i] = (A[t, i - 1] + 2 * A[t, i] + A[t, i + 1]) >> 2
+"""
+MATMUL = """tensorgen: 1
+tensors:
+  A: {shape: [10, 7], dtype: int8, role: input}
+  B: {shape: [7, 9], dtype: int8, role: input}
+  C: {shape: [10, 9], dtype: int32, role: output}
+statements:
+  - C[i, j] += A[i, k] * B[k, j]
+"""
+SHIFTED = """tensorgen: 1
+tensors:
+  A: {shape: [8], dtype: int32, role: input}
+  B: {shape: [8], dtype: int32}
+  C: {shape: [8], dtype: int32, role: output}
+statements:
+  - B[i] = A[i] * 3
+  - C[i] = B[i + 1] - B[i]
+"""
+SCAN = (ROOT / "examples" / "prefix_sum.yaml").read_text()
+
+
+def _exact(schedule: Schedule, seed: int = 0) -> None:
+    job = Job(schedule.program, TG1, compile_scheduled(schedule.program, TG1, schedule))
+    cmp, _ = run_and_compare(job, random_inputs(schedule.program, seed))
+    assert cmp.exact, cmp.message
+
+
+def _refused(schedule: Schedule, call, match: str) -> None:
+    before = list(schedule.trace), schedule.union_map()
+    with pytest.raises(ScheduleError, match=match):
+        call()
+    assert schedule.trace == before[0] and schedule.union_map().is_equal(before[1])
+
+
+def test_split() -> None:
+    s = Schedule(parse_program(MATMUL))
+    io, ii = s.split(s.loop("i"), 3)
+    assert [l.name for l in s.loops("S0")] == ["i_o", "i_i", "j", "k"]
+    _exact(s)
+    _refused(s, lambda: s.split(ii, 0), r"^split\(i_i, 0\): factor must be a positive integer$")
+
+
+def test_reorder() -> None:
+    s = Schedule(parse_program(MATMUL))
+    s.reorder(s.loop("k"), s.loop("j"), s.loop("i"))
+    _exact(s)
+    j = Schedule(parse_program(JACOBI))
+    _refused(j, lambda: j.reorder(j.loop("i"), j.loop("t")),
+             r"^reorder\(i, t\): S0\[t=\d+, i=\d+\] would run before S0\[t=\d+, i=\d+\], "
+             r"but S0 reads A\[\d+, \d+\] that S0 writes$")
+
+
+def test_skew_then_tile_is_legal_where_tile_alone_is_not() -> None:
+    s = Schedule(parse_program(JACOBI))
+    _refused(s, lambda: s.tile(s.loop("t"), s.loop("i"), 2, 4),
+             r"^tile\(t, i, 2, 4\): S0\[t=\d+, i=\d+\] would run before S0\[t=\d+, i=\d+\], but S0 reads A")
+    s.skew(s.loop("i"), s.loop("t"), 1)
+    s.tile(s.loop("t"), s.loop("i"), 2, 4)
+    _exact(s)
+    _refused(s, lambda: s.skew(s.loop("t_o"), s.loop("i_i")),
+             r"^skew\(t_o, i_i, 1\): i_i must be a loop enclosing t_o$")
+
+
+def test_fuse_and_distribute() -> None:
+    s = Schedule(parse_program(SCAN))
+    fused = s.fuse(s.loop("S0.i"), s.loop("S1.i"))
+    _exact(s)
+    _refused(s, lambda: s.distribute(fused, "S0"),
+             r"^distribute\(S0.i, S0\): S1\[i=\d+\] would run before S0\[i=\d+\], but S1 reads S\[\d+\] that S0 writes$")
+    s.distribute(fused, "S1")
+    _exact(s)
+    bad = Schedule(parse_program(SHIFTED))
+    _refused(bad, lambda: bad.fuse(bad.loop("S0.i"), bad.loop("S1.i")),
+             r"^fuse\(S0.i, S1.i\): S1\[i=\d\] would run before S0\[i=\d\], but S1 reads B\[\d\] that S0 writes$")
+
+
+def test_unroll_keeps_the_order() -> None:
+    s = Schedule(parse_program(MATMUL))
+    s.unroll(s.loop("k"))
+    _exact(s)
+    _refused(s, lambda: s.unroll(s.loop("k"), -2), r"^unroll\(k\): factor must be a positive integer$")
+
+
+def test_vectorize() -> None:
+    s = Schedule(parse_program(SCAN))
+    _refused(s, lambda: s.vectorize(s.loop("S1.i")),
+             r"^vectorize\(S1.i\): S1\[i=\d+\] and S1\[i=\d+\] would run at once, but S1 reads S\[\d+\] that S1 writes$")
+    s.vectorize(s.loop("S0.i"))
+    _exact(s)
+
+
+def test_tensorize() -> None:
+    s = Schedule(parse_program(MATMUL))
+    _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j"), s.loop("j")),
+             r"^tensorize\(i, j, j\): give three distinct loops that are adjacent in the nest$")
+    s.split(s.loop("j"), 3)
+    _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j_o"), s.loop("j_i")),
+             r"^tensorize\(i, j_o, j_i\): S0 has loops inside the band; the band must be innermost$")
+    s2 = Schedule(parse_program(MATMUL))
+    s2.tensorize(s2.loop("i"), s2.loop("j"), s2.loop("k"))
+    job = compile_scheduled(s2.program, TG1, s2)
+    assert any(i.mnemonic == "MATMUL" for i in job.binary.code)
+    _exact(s2)
+
+
+def test_stage_and_double_buffer_check_capacity() -> None:
+    tiny = load_target("tiny")
+    big = Schedule(load_program(ROOT / "examples" / "matmul_256.yaml"), tiny)
+    with pytest.raises(CapacityError, match=r"^stage\(A, the program, spad\): spad holds 65536 B but has 2048 B "
+                                            r"\(63488 B over\): A at the program \(65536 B\)$"):
+        big.stage("A", None, "spad")
+    i = big.loop("i")
+    big.stage("A", i, "spad")  # one row of A per i: 256 B
+    big.double_buffer("A")
+    assert big.footprint_bytes(big.stages[-1]) == 512
+    big.stage("C", i, "acc")  # one int32 row of C: exactly the 1 KiB accumulator
+    with pytest.raises(CapacityError, match=r"^double_buffer\(C\): acc holds 2048 B but has 1024 B \(1024 B over\): "
+                                            r"C at i \(2048 B, double-buffered\)$"):
+        big.double_buffer("C")
+    assert not big.stages[-1].double_buffered
+    with pytest.raises(ScheduleError, match=r"^double_buffer\(B\): stage B first$"):
+        big.double_buffer("B")
+
+
+def test_trace_replays_to_the_same_microcode() -> None:
+    program = load_program(ROOT / "examples" / "rnn_cell.yaml")
+    original = replay((ROOT / "schedules" / "rnn_cell.py").read_text(), program, TG1)
+    again = replay(render(original), program, TG1)
+    assert again.trace == original.trace
+    a = encode(compile_scheduled(program, TG1, original).binary)
+    b = encode(compile_scheduled(program, TG1, again).binary)
+    assert a == b
+
+
+@pytest.mark.parametrize("text, message", [
+    ("import os\ndef schedule(s):\n    pass\n", r"^f.py:1: a schedule file cannot import; use the methods of s$"),
+    ("def schedule(s):\n    s.split(s.loop('nope'), 2)\n", r"^f.py:2: loop\('nope'\): no such loop \(loops: "),
+    ("def schedule(s):\n    s.explode()\n", r"^f.py:2: AttributeError: 'Schedule' object has no attribute 'explode'$"),
+    ("def schedule(s):\n    open('x')\n", r"^f.py:2: NameError: name 'open' is not defined$"),
+    ("x = 1\n", r"^f.py:1: a schedule file must define 'def schedule\(s\):'$"),
+    ("def schedule(s)\n", r"^f.py:1: syntax error"),
+    ("def schedule(s):\n    s.reorder(s.loop('i'), s.loop('t'))\n", r"^f.py:2: reorder\(i, t\): S0\[t="),
+])
+def test_bad_schedule_files_get_one_line(text: str, message: str) -> None:
+    with pytest.raises(ScheduleError, match=message) as err:
+        replay(text, parse_program(JACOBI), TG1, "f.py")
+    assert "\n" not in str(err.value)
+
+
+def test_schedule_file_errors_through_the_cli(tmp_path: Path, capsys) -> None:
+    from tensorgen.cli import main
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("def schedule(s):\n    s.vectorize(s.loop('S9.q'))\n")
+    out = tmp_path / "o.tgb"
+    code = main(["emit", str(ROOT / "examples" / "prefix_sum.yaml"), "-o", str(out), "--schedule", str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {bad}:2: loop('S9.q'): no such loop")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["prefix_sum", "jacobi1d", "trmm_triangular", "rnn_cell"])
+def test_example_schedules_are_exact_and_faster_than_default(name: str) -> None:
+    from tensorgen.driver import compile_default
+    from tensorgen.sim.machine import simulate
+
+    program = load_program(ROOT / "examples" / f"{name}.yaml")
+    s = replay((ROOT / "schedules" / f"{name}.py").read_text(), program, TG1)
+    job = Job(program, TG1, compile_scheduled(program, TG1, s))
+    inputs = random_inputs(program, 4)
+    cmp, result = run_and_compare(job, inputs)
+    assert cmp.exact, cmp.message
+    default = simulate(compile_default(program, TG1).binary, inputs, TG1).stats.cycles
+    assert result.stats.cycles < default
