@@ -43,6 +43,7 @@ class _Lowering:
         self.program, self.target, self.schedule = program, target, schedule
         self.em = Emitter()
         self.by_name = {s.name: s for s in program.statements}
+        self.piece_of: dict[str, str] = {}  # AST statement (a piece of a statement) -> statement
         self._layout()
         self.bands = self._bands()
 
@@ -95,11 +96,15 @@ class _Lowering:
             out.append(("array", tuple(p for _, p, _ in found), found[0][2]))
         return out
 
+    def _banded(self, ast_name: str, band) -> bool:
+        """Whether AST statement `ast_name` (a piece of a statement) runs as `band`."""
+        return not ast_name.endswith("__rest") and self.piece_of.get(ast_name, ast_name) in band[2]
+
     def _band_at(self, pos: int, node) -> tuple[str, tuple[int, ...], frozenset[str]] | None:
         """The band one of whose loops is the AST loop `node` (at schedule position `pos`)."""
         under = _statements_under(node)
         for band in self.bands:
-            if pos in band[1] and under <= band[2]:
+            if pos in band[1] and under and all(self._banded(n, band) for n in under):
                 return band
         return None
 
@@ -112,7 +117,7 @@ class _Lowering:
             self.em.emit(isa.make("LOAD", dst=view, src=box))
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
         build = isl.AstBuild.from_context(isl.Set("{ : }"))
-        ast = build.node_from_schedule_map(self.schedule.union_map())
+        ast = build.node_from_schedule_map(self._separated())
         self._walk(ast, {}, {})
         for name, (mem, base, origin, size) in self.buf.items():
             if name in self.written:
@@ -120,6 +125,28 @@ class _Lowering:
                 view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
                 box = Box(self.index[name], tuple(LoopAffine.make(o) for o in origin), size)
                 self.em.emit(isa.make("STORE", dst=box, src=view))
+
+    def _separated(self) -> isl.UnionMap:
+        """The schedule with each banded statement split into pieces in which every band loop
+        has constant bounds (full tiles, then each kind of partial tile: one vector or MATMUL
+        each); instances that fit no such piece form `S__rest` and run element by element."""
+        out = isl.UnionMap("{ }")
+        for stmt in self.program.statements:
+            m = self.schedule._state.maps[stmt.name]
+            positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
+            if not positions:
+                out = out.union(isl.UnionMap.from_map(m))
+                continue
+            pieces, rest = _uniform_pieces(m.range(), positions)
+            for i, piece in enumerate(pieces):
+                name = stmt.name if i == 0 else f"{stmt.name}__p{i}"
+                out = out.union(isl.UnionMap.from_map(m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)))
+                self.piece_of[name] = stmt.name
+            if rest is not None and not rest.is_empty():
+                out = out.union(isl.UnionMap.from_map(
+                    m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, f"{stmt.name}__rest")))
+                self.piece_of[f"{stmt.name}__rest"] = stmt.name
+        return out
 
     def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
         t = node.get_type()
@@ -130,11 +157,15 @@ class _Lowering:
         elif t == isl.ast_node_type.for_:
             self._for(node, env, band)
         elif t == isl.ast_node_type.if_:
-            cond = Bound(tuple(_conditions(node.if_get_cond(), env)))
-            if node.if_has_else_node():
-                raise CodegenError("the schedule's loop nest needs an if/else; not lowered yet")
-            with self.em.block("IF", cond=cond):
+            terms = _conditions(node.if_get_cond(), env)
+            with self.em.block("IF", cond=Bound(tuple(terms))):
                 self._walk(node.if_get_then_node(), env, band)
+            if node.if_has_else_node():
+                # not (t0 and t1 and ...) as disjoint cases: not t0 | t0 and not t1 | ...
+                for i, (a, d) in enumerate(terms):
+                    negated = (a.scale(-1) + (-1), 1)  # floor(a/d) < 0  <=>  a <= -1  (d > 0)
+                    with self.em.block("IF", cond=Bound(tuple(terms[:i]) + (negated,))):
+                        self._walk(node.if_get_else_node(), env, band)
         elif t == isl.ast_node_type.user:
             self._user(node.user_get_expr(), env, band)
         elif t == isl.ast_node_type.mark:
@@ -179,11 +210,12 @@ class _Lowering:
 
     # -- statements -------------------------------------------------------------------------
     def _user(self, call, env, band) -> None:
-        stmt = self.by_name[call.get_op_arg(0).get_id().get_name()]
+        ast_name = call.get_op_arg(0).get_id().get_name()
+        stmt = self.by_name[self.piece_of.get(ast_name, ast_name)]
         values = {}
         for i, index in enumerate(stmt.indices):
             values[index] = _expr(call.get_op_arg(i + 1), env)
-        kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and stmt.name in b[2]}
+        kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and self._banded(ast_name, b)}
         if "array" in kinds:
             self._matmul(stmt, values, band)
             return
@@ -253,6 +285,37 @@ class _Lowering:
 
         self.em.emit(isa.make("MATMUL", acc=pick(acc, m, n), a=pick(a, m, k), b=pick(b, k, n), accumulate=1,
                               a_zp=mp.a_zp, b_zp=mp.b_zp))
+
+
+def _uniform_pieces(points: isl.Set, positions: list[int]) -> tuple[list[isl.Set], isl.Set | None]:
+    """Split `points` (schedule points of one statement) into pieces where each band dimension
+    takes every value of a constant range for every value of the outer dimensions."""
+    pieces, rest = [points], None
+    n = points.dim(isl.dim_type.set)
+    for p in positions:
+        done = []
+        for piece in pieces:
+            todo = piece
+            for _ in range(8):  # full tiles, then each kind of partial tile
+                if todo.is_empty():
+                    break
+                upto = todo.project_out(isl.dim_type.set, p + 1, n - p - 1)
+                lo, hi = upto.dim_min(p), upto.dim_max(p)
+                if not (lo.is_cst() and hi.is_cst()):
+                    break
+                prefixes = upto.project_out(isl.dim_type.set, p, 1)
+                cube = prefixes.add_dims(isl.dim_type.set, 1).intersect(
+                    isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(p + 1))}] : {_cst(lo)} <= d{p} <= {_cst(hi)} }}"))
+                bad = cube.subtract(upto).project_out(isl.dim_type.set, p, 1)
+                good = todo.intersect(prefixes.subtract(bad).add_dims(isl.dim_type.set, n - p))
+                if good.is_empty():
+                    break
+                done.append(good)
+                todo = todo.subtract(good)
+            if not todo.is_empty():
+                rest = todo if rest is None else rest.union(todo)
+        pieces = done
+    return pieces, rest
 
 
 def _statements_under(node) -> frozenset[str]:
