@@ -29,9 +29,6 @@ BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or arra
 
 
 def compile_scheduled(program: Program, target: Target, schedule: Schedule) -> Compiled:
-    if any(st.loop for st in schedule.stages):
-        raise CodegenError("stage(..., at=loop): staging below the whole program is not lowered yet; "
-                           "stage at None or leave tensors unstaged")
     low = _Lowering(program, target, schedule)
     low.emit()
     binary = Binary(target.name, target.hash, tuple(low.entries), tuple(low.em.finish()), low.dram)
@@ -61,7 +58,13 @@ class _Lowering:
         top = {"spad": 0, "acc": 0}
         self.buf: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]] = {}  # mem, base, origin, size
         self.written = {s.lhs.tensor for s in self.program.statements}
+        self.loop_stages = {}  # tensor -> (position, statements, mem, base, FootprintBox-like)
+        for st in self.schedule.stages:
+            if st.loop:
+                self._plan_loop_stage(st, top)
         for t in self.program.tensors:
+            if t.name in self.loop_stages:
+                continue
             image = None
             for s in self.program.statements:
                 for acc in [s.lhs] + s.reads:
@@ -84,6 +87,81 @@ class _Lowering:
                                  for n, b in self.buf.items() if b[0] == mem)
                 raise CapacityError(f"{mem} holds {need} B with every tensor staged whole but has {cap} B "
                                     f"({need - cap} B over): {live}; stage smaller footprints")
+
+    def _plan_loop_stage(self, st, top: dict[str, int]) -> None:
+        """A buffer for the footprint of `st.tensor` in one iteration of loop `st.loop`: its box is
+        the hull of the accesses under the loop, offset affine in the schedule dims up to it."""
+        _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False)
+        t = self.program.tensor(st.tensor)
+        outside = [s.name for s in self.program.statements if s.name not in stmts
+                   and any(a.tensor == t.name for a in [s.lhs] + s.reads)]
+        if outside:
+            raise CodegenError(f"stage({t.name}, {st.loop}): {', '.join(outside)} also access {t.name} outside "
+                               f"{st.loop}; stage it at a loop that encloses them")
+        image = None
+        for s_ in self.program.statements:
+            if s_.name not in stmts:
+                continue
+            sched = self.schedule._state.maps[s_.name]
+            n = sched.dim(isl.dim_type.out)
+            prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
+            for k in range(pos + 1):
+                prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
+            for acc in [s_.lhs] + s_.reads:
+                if acc.tensor != t.name:
+                    continue
+                rel = prefix.reverse().apply_range(poly.access_map(s_, acc))
+                img = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range()
+                image = img if image is None else image.align_params(img.get_space()).union(
+                    img.align_params(image.get_space()))
+        offset, size = [], []
+        params = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
+        for d in range(len(t.shape)):
+            lo = image.dim_min(d)
+            if lo.n_piece() != 1:
+                raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not one affine "
+                                   f"function of the loops (at the edges of a skewed tile?); stage it elsewhere")
+            aff = lo.get_pieces()[0][1]
+            coefs = {}
+            for i, name in enumerate(params):
+                c = int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
+                if c:
+                    coefs[name] = c
+            const = aff.get_constant_val()
+            if not const.is_int():
+                raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not integral")
+            offset.append((int(const.to_python()), coefs))
+            size.append(int(image.dim_max(d).sub(lo).max_val().to_python()) + 1)
+        mem = st.memory
+        buf_bytes = _align(int(np.prod(size)) * t.itemsize)
+        self.loop_stages[t.name] = (pos, stmts, mem, top[mem], offset, tuple(size))
+        top[mem] += buf_bytes
+
+    def _stage_origin(self, tensor: str, env: dict[str, LoopAffine]) -> tuple[LoopAffine, ...]:
+        pos, stmts, mem, base, offset, size = self.loop_stages[tensor]
+        origin = []
+        for const, coefs in offset:
+            value = LoopAffine.make(const)
+            for name, c in coefs.items():  # params are named like the schedule dims: i0, i1, ...
+                k = int(name[1:])  # the schedule dimension d<k>
+                if f"c{k}" in env:
+                    value = value + env[f"c{k}"].scale(c)
+                else:
+                    value = value + self._dim_constant(stmts, k) * c
+            origin.append(value)
+        return tuple(origin)
+
+    def _dim_constant(self, stmts, k: int) -> int:
+        values = set()
+        for name in stmts:
+            rng = self.schedule._state.maps[name].range()
+            lo, hi = rng.dim_min(k), rng.dim_max(k)
+            if not (lo.is_cst() and hi.is_cst()) or _cst(lo) != _cst(hi):
+                raise CodegenError(f"schedule dimension {k} is neither a loop nor a constant around a staged tensor")
+            values.add(_cst(lo))
+        if len(values) != 1:
+            raise CodegenError(f"schedule dimension {k} differs between the statements of a stage")
+        return values.pop()
 
     def _bands(self) -> list[tuple[str, tuple[int, ...], frozenset[str]]]:
         """(kind, schedule positions, statements) of every vectorized or tensorized band."""
@@ -110,21 +188,17 @@ class _Lowering:
 
     # -- program ----------------------------------------------------------------------------
     def emit(self) -> None:
-        for name, (mem, base, origin, size) in self.buf.items():
-            t = self.program.tensor(name)
-            view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
-            box = Box(self.index[name], tuple(LoopAffine.make(o) for o in origin), size)
-            self.em.emit(isa.make("LOAD", dst=view, src=box))
+        self.active = {name: (mem, base, tuple(LoopAffine.make(o) for o in origin), size)
+                       for name, (mem, base, origin, size) in self.buf.items()}
+        for name in self.buf:
+            self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
         build = isl.AstBuild.from_context(isl.Set("{ : }"))
         ast = build.node_from_schedule_map(self._separated())
         self._walk(ast, {}, {})
-        for name, (mem, base, origin, size) in self.buf.items():
+        for name in self.buf:
             if name in self.written:
-                t = self.program.tensor(name)
-                view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
-                box = Box(self.index[name], tuple(LoopAffine.make(o) for o in origin), size)
-                self.em.emit(isa.make("STORE", dst=box, src=view))
+                self._dma("STORE", name)
 
     def _separated(self) -> isl.UnionMap:
         """The schedule with each banded statement split into pieces in which every band loop
@@ -203,10 +277,32 @@ class _Lowering:
         if constant:
             lo, hi = lower[0][0].const, upper[0][0].const
             with self.em.loop(hi - lo + 1) as level:
-                self._walk(node.for_get_body(), {**env, name: LoopAffine.make(lo, {level: 1})}, band)
+                self._staged_body(node, pos, {**env, name: LoopAffine.make(lo, {level: 1})}, band)
         else:
             with self.em.block("LOOPB", lower=Bound(tuple(lower)), upper=Bound(tuple(upper))) as level:
-                self._walk(node.for_get_body(), {**env, name: LoopAffine.make(0, {level: 1})}, band)
+                self._staged_body(node, pos, {**env, name: LoopAffine.make(0, {level: 1})}, band)
+
+    def _staged_body(self, node, pos: int, env, band) -> None:
+        """The body of a loop, with the DMAs of the tensors staged at it around it."""
+        under = {self.piece_of.get(n, n) for n in _statements_under(node)}
+        here = [t for t, (p, stmts, *_) in self.loop_stages.items() if p == pos and under <= stmts]
+        saved = {t: self.active.get(t) for t in here}
+        for t in here:
+            _, _, mem, base, _, size = self.loop_stages[t]
+            self.active[t] = (mem, base, self._stage_origin(t, env), size)
+            self._dma("LOAD", t)
+        self._walk(node.for_get_body(), env, band)
+        for t in here:
+            if t in self.written:
+                self._dma("STORE", t)
+            self.active[t] = saved[t]
+
+    def _dma(self, kind: str, tensor: str) -> None:
+        mem, base, origin, size = self.active[tensor]
+        t = self.program.tensor(tensor)
+        view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
+        box = Box(self.index[tensor], tuple(origin), size)
+        self.em.emit(isa.make(kind, dst=view, src=box) if kind == "LOAD" else isa.make(kind, dst=box, src=view))
 
     # -- statements -------------------------------------------------------------------------
     def _user(self, call, env, band) -> None:
@@ -239,12 +335,14 @@ class _Lowering:
         VectorExpr(self.em, self.program, stmt, view_of, temp).statement()
 
     def _view(self, acc: Access, values: dict[str, LoopAffine], band) -> View:
-        mem, base, origin, size = self.buf[acc.tensor]
+        if self.active.get(acc.tensor) is None:
+            raise CodegenError(f"{acc.tensor} is accessed outside the loop it is staged at")
+        mem, base, origin, size = self.active[acc.tensor]
         t = self.program.tensor(acc.tensor)
         strides = _row_major(size)
         addr = LoopAffine.make(base)
         for d, sub in enumerate(acc.index):
-            elem = LoopAffine.make(sub.const - origin[d])
+            elem = LoopAffine.make(sub.const) + origin[d].scale(-1)
             for name, c in sub.terms:
                 elem = elem + values[name].scale(c)
             addr = addr + elem.scale(strides[d] * t.itemsize)
