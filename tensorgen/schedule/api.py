@@ -498,6 +498,8 @@ class Schedule:
                 sched = self._state.maps[s.name]
                 n = sched.dim(isl.dim_type.out)
                 prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
+                for k in range(pos + 1):
+                    prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
                 rel = prefix.reverse().apply_range(poly.access_map(s, acc)).intersect_range(poly.tensor_box(tensor))
                 rel = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1) if pos >= 0 else rel
                 img = rel.range()

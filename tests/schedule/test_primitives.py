@@ -187,7 +187,12 @@ def test_schedule_file_errors_through_the_cli(tmp_path: Path, capsys) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name", ["prefix_sum", "jacobi1d", "trmm_triangular", "rnn_cell"])
+SLOW_SCHEDULES = {"conv3x3_resnet18", "conv3x3_stride2", "matmul_256"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(p.stem, marks=[pytest.mark.slow] if p.stem in SLOW_SCHEDULES else [])
+    for p in sorted((ROOT / "examples").glob("*.yaml"))])
 def test_example_schedules_are_exact_and_faster_than_default(name: str) -> None:
     from tensorgen.driver import compile_default
     from tensorgen.sim.machine import simulate
