@@ -62,18 +62,24 @@ def instance(stmt: Statement, values: list[int]) -> str:
     return f"{stmt.name}[{', '.join(f'{i}={v}' for i, v in zip(stmt.indices, values))}]"
 
 
-def _linking_element(program: Program, src: Statement, sv: list[int], dst: Statement, dv: list[int]) -> str:
-    def touched(stmt: Statement, values: list[int]) -> isl.UnionSet:
+def _linking_element(program: Program, kind: str, src: Statement, sv: list[int], dst: Statement,
+                     dv: list[int]) -> str:
+    """An element through which the dependence of `kind` runs: written by the source and read by
+    the sink (flow), read then written (anti), or written by both (output)."""
+
+    def touched(stmt: Statement, values: list[int], mode: str) -> isl.UnionSet:
         fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values))
         point = isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}")
         out = isl.UnionSet("{ }")
-        for acc in [stmt.lhs] + stmt.reads:
+        reads = stmt.reads + ([stmt.lhs] if stmt.op != "=" else [])
+        for acc in ([stmt.lhs] if mode == "write" else reads):
             m = poly.access_map(stmt, acc).intersect_domain(point).intersect_range(
                 poly.tensor_box(program.tensor(acc.tensor)))
             out = out.union(isl.UnionSet.from_set(m.range()))
         return out
 
-    common = touched(src, sv).intersect(touched(dst, dv))
+    modes = {"flow": ("write", "read"), "anti": ("read", "write"), "output": ("write", "write")}[kind]
+    common = touched(src, sv, modes[0]).intersect(touched(dst, dv, modes[1]))
     sets = common.get_set_list()
     if sets.n_set() == 0:
         return "an element"
@@ -117,7 +123,8 @@ def find_violation(program: Program, schedule: isl.UnionMap, parallel_from: int 
         p = m.wrap().sample_point()
         src, dst = by_name[m.get_tuple_name(isl.dim_type.in_)], by_name[m.get_tuple_name(isl.dim_type.out)]
         sv, dv = _coords(p, len(src.indices)), _coords(p, len(dst.indices), len(src.indices))
-        return Violation(instance(src, sv), instance(dst, dv), _linking_element(program, src, sv, dst, dv), kind)
+        return Violation(instance(src, sv), instance(dst, dv), _linking_element(program, kind, src, sv, dst, dv),
+                         kind)
     return None
 
 

@@ -395,7 +395,12 @@ class Schedule:
         return Loop(new, state.loops[new].name)
 
     def unroll(self, loop: Loop, factor: int | None = None) -> None:
-        """Unroll `loop` (fully, or by `factor`); a code-generation hint that keeps the order."""
+        """Unroll `loop` (fully, or by `factor`); a code-generation hint that keeps the order.
+
+        Before::                    After ``unroll(j)`` (j over 0..2)::
+
+            for j in 0..2: S(j)         S(0); S(1)
+        """
         prim = f"unroll({getattr(loop, 'name', loop)})"
         if factor is not None and (not isinstance(factor, int) or factor <= 0):
             raise ScheduleError(f"{prim}: factor must be a positive integer")
@@ -415,7 +420,13 @@ class Schedule:
         return min(positions), max(positions) + 1
 
     def vectorize(self, loop: Loop) -> None:
-        """Run the iterations of the innermost `loop` at once on the vector unit."""
+        """Run the iterations of the innermost `loop` at once on the vector unit.
+
+        Before::                        After ``vectorize(w)``::
+
+            for h: for w in 0..56:          for h:
+                Y[h, w] = f(X[h, w])            Y[h, 0:56] = f(X[h, 0:56])   # one vector op
+        """
         prim = f"vectorize({getattr(loop, 'name', loop)})"
         lo, hi = self._innermost_band((loop,), prim)
         lid, _, stmts = self._resolve(loop, prim, modify=False)
@@ -427,7 +438,13 @@ class Schedule:
         self.trace.append(f"s.vectorize(s.loop({loop.name!r}))")
 
     def tensorize(self, m: Loop, n: Loop, k: Loop) -> None:
-        """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n]."""
+        """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n].
+
+        Before::                                    After ``tensorize(i, j_i, k_i)``::
+
+            for j_o: for k_o: for i: for j_i: for k_i:      for j_o: for k_o:
+                C[i, j] += A[i, k] * B[k, j]                    MATMUL C[:, j_o] += A[:, k_o] @ B[k_o, j_o]
+        """
         prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in (m, n, k))})"
         found = [self._resolve(l, prim, modify=False) for l in (m, n, k)]
         stmt = next(iter(found[0][2]))
@@ -446,7 +463,14 @@ class Schedule:
 
     def stage(self, tensor: str, at: Loop | None, memory: str = "spad") -> None:
         """Keep the footprint of `tensor` that the iterations of `at` touch in `memory` (the DMAs
-        in and out are implied); `at=None` stages what the whole program touches."""
+        in and out are implied); `at=None` stages what the whole program touches.
+
+        Before::                        After ``stage("B", k_o, "spad")``::
+
+            for k_o: for i: for k_i:        for k_o:
+                ... B[k, j] ...                 LOAD B[16*k_o : 16*k_o + 16, :] -> spad
+                                                for i: for k_i: ... (reads the spad copy)
+        """
         where = getattr(at, "name", "the program")
         prim = f"stage({tensor}, {where}, {memory})"
         try:
@@ -466,7 +490,14 @@ class Schedule:
         self.trace.append(f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r})")
 
     def double_buffer(self, tensor: str) -> None:
-        """Give a staged tensor two buffers so the DMA of the next block overlaps this one's compute."""
+        """Give a staged tensor two buffers so the DMA of the next block can overlap this one's
+        compute; capacity counts it twice. (The lowering does not overlap them yet.)
+
+        Before::                        After ``double_buffer("B")``::
+
+            for k_o: LOAD B -> buf              for k_o: LOAD B[k_o + 1] -> buf[(k_o + 1) % 2]
+                     compute(buf)                        compute(buf[k_o % 2])
+        """
         prim = f"double_buffer({tensor})"
         idx = next((i for i, s in enumerate(self.stages) if s.tensor == tensor), None)
         if idx is None:

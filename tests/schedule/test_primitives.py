@@ -205,3 +205,22 @@ def test_example_schedules_are_exact_and_faster_than_default(name: str) -> None:
     assert cmp.exact, cmp.message
     default = simulate(compile_default(program, TG1).binary, inputs, TG1).stats.cycles
     assert result.stats.cycles < default
+
+
+def test_stage_at_a_loop_is_exact() -> None:
+    s = Schedule(parse_program(MATMUL), TG1)
+    jo, ji = s.split(s.loop("j"), 4)
+    s.stage("B", jo, "spad")
+    s.stage("C", jo, "acc")
+    _exact(s)
+    program = s.program
+    code = compile_scheduled(program, TG1, s).binary.code
+    loads = [i for i in code if i.mnemonic == "LOAD" and i.arg("src").tensor == 1]
+    assert loads and loads[0].arg("src").shape == (7, 4)  # B's footprint per j block
+
+
+def test_rnn_time_must_stay_sequential() -> None:
+    s = Schedule(load_program(ROOT / "examples" / "rnn_cell.yaml"), TG1)
+    _refused(s, lambda: s.distribute(s.loop("t"), "S3"),
+             r"^distribute\(t, S3\): S2\[t=\d+, b=\d+, j=\d+, i=\d+\] would run before S3\[t=\d+, b=\d+, j=\d+\], "
+             r"but S2 reads H\[\d+, \d+, \d+\] that S3 writes$")
