@@ -68,7 +68,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tensorgen.codegen.lower import compile_program
-from tensorgen.driver import compare, random_inputs, write_atomic
+from tensorgen.driver import compare, compile_auto, random_inputs, write_atomic
 from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import Access, Affine, Program, Statement
 from tensorgen.mc.binary import decode, encode
@@ -88,6 +88,7 @@ class Options:
     seed: int = 0  # random inputs (tensorgen.driver.random_inputs)
     repeats: int = 7  # timed PyTorch calls; the median is reported
     sim_repeats: int = 3  # timed simulator runs after the checked one; the median is reported
+    schedule: str = "auto"  # "auto" (the automatic scheduler) or "default"
 
 
 # --- data-movement measures -------------------------------------------------------------------
@@ -149,7 +150,14 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
     """Compile, simulate, check and time one layer; returns its row of the JSON report."""
     t0 = time.perf_counter()
     program = parse_program(layer.op_yaml(), f"<{layer.name}>", target.name)
-    compiled = compile_program(program, target)
+    model_cycles = None
+    if options.schedule == "auto":
+        auto = compile_auto(program, target)
+        compiled = auto.compiled
+        if auto.plan.chosen is not None:
+            model_cycles = auto.plan.chosen.cycles
+    else:
+        compiled = compile_program(program, target)
     data = encode(compiled.binary)
     compile_s = time.perf_counter() - t0
 
@@ -172,6 +180,9 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         "network": layer.network,
         "description": layer.op.describe(),
         **performance(layer, program, compiled.macs, result.stats, target),
+        "schedule": options.schedule if model_cycles is not None or options.schedule == "default" else "default",
+        "model_cycles": model_cycles,
+        "model_over_sim": model_cycles / result.stats.cycles if model_cycles else None,
         "kernels": len(compiled.kernels),
         "instructions": len(compiled.binary.code),
         "binary_bytes": len(data),
@@ -301,17 +312,19 @@ def _fmt(value, spec: str) -> str:
 
 def render(report: dict) -> Table:
     table = Table(title=f"tensorgen layer suite on {report['target']}", title_justify="left")
-    for header in ("layer", "MACs", "cycles", "util", "roofline", "DRAM B", "lower bd B", "DRAM/lb",
+    for header in ("layer", "MACs", "cycles", "model", "util", "roofline", "DRAM B", "lower bd B", "DRAM/lb",
                    "compile s", "sim s", "torch s", "sim/torch", "bit-exact"):
         table.add_column(header, justify="left" if header == "layer" else "right")
     for r in report["layers"]:
         if r["error"] is not None:
             error = escape(r["error"].splitlines()[0][:60])
-            table.add_row(r["name"], f"[red]{error}[/red]", *[""] * 10, "[red]no[/red]")
+            table.add_row(r["name"], f"[red]{error}[/red]", *[""] * 11, "[red]no[/red]")
             continue
         bound = "m" if r["roofline_bound"] == "memory" else "c"
         table.add_row(
-            r["name"], f"{r['macs']:,}", f"{r['cycles']:,}", f"{r['utilization']:.1%}",
+            r["name"], f"{r['macs']:,}", f"{r['cycles']:,}",
+            f"{r['model_over_sim']:.3f}x" if r.get("model_over_sim") else r.get("schedule", "-"),
+            f"{r['utilization']:.1%}",
             f"{r['roofline_attainment']:.1%} {bound}", f"{r['dram_bytes']:,}",
             f"{r['dram_lower_bound']:,}", f"{r['dram_over_lower_bound']:.2f}x",
             f"{r['compile_s']:.2f}", f"{r['sim_s']:.2f}", f"{r['torch_s']:.4f}",
@@ -321,14 +334,15 @@ def render(report: dict) -> Table:
     s = report["summary"]
     table.add_section()
     table.add_row(
-        f"geomean / total ({s['layers']})", f"{s['total_macs']:,}", f"{s['total_cycles']:,}",
+        f"geomean / total ({s['layers']})", f"{s['total_macs']:,}", f"{s['total_cycles']:,}", "",
         _fmt(s["geomean_utilization"], ".1%"), _fmt(s["geomean_roofline_attainment"], ".1%"),
         "", "", _fmt(s["geomean_dram_over_lower_bound"], ".2f") + "x", f"{s['total_compile_s']:.2f}",
         f"{s['total_sim_s']:.2f}", f"{s['total_torch_s']:.4f}",
         _fmt(s["geomean_sim_over_torch"], ".0f") + "x",
         "[green]all[/green]" if s["all_bit_exact"] else "[red]not all[/red]",
     )
-    table.caption = ("roofline: max(compute, compulsory DRAM) cycles / cycles, c|m: which one; "
+    table.caption = ("model: the cost model's cycles / simulated cycles (or the schedule used when there is no "
+                     "model); roofline: max(compute, compulsory DRAM) cycles / cycles, c|m: which one; "
                      "lower bd: matmul I/O bound or compulsory traffic; sim, torch: median wall "
                      "times; last row: totals, and geomeans of ratios")
     return table
@@ -361,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=str(DEFAULT_JSON), metavar="PATH",
                    help="where to write the JSON report (default benchmarks/results.json)")
     p.add_argument("--seed", type=int, default=Options.seed, help="seed of the random inputs")
+    p.add_argument("--schedule", choices=("auto", "default"), default=Options.schedule,
+                   help="the automatic scheduler (default) or the default schedule")
     p.add_argument("--repeats", type=int, default=Options.repeats,
                    help="timed PyTorch calls per layer")
     p.add_argument("--sim-repeats", type=int, default=Options.sim_repeats,
@@ -383,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         target = load_target(args.target)
     except (ValueError, TensorgenError) as err:
         parser.error(str(err))
-    options = Options(args.seed, args.repeats, args.sim_repeats)
+    options = Options(args.seed, args.repeats, args.sim_repeats, args.schedule)
     report = run_suite(layers, target, options, Console(stderr=True))
     # a wide table: do not let a pipe's default of 80 columns fold it
     console = Console() if sys.stdout.isatty() else Console(width=200)

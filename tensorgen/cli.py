@@ -61,7 +61,13 @@ def cmd_check(args) -> int:
     job = compile_file(args.op, args.target, args.schedule)
     compile_s = time.perf_counter() - t0
     prog, tgt = job.program, job.target
-    which = f"schedule {args.schedule}" if args.schedule else "default schedule"
+    choice = args.schedule or prog.schedule
+    which = {"default": "default schedule", "auto": "automatic schedule"}.get(choice, f"schedule {choice}")
+    if job.plan is not None:
+        if job.plan.schedule is None:
+            print(f"warning: {job.plan.explain(tgt)}", file=sys.stderr)
+        if args.explain:
+            print(job.plan.explain(tgt))
     print(f"{prog.name} on {tgt.name} ({which}): {len(job.compiled.binary.code)} instructions, "
           f"compiled in {compile_s:.2f} s")
     status = 0
@@ -76,7 +82,7 @@ def cmd_check(args) -> int:
     util = job.compiled.macs / (s.cycles * tgt.peak_macs_per_cycle) if s.cycles else 0.0
     print(f"cycles {s.cycles}  MACs {job.compiled.macs}  MAC utilization {util:.1%}  "
           f"DRAM {s.dram_bytes} B  energy {s.energy_pj / 1e6:.3f} uJ")
-    if args.schedule and status == 0:
+    if choice != "default" and status == 0:
         from tensorgen.driver import compile_default
         from tensorgen.sim.machine import simulate
 
@@ -137,13 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", required=True)
     e.add_argument("--asm", help="also write readable microcode here")
     e.add_argument("--target", help="target name under isa/ or a path (default: the op.yaml's)")
-    e.add_argument("--schedule", help="a schedule file (default: the op.yaml's schedule: key, else the default)")
+    e.add_argument("--schedule", help="a schedule file, 'auto' or 'default' (default: the op.yaml's schedule: key)")
     e.set_defaults(func=cmd_emit)
 
     c = sub.add_parser("check", help="compile, simulate on random inputs, compare with PyTorch bit for bit")
     c.add_argument("op")
     c.add_argument("--target")
-    c.add_argument("--schedule", help="a schedule file; also prints the default schedule's cycles")
+    c.add_argument("--schedule", help="a schedule file, 'auto' or 'default' (default: the op.yaml's schedule: key); "
+                                      "with a schedule other than the default, also prints the default's cycles")
+    c.add_argument("--explain", action="store_true",
+                   help="with the automatic scheduler: print its choice as a schedule file, its bottleneck and "
+                        "how it beat its neighbours")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--trials", type=int, default=1)
     c.set_defaults(func=cmd_check)

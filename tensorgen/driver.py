@@ -15,6 +15,7 @@ from tensorgen.errors import CodegenError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
 from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.auto import Plan, auto_schedule
 from tensorgen.schedule.files import load_schedule
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
@@ -26,6 +27,7 @@ class Job:
     program: Program
     target: Target
     compiled: Compiled
+    plan: Plan | None = None  # the automatic scheduler's reasoning, for `schedule: auto`
 
 
 def compile_file(path: str | Path, target: str | None = None, schedule: str | None = None) -> Job:
@@ -36,13 +38,30 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     """
     program = load_program(path, target)
     tgt = load_target(program.target)
-    sched_path = schedule
-    if sched_path is None and program.schedule not in ("default", "auto"):
-        sched_path = str(Path(path).parent / program.schedule)
-    if sched_path is not None:
-        s = load_schedule(sched_path, program, tgt)
-        return Job(program, tgt, compile_scheduled(program, tgt, s))
-    return Job(program, tgt, compile_default(program, tgt))
+    choice = schedule or program.schedule
+    if choice == "auto":
+        result = compile_auto(program, tgt)
+        return Job(program, tgt, result.compiled, result.plan)
+    if choice == "default":
+        return Job(program, tgt, compile_default(program, tgt))
+    sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
+    s = load_schedule(sched_path, program, tgt)
+    return Job(program, tgt, compile_scheduled(program, tgt, s))
+
+
+@dataclass(frozen=True)
+class AutoResult:
+    compiled: Compiled
+    plan: Plan
+
+
+def compile_auto(program: Program, target: Target) -> AutoResult:
+    """The automatic scheduler's choice, or the default schedule (with the plan's reason) when
+    the program is outside its search space."""
+    plan = auto_schedule(program, target)
+    if plan.schedule is None:
+        return AutoResult(compile_default(program, target), plan)
+    return AutoResult(compile_scheduled(program, target, plan.schedule), plan)
 
 
 def compile_default(program: Program, target: Target) -> Compiled:

@@ -1,0 +1,210 @@
+"""The automatic scheduler: a small, explainable search over schedules, costed analytically.
+
+For a contraction `Y += A * B` that maps onto the MAC array it builds the schedule skeleton
+(N and K blocked by the array, M streamed), then searches the loop order of the outer loops and
+the staging level of every tensor (which memory holds which footprint at which loop) under the
+target's capacities, minimising a cost model of the generated microcode: DMA setup plus bytes
+over DRAM bandwidth for every staged footprint load and store, and M + fill cycles for every
+MATMUL. The lowering serialises its queues, so the model adds these up. A contraction on the
+vector unit (depthwise) gets the same search with a vectorized output row. Anything else falls
+back to the always-legal default schedule, with the reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+from tensorgen.errors import CapacityError, ScheduleError
+from tensorgen.ir.core import BinOp, Program, Read, Statement
+from tensorgen.schedule.api import Schedule, Stage
+from tensorgen.schedule.kernel import mac_mapping, out_indices
+from tensorgen.target import Target
+
+TIME_BUDGET_S = 0.8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    order: tuple[str, ...]  # outer loops (outside the band), outermost first
+    stages: tuple[tuple[str, str | None], ...]  # tensor -> loop name or None (whole program)
+    dma_cycles: int
+    compute_cycles: int
+    dram_bytes: int
+    spad_bytes: int
+    acc_bytes: int
+
+    @property
+    def cycles(self) -> int:
+        return self.dma_cycles + self.compute_cycles
+
+
+@dataclass
+class Plan:
+    schedule: Schedule | None
+    chosen: Candidate | None
+    considered: list[Candidate] = field(default_factory=list)
+    reason: str = ""  # why the default schedule is used instead, if it is
+    search_s: float = 0.0
+
+    def explain(self, target: Target) -> str:
+        from tensorgen.schedule.files import render
+
+        if self.schedule is None or self.chosen is None:
+            return f"auto: {self.reason}; using the default schedule"
+        c = self.chosen
+        lines = ["# the schedule chosen by `schedule: auto`, as a replayable schedule file", "",
+                 render(self.schedule, f"Chosen by tensorgen's automatic scheduler for {self.schedule.program.name}."),
+                 f"model: {c.cycles} cycles = {c.compute_cycles} MAC/vector + {c.dma_cycles} DMA "
+                 f"(serialized queues); DRAM {c.dram_bytes} B; searched {len(self.considered)} candidates "
+                 f"in {self.search_s * 1e3:.0f} ms",
+                 f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
+                 f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B",
+                 "staging (tensor: the loop whose iterations each hold one footprint):"]
+        for tensor, loop in c.stages:
+            lines.append(f"  {tensor} at {loop or 'the program'}")
+        lines.append("neighbours (one choice changed):")
+        for other in self._neighbours():
+            diff = [f"{t}: {a or 'program'} -> {b or 'program'}" for (t, a), (_, b) in zip(c.stages, other.stages)
+                    if a != b]
+            if other.order != c.order:
+                diff.append(f"order {' '.join(other.order)}")
+            cost = "over capacity" if other.cycles == math.inf else \
+                f"{other.cycles} cycles ({other.cycles / c.cycles:.2f}x)"
+            lines.append(f"  {', '.join(diff)}: {cost}")
+        return "\n".join(lines)
+
+    def _neighbours(self) -> list[Candidate]:
+        c = self.chosen
+        out = []
+        for other in self.considered:
+            changes = sum(a != b for a, b in zip(c.stages, other.stages)) + (other.order != c.order)
+            if changes == 1:
+                out.append(other)
+        return sorted(out, key=lambda o: o.cycles)[:6]
+
+
+def auto_schedule(program: Program, target: Target) -> Plan:
+    t0 = time.perf_counter()
+    if len(program.statements) != 1 or program.shared_loops:
+        return Plan(None, None, reason="the automatic scheduler handles single-statement contractions only")
+    stmt = program.statements[0]
+    try:
+        plan = _search(program, target, stmt, t0)
+    except (ScheduleError, CapacityError) as err:
+        return Plan(None, None, reason=f"no schedule in the search space fits ({err})")
+    plan.search_s = time.perf_counter() - t0
+    return plan
+
+
+def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Plan:
+    mp = mac_mapping(program, stmt)
+    if mp is not None and (mp.n is None or mp.m is None):
+        mp = None  # a matrix-vector shape (depthwise): one array column is slower than the vector unit
+    out = out_indices(program, stmt)
+    reds = [i for i in stmt.indices if i not in out]
+    if mp is not None:
+        band_kind = "array"
+        m = mp.m
+        blocks = [(mp.n, target.cols), (mp.k, target.rows)]
+    elif stmt.op == "+=" and isinstance(stmt.rhs, BinOp) and stmt.rhs.op == "*" and \
+            all(isinstance(x, Read) for x in (stmt.rhs.lhs, stmt.rhs.rhs)):
+        band_kind = "vector"
+        m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
+        blocks = []
+    else:
+        return Plan(None, None, reason="not a contraction the MAC array or the vector unit takes")
+
+    skeleton = Schedule(program, target)
+    inner, outer_names = [], []
+    for name, size in blocks:
+        if stmt.extent(name) > size:
+            o, i = skeleton.split(skeleton.loop(name), size)
+            inner.append(i.name)
+            outer_names.append(o.name)
+        else:
+            inner.append(name)
+    others_out = [i for i in out if i not in (m, mp.n if mp else None)]
+    others_red = [i for i in reds if i not in (mp.k if mp else ())]
+    band = [m] + inner
+    n_outer = [x for x in outer_names if mp and x.startswith(f"{mp.n}_")]
+    k_outer = [x for x in outer_names if mp and x.startswith(f"{mp.k}_")]
+    orders = {tuple(others_out + n_outer + k_outer + others_red), tuple(n_outer + others_out + k_outer + others_red)}
+    if band_kind == "vector":
+        orders = {tuple(others_out + others_red)}
+    tensors = [stmt.lhs.tensor] + [a.tensor for a in stmt.reads]
+    tensors = list(dict.fromkeys(tensors))
+    considered: list[Candidate] = []
+    best: tuple[Candidate, Schedule] | None = None
+    for order in sorted(orders):
+        s = _skeleton(program, target, blocks, order + tuple(band))
+        trips = {name: _trips(s, name) for name in order}
+        levels = [None] + list(order)
+        sizes = {(t, lv): s.footprint_bytes(Stage(t, lv or "", "spad")) for t in tensors for lv in levels}
+        per_band = _band_cycles(s, stmt, band, band_kind, target)
+        compute = per_band * math.prod(trips.values())
+        for choice in itertools.product(levels, repeat=len(tensors)):
+            if time.perf_counter() - t0 > TIME_BUDGET_S:
+                break
+            cand = _cost(program, target, tensors, choice, order, trips, sizes, compute, band_kind)
+            considered.append(cand)
+            if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
+                                            (best[0].cycles, best[0].dram_bytes)):
+                best = (cand, s)
+    if best is None:
+        raise CapacityError("every staging choice overflows a memory")
+    cand, _ = best
+    final = _skeleton(program, target, blocks, cand.order + tuple(band))
+    for tensor, level in cand.stages:
+        mem = "acc" if (band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
+        final.stage(tensor, final.loop(level) if level else None, mem)
+    if band_kind == "array":
+        final.tensorize(*(final.loop(x) for x in band))
+    else:
+        final.vectorize(final.loop(m))
+    return Plan(final, cand, considered)
+
+
+def _skeleton(program: Program, target: Target, blocks, order: tuple[str, ...]) -> Schedule:
+    s = Schedule(program, target)
+    for name, size in blocks:
+        if program.statements[0].extent(name) > size:
+            s.split(s.loop(name), size)
+    s.reorder(*(s.loop(x) for x in order))
+    return s
+
+
+def _trips(s: Schedule, loop: str) -> int:
+    """Iterations of `loop` (the widest, for loops with varying bounds)."""
+    lid, pos, stmts = s._resolve(s.loop(loop), "auto", False)
+    rng = s._state.maps[next(iter(stmts))].range()
+    return int(rng.dim_max(pos).max_val().to_python() - rng.dim_min(pos).min_val().to_python()) + 1
+
+
+def _band_cycles(s: Schedule, stmt: Statement, band: list[str], kind: str, target: Target) -> int:
+    """Cycles of the band instructions run for one iteration of all outer loops."""
+    extents = [_trips(s, b) for b in band]
+    if kind == "array":
+        return extents[0] + target.fill_cycles
+    return target.vector_setup_cycles + -(-extents[0] // target.lanes)
+
+
+def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind) -> Candidate:
+    spad = acc = 0
+    dma = dram = 0
+    lhs = program.statements[0].lhs.tensor
+    for tensor, level in zip(tensors, choice):
+        nbytes = sizes[(tensor, level)]
+        count = math.prod(trips[o] for o in order[: order.index(level) + 1]) if level else 1
+        transfers = 2 if tensor == lhs else 1  # outputs are loaded (partial sums) and stored
+        dma += count * transfers * (target.dma_setup_cycles + -(-nbytes // target.dram_bytes_per_cycle))
+        dram += count * transfers * nbytes
+        if kind == "array" and tensor == lhs:
+            acc += nbytes
+        else:
+            spad += -(-nbytes // 16) * 16
+    fits = spad <= target.spad.bytes and acc <= target.acc.bytes
+    return Candidate(tuple(order), tuple(zip(tensors, choice)), dma if fits else math.inf, compute, dram,
+                     spad, acc)

@@ -1,0 +1,80 @@
+"""The automatic scheduler: bit-exact choices, a cost model that agrees with the simulator,
+explanations that replay, and a clear fallback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorgen.codegen.scheduled import compile_scheduled
+from tensorgen.driver import Job, compile_auto, random_inputs, run_and_compare
+from tensorgen.errors import CapacityError
+from tensorgen.schedule.auto import auto_schedule
+from tensorgen.schedule.files import render, replay
+from tensorgen.spec.loader import load_program, parse_program
+from tensorgen.target import load_target
+
+ROOT = Path(__file__).parents[2]
+SMALL_CONV = """tensorgen: 1
+tensors:
+  X: {shape: [1, 20, 9, 11], dtype: int8, role: input}
+  W: {shape: [24, 20, 3, 3], dtype: int8, role: input}
+  Y: {shape: [1, 24, 5, 6], dtype: int32, role: output}
+statements:
+  - Y[n, k, h, w] += X[n, c, 2*h + r - 1, 2*w + s - 1] * W[k, c, r, s]
+"""
+
+
+def _check(program, target_name: str):
+    target = load_target(target_name)
+    result = compile_auto(program, target)
+    assert result.plan.schedule is not None, result.plan.reason
+    cmp, sim = run_and_compare(Job(program, target, result.compiled), random_inputs(program, 7))
+    assert cmp.exact, cmp.message
+    model = result.plan.chosen.cycles
+    assert abs(model - sim.stats.cycles) <= 0.1 * sim.stats.cycles, (model, sim.stats.cycles)
+    return result
+
+
+@pytest.mark.parametrize("name", ["matmul_odd", "conv1x1", "depthwise3x3",
+                                  pytest.param("conv3x3_resnet18", marks=pytest.mark.slow),
+                                  pytest.param("matmul_256", marks=pytest.mark.slow)])
+def test_examples_on_tg1(name: str) -> None:
+    _check(load_program(ROOT / "examples" / f"{name}.yaml"), "tg1")
+
+
+@pytest.mark.parametrize("target", ["tg1", "tiny"])
+def test_strided_conv_with_partial_tiles(target: str) -> None:
+    result = _check(parse_program(SMALL_CONV), target)
+    # the search stays well inside its budget
+    assert result.plan.search_s < 5
+
+
+def test_explanation_is_a_replayable_schedule_file() -> None:
+    program = load_program(ROOT / "examples" / "matmul_odd.yaml")
+    tg1 = load_target("tg1")
+    plan = auto_schedule(program, tg1)
+    text = plan.explain(tg1)
+    assert "bottleneck:" in text and "neighbours (one choice changed):" in text
+    again = replay(render(plan.schedule), program, tg1)
+    assert again.trace == plan.schedule.trace
+    a = compile_scheduled(program, tg1, again).binary
+    assert a == compile_scheduled(program, tg1, plan.schedule).binary
+
+
+def test_programs_outside_the_search_space_fall_back_to_the_default() -> None:
+    program = load_program(ROOT / "examples" / "rnn_cell.yaml")
+    result = compile_auto(program, load_target("tg1"))
+    assert result.plan.schedule is None
+    assert "single-statement" in result.plan.explain(load_target("tg1"))
+    cmp, _ = run_and_compare(Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1))
+    assert cmp.exact
+
+
+def test_a_target_too_small_for_any_tile_is_a_capacity_error(tmp_path: Path) -> None:
+    small = tmp_path / "micro.yaml"
+    small.write_text((ROOT / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
+                     .replace("bytes: 2048", "bytes: 16"))
+    with pytest.raises(CapacityError, match=r"does not fit target micro"):
+        compile_auto(parse_program(SMALL_CONV), load_target(str(small)))
