@@ -58,27 +58,23 @@ class _Lowering:
         top = {"spad": 0, "acc": 0}
         self.buf: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]] = {}  # mem, base, origin, size
         self.written = {s.lhs.tensor for s in self.program.statements}
-        self.loop_stages = {}  # tensor -> (position, statements, mem, base, FootprintBox-like)
+        self.loop_stages = {}  # tensor -> (position, statements, mem, base, offset, size)
+        self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
+        explicit = {st.tensor: st for st in self.schedule.stages}
         for st in self.schedule.stages:
             if st.loop:
                 self._plan_loop_stage(st, top)
         for t in self.program.tensors:
             if t.name in self.loop_stages:
                 continue
-            image = None
-            for s in self.program.statements:
-                for acc in [s.lhs] + s.reads:
-                    if acc.tensor == t.name:
-                        img = poly.access_map(s, acc).range()
-                        image = img if image is None else image.union(img)
-            if image is None:
+            box = self.schedule.staged_box(t.name, None)
+            if box is None:
                 continue
-            lo = [_cst(image.dim_min(d)) for d in range(len(t.shape))]
-            hi = [_cst(image.dim_max(d)) for d in range(len(t.shape))]
-            size = tuple(h - l + 1 for l, h in zip(lo, hi))
-            mem = "acc" if t.name in on_array else "spad"
-            self.buf[t.name] = (mem, top[mem], tuple(lo), size)
-            top[mem] += _align(int(np.prod(size)) * t.itemsize)
+            mem = explicit[t.name].memory if t.name in explicit else ("acc" if t.name in on_array else "spad")
+            self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), box.size)
+            top[mem] += _align(int(np.prod(box.size)) * t.itemsize)
+            if box.fresh:
+                self.fresh.add(t.name)
         self.temp_base = top["spad"]
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
             need = top[mem]
@@ -89,8 +85,8 @@ class _Lowering:
                                     f"({need - cap} B over): {live}; stage smaller footprints")
 
     def _plan_loop_stage(self, st, top: dict[str, int]) -> None:
-        """A buffer for the footprint of `st.tensor` in one iteration of loop `st.loop`: its box is
-        the hull of the accesses under the loop, offset affine in the schedule dims up to it."""
+        """A buffer for the footprint of `st.tensor` in one iteration of loop `st.loop` (its box from
+        isl: offset affine in the schedule dimensions up to the loop, size its maximum)."""
         _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False)
         t = self.program.tensor(st.tensor)
         outside = [s.name for s in self.program.statements if s.name not in stmts
@@ -98,51 +94,21 @@ class _Lowering:
         if outside:
             raise CodegenError(f"stage({t.name}, {st.loop}): {', '.join(outside)} also access {t.name} outside "
                                f"{st.loop}; stage it at a loop that encloses them")
-        image = None
-        for s_ in self.program.statements:
-            if s_.name not in stmts:
-                continue
-            sched = self.schedule._state.maps[s_.name]
-            n = sched.dim(isl.dim_type.out)
-            prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
-            for k in range(pos + 1):
-                prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
-            for acc in [s_.lhs] + s_.reads:
-                if acc.tensor != t.name:
-                    continue
-                rel = prefix.reverse().apply_range(poly.access_map(s_, acc))
-                img = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range()
-                image = img if image is None else image.align_params(img.get_space()).union(
-                    img.align_params(image.get_space()))
-        offset, size = [], []
-        params = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
-        for d in range(len(t.shape)):
-            lo = image.dim_min(d)
-            if lo.n_piece() != 1:
-                raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not one affine "
-                                   f"function of the loops (at the edges of a skewed tile?); stage it elsewhere")
-            aff = lo.get_pieces()[0][1]
-            coefs = {}
-            for i, name in enumerate(params):
-                c = int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
-                if c:
-                    coefs[name] = c
-            const = aff.get_constant_val()
-            if not const.is_int():
-                raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not integral")
-            offset.append((int(const.to_python()), coefs))
-            size.append(int(image.dim_max(d).sub(lo).max_val().to_python()) + 1)
-        mem = st.memory
-        buf_bytes = _align(int(np.prod(size)) * t.itemsize)
-        self.loop_stages[t.name] = (pos, stmts, mem, top[mem], offset, tuple(size))
-        top[mem] += buf_bytes
+        box = self.schedule.staged_box(t.name, st.loop)
+        if None in box.offset:
+            raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not one affine function "
+                               f"of the loops (at the edges of a skewed tile?); stage it elsewhere")
+        self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), box.size)
+        if box.fresh:
+            self.fresh.add(t.name)
+        top[st.memory] += _align(int(np.prod(box.size)) * t.itemsize)
 
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine]) -> tuple[LoopAffine, ...]:
         pos, stmts, mem, base, offset, size = self.loop_stages[tensor]
         origin = []
         for const, coefs in offset:
             value = LoopAffine.make(const)
-            for name, c in coefs.items():  # params are named like the schedule dims: i0, i1, ...
+            for name, c in coefs.items():
                 k = int(name[1:])  # the schedule dimension d<k>
                 if f"c{k}" in env:
                     value = value + env[f"c{k}"].scale(c)
@@ -301,6 +267,9 @@ class _Lowering:
         mem, base, origin, size = self.active[tensor]
         t = self.program.tensor(tensor)
         view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
+        if kind == "LOAD" and tensor in self.fresh:
+            self.em.emit(isa.make("VFILL", dst=view, imm=0))  # starts as zeros and no other box meets it
+            return
         box = Box(self.index[tensor], tuple(origin), size)
         self.em.emit(isa.make(kind, dst=view, src=box) if kind == "LOAD" else isa.make(kind, dst=box, src=view))
 

@@ -50,6 +50,13 @@ class _LoopInfo:
 
 
 @dataclass(frozen=True)
+class StagedBox:
+    offset: tuple  # per dimension: (constant, {"d<k>": coefficient}) over schedule dimensions
+    size: tuple[int, ...]
+    fresh: bool  # the buffer starts as zeros: no load needed
+
+
+@dataclass(frozen=True)
 class Stage:
     tensor: str
     loop: str  # loop name, or "" for the whole program
@@ -513,35 +520,78 @@ class Schedule:
 
     # -- capacity -----------------------------------------------------------------------------------
     def footprint_bytes(self, stage: Stage) -> int:
-        """Bytes of the largest per-iteration footprint of `stage.tensor` under its loop (isl)."""
-        tensor = self.program.tensor(stage.tensor)
-        pos = -1 if not stage.loop else self._resolve(self.loop(stage.loop), "stage", False)[1]
-        stmts = self._state.loops[self._resolve(self.loop(stage.loop), "stage", False)[0]].statements \
-            if stage.loop else frozenset(self._all_statements())
-        elements = 0
-        box = None
-        for s in self.program.statements:
-            if s.name not in stmts:
-                continue
-            for acc in [s.lhs] + s.reads:
-                if acc.tensor != stage.tensor:
-                    continue
-                sched = self._state.maps[s.name]
-                n = sched.dim(isl.dim_type.out)
-                prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
-                for k in range(pos + 1):
-                    prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
-                rel = prefix.reverse().apply_range(poly.access_map(s, acc)).intersect_range(poly.tensor_box(tensor))
-                rel = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1) if pos >= 0 else rel
-                img = rel.range()
-                box = img if box is None else box.align_params(img.get_space()).union(img.align_params(box.get_space()))
-        if box is None or box.is_empty():
+        """Bytes of the largest per-iteration footprint of `stage.tensor` under its loop (isl),
+        padding halo included."""
+        box = self.staged_box(stage.tensor, stage.loop or None)
+        if box is None:
             return 0
         elements = 1
-        for d in range(box.dim(isl.dim_type.set)):
-            width = box.dim_max(d).sub(box.dim_min(d)).max_val().to_python() + 1
-            elements *= int(width)
-        return elements * tensor.itemsize * (2 if stage.double_buffered else 1)
+        for n in box.size:
+            elements *= n
+        return elements * self.program.tensor(stage.tensor).itemsize * (2 if stage.double_buffered else 1)
+
+    def staged_box(self, tensor: str, loop: str | None) -> StagedBox | None:
+        """The box a buffer of `tensor` staged at `loop` (None: the program) holds in one iteration.
+
+        Its origin is affine in the schedule dimensions d0..dp up to the loop (one piece, or
+        CodegenError-worthy None offsets), its size the largest over the iterations; `fresh` says
+        that no iteration's box meets another's and the tensor starts as zeros (an output or a
+        temporary), so a buffer needs no load: zeros are its correct initial contents.
+        """
+        t = self.program.tensor(tensor)
+        pos, stmts = -1, frozenset(self._all_statements())
+        if loop:
+            _, pos, stmts = self._resolve(self.loop(loop), "stage", False)
+        image = None
+        for st in self.program.statements:
+            if st.name not in stmts:
+                continue
+            sched = self._state.maps[st.name]
+            n = sched.dim(isl.dim_type.out)
+            prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
+            for k in range(pos + 1):
+                prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
+            for acc in [st.lhs] + st.reads:
+                if acc.tensor != tensor:
+                    continue
+                # the staged box includes the padding halo: the DMA fills it, so it takes space
+                rel = prefix.reverse().apply_range(poly.access_map(st, acc))
+                img = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range()
+                image = img if image is None else image.align_params(img.get_space()).union(
+                    img.align_params(image.get_space()))
+        if image is None or image.is_empty():
+            return None
+        params = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
+        offset, size, affine = [], [], True
+        for d in range(len(t.shape)):
+            lo = image.dim_min(d)
+            size.append(int(image.dim_max(d).sub(lo).max_val().to_python()) + 1)
+            pieces = lo.get_pieces()
+            if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int():
+                affine = False
+                offset.append(None)
+                continue
+            aff = pieces[0][1]
+            coefs = {name: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
+                     for i, name in enumerate(params)}
+            offset.append((int(aff.get_constant_val().to_python()), {k: c for k, c in coefs.items() if c}))
+        fresh = affine and t.role in ("output", "none") and self._boxes_disjoint(tensor, pos, offset, size, image)
+        return StagedBox(tuple(offset), tuple(size), fresh)
+
+    def _boxes_disjoint(self, tensor: str, pos: int, offset, size, image: isl.Set) -> bool:
+        if pos < 0:
+            return True
+        dims = [f"d{k}" for k in range(pos + 1)]
+        elems = [f"e{d}" for d in range(len(size))]
+        cons = []
+        for d, ((const, coefs), n) in enumerate(zip(offset, size)):
+            lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
+            cons.append(f"{lo} <= e{d} < {lo} + {n}")
+        box = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{', '.join(elems)}] : {' and '.join(cons)} }}")
+        # the iterations (prefix values d0..dp, parameters of `image`) as a set over [d0..dp]
+        ordered = image.params().align_params(isl.Set(f"[{', '.join(dims)}] -> {{ : }}").get_space())
+        iterations = isl.Set.from_params(ordered).move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, len(dims))
+        return box.intersect_domain(iterations).reverse().is_single_valued()
 
     def _check_capacity(self, prim: str) -> None:
         if self.target is None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tensorgen.errors import CapacityError, ScheduleError
 from tensorgen.ir.core import BinOp, Program, Read, Statement
-from tensorgen.schedule.api import Schedule, Stage
+from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.kernel import mac_mapping, out_indices
 from tensorgen.target import Target
 
@@ -142,7 +142,9 @@ def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Pla
         s = _skeleton(program, target, blocks, order + tuple(band))
         trips = {name: _trips(s, name) for name in order}
         levels = [None] + list(order)
-        sizes = {(t, lv): s.footprint_bytes(Stage(t, lv or "", "spad")) for t in tensors for lv in levels}
+        boxes = {(t, lv): s.staged_box(t, lv) for t in tensors for lv in levels}
+        sizes = {key: (math.prod(b.size) * program.tensor(key[0]).itemsize if b else 0, bool(b and b.fresh))
+                 for key, b in boxes.items()}
         per_band = _band_cycles(s, stmt, band, band_kind, target)
         compute = per_band * math.prod(trips.values())
         for choice in itertools.product(levels, repeat=len(tensors)):
@@ -196,9 +198,15 @@ def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind) 
     dma = dram = 0
     lhs = program.statements[0].lhs.tensor
     for tensor, level in zip(tensors, choice):
-        nbytes = sizes[(tensor, level)]
+        nbytes, fresh = sizes[(tensor, level)]
         count = math.prod(trips[o] for o in order[: order.index(level) + 1]) if level else 1
-        transfers = 2 if tensor == lhs else 1  # outputs are loaded (partial sums) and stored
+        transfers = 1
+        if tensor == lhs:  # outputs are stored, and loaded (partial sums) unless they start as zeros
+            if fresh:
+                elements = nbytes // program.tensor(tensor).itemsize
+                dma += count * (target.vector_setup_cycles + -(-elements // target.lanes))
+            else:
+                transfers = 2
         dma += count * transfers * (target.dma_setup_cycles + -(-nbytes // target.dram_bytes_per_cycle))
         dram += count * transfers * nbytes
         if kind == "array" and tensor == lhs:
