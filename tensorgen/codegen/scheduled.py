@@ -135,8 +135,8 @@ class _Lowering:
         for name in self.schedule.vectorized:
             _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize", False)
             out.append(("vector", (pos,), stmts))
-        for names in self.schedule.tensorized:
-            found = [self.schedule._resolve(self.schedule.loop(n), "tensorize", False) for n in names]
+        for ms, n, k in self.schedule.tensorized:
+            found = [self.schedule._resolve(self.schedule.loop(x), "tensorize", False) for x in (*ms, n, k)]
             out.append(("array", tuple(p for _, p, _ in found), found[0][2]))
         return out
 
@@ -331,26 +331,29 @@ class _Lowering:
 
     def _matmul(self, stmt: Statement, values, band) -> None:
         mp = mac_mapping(self.program, stmt)
-        if mp is None or len(band) != 3:
+        if mp is None or len(band) < 3:
             raise CodegenError(f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band")
         acc = self._view(stmt.lhs, values, band)
         a, b = self._view(mp.a, values, band), self._view(mp.b, values, band)
         # band slots -> roles: k moves a and b but not acc; m moves acc and a; n moves acc and b
-        roles = {}
-        for slot in range(3):
+        ms, n, k = [], [], []
+        for slot in range(len(band)):
             moves = (acc.strides[slot] != 0, a.strides[slot] != 0, b.strides[slot] != 0)
-            roles[{(False, True, True): "k", (True, True, False): "m", (True, False, True): "n"}.get(moves, "?")] = slot
-        if set(roles) != {"m", "n", "k"}:
-            raise CodegenError(f"tensorize: the band of {stmt.name} is not (m, n, k) of a matmul")
-        m, n, k = roles["m"], roles["n"], roles["k"]
+            role = {(False, True, True): k, (True, True, False): ms, (True, False, True): n}.get(moves)
+            if role is None:
+                raise CodegenError(f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul")
+            role.append(slot)
+        if len(n) != 1 or len(k) != 1 or not ms:
+            raise CodegenError(f"tensorize: the band of {stmt.name} is not (m.., n, k) of a matmul")
+        (n,), (k,) = n, k
         if acc.shape[k] > self.target.rows or acc.shape[n] > self.target.cols:
             raise CodegenError(f"tensorize: K={acc.shape[k]} N={acc.shape[n]} exceeds the "
                                f"{self.target.rows}x{self.target.cols} array; split first")
 
-        def pick(v: View, x: int, y: int) -> View:
-            return View(v.mem, v.dtype, v.base, (v.shape[x], v.shape[y]), (v.strides[x], v.strides[y]))
+        def pick(v: View, *slots: int) -> View:
+            return View(v.mem, v.dtype, v.base, tuple(v.shape[x] for x in slots), tuple(v.strides[x] for x in slots))
 
-        self.em.emit(isa.make("MATMUL", acc=pick(acc, m, n), a=pick(a, m, k), b=pick(b, k, n), accumulate=1,
+        self.em.emit(isa.make("MATMUL", acc=pick(acc, *ms, n), a=pick(a, *ms, k), b=pick(b, k, n), accumulate=1,
                               a_zp=mp.a_zp, b_zp=mp.b_zp))
 
 

@@ -1,10 +1,15 @@
 """The isl view of an IR program: iteration domains, access relations, order.
 
+Domains and access relations are cached on the (immutable) statements: isl objects are
+values too, and every later question reuses them.
+
 This is where `tensorgen.ir` values become islpy objects; layers above talk in
 tensorgen's own types and ask `tensorgen.poly` their integer-set questions.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import islpy as isl
 
@@ -24,10 +29,12 @@ def domain_text(stmt: Statement, name: str | None = None) -> str:
     return f"{name or stmt.name}[{', '.join(stmt.indices)}] : {' and '.join(cons)}"
 
 
+@lru_cache(maxsize=1024)
 def domain(stmt: Statement) -> isl.Set:
     return isl.Set("{ " + domain_text(stmt) + " }")
 
 
+@lru_cache(maxsize=4096)
 def access_map(stmt: Statement, access: Access) -> isl.Map:
     idx = ", ".join(affine_text(a) for a in access.index)
     return isl.Map(f"{{ {stmt.name}[{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] }}").intersect_domain(

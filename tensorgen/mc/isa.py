@@ -91,7 +91,8 @@ def _matmul(state: MachineState, a) -> None:
     # float64 BLAS is exact while |sum| < 2**53: K <= array rows keeps every tile far below it.
     x = (state.read(a["a"]) - a["a_zp"]).astype(np.float64)
     w = (state.read(a["b"]) - a["b_zp"]).astype(np.float64)
-    prod = (x @ w).astype(np.int64)
+    # a is (M1, ..., K): its leading dimensions all stream through the array as M rows
+    prod = (x.reshape(-1, x.shape[-1]) @ w).astype(np.int64).reshape(a["acc"].shape)
     if a["accumulate"]:
         prod = prod + state.read(a["acc"])
     state.write(a["acc"], _wrap32(prod))
@@ -102,11 +103,13 @@ def _matmul_loop(state: MachineState, a) -> None:
     # axes are more reduction depth, so the whole nest is one BLAS call over (M, loops*K).
     x = state.read_loop(a["a"]) - a["a_zp"]
     w = state.read_loop(a["b"]) - a["b_zp"]
-    m, k = x.shape[-2:]
-    n = w.shape[-1]
-    x2 = np.moveaxis(x, -2, 0).reshape(m, -1).astype(np.float64)
+    ms = a["a"].shape[:-1]
+    loops = x.shape[: x.ndim - len(ms) - 1]
+    m, k, n = int(np.prod(ms)), x.shape[-1], w.shape[-1]
+    x2 = np.moveaxis(x.reshape(*loops, m, k), len(loops), 0).reshape(m, -1).astype(np.float64)
     w2 = w.reshape(-1, n).astype(np.float64)
-    state.write(a["acc"], _wrap32(state.read(a["acc"]) + (x2 @ w2).astype(np.int64)))
+    prod = (x2 @ w2).astype(np.int64).reshape(a["acc"].shape)
+    state.write(a["acc"], _wrap32(state.read(a["acc"]) + prod))
 
 
 def _vmac_loop(state: MachineState, a) -> None:
@@ -170,7 +173,8 @@ def _dma_cost(target, a) -> Cost:
 
 
 def _matmul_cost(target, a) -> Cost:
-    m, k = a["a"].shape
+    *ms, k = a["a"].shape
+    m = int(np.prod(ms))
     n = a["b"].shape[1]
     acc_views = (a["acc"], a["acc"]) if a["accumulate"] else (a["acc"],)
     return Cost(m + target.fill_cycles, macs=m * n * k, bytes=_view_bytes(a["a"], a["b"], *acc_views))
@@ -215,7 +219,8 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
     InstructionDef("MATMUL", 0x20, "EX",
                    (("acc", "view"), ("a", "view"), ("b", "view"), ("accumulate", "u8"), ("a_zp", "i32"),
                     ("b_zp", "i32")),
-                   "acc[M,N] (+)= (a[M,K] - a_zp) @ (b[K,N] - b_zp) on the weight-stationary MAC array: "
+                   "acc[M..,N] (+)= (a[M..,K] - a_zp) @ (b[K,N] - b_zp) on the weight-stationary MAC array "
+                   "(M.. = one or more streamed dimensions, M their product rows): "
                    "int8/uint8 operands, zero points subtracted at the array inputs (9-bit multipliers), "
                    "int32 accumulator with two's-complement wrap; K <= rows, N <= cols, M streams. "
                    "Cycles: M + fill.", _matmul, _matmul_cost, _matmul_loop),

@@ -75,9 +75,12 @@ class _State:
 class Schedule:
     """A chainable, checked schedule of one program. See the module docstring."""
 
-    def __init__(self, program: Program, target=None) -> None:
+    def __init__(self, program: Program, target=None, checked: bool = True) -> None:
+        """`checked=False` skips the dependence checks: only for the automatic scheduler's cost
+        probes of schedules it rebuilds, checked, before using them."""
         self.program = program
         self.target = target
+        self.checked = checked
         self.trace: list[str] = []
         self.stages: list[Stage] = []
         self.unrolled: dict[str, int | None] = {}
@@ -185,7 +188,7 @@ class Schedule:
         umap = isl.UnionMap("{ }")
         for m in state.maps.values():
             umap = umap.union(isl.UnionMap.from_map(m))
-        viol = find_violation(self.program, umap)
+        viol = find_violation(self.program, umap) if self.checked else None
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence()}", detail=str(umap))
         self._state = state
@@ -444,29 +447,34 @@ class Schedule:
         self._annotated[lid] = "vectorized"
         self.trace.append(f"s.vectorize(s.loop({loop.name!r}))")
 
-    def tensorize(self, m: Loop, n: Loop, k: Loop) -> None:
+    def tensorize(self, m: Loop | tuple[Loop, ...], n: Loop, k: Loop) -> None:
         """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n].
+        `m` may be several adjacent loops (outer first): all of them stream through the array as
+        one long M, which amortises its fill (a 7x7 image is M = 49, not 7 rows of 7).
 
         Before::                                    After ``tensorize(i, j_i, k_i)``::
 
             for j_o: for k_o: for i: for j_i: for k_i:      for j_o: for k_o:
                 C[i, j] += A[i, k] * B[k, j]                    MATMUL C[:, j_o] += A[:, k_o] @ B[k_o, j_o]
         """
-        prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in (m, n, k))})"
-        found = [self._resolve(l, prim, modify=False) for l in (m, n, k)]
+        ms = tuple(m) if isinstance(m, (tuple, list)) else (m,)
+        loops = (*ms, n, k)
+        prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in loops)})"
+        found = [self._resolve(l, prim, modify=False) for l in loops]
         stmt = next(iter(found[0][2]))
         nest = [p for p, row in enumerate(self._state.dims) if row[stmt] is not None]
         ranks = sorted(nest.index(p) for _, p, _ in found if p in nest)
-        if len(set(ranks)) != 3 or ranks[2] - ranks[0] != 2:
-            raise ScheduleError(f"{prim}: give three distinct loops that are adjacent in the nest")
-        lo, hi = self._innermost_band((m, n, k), prim)
+        if len(set(ranks)) != len(loops) or ranks[-1] - ranks[0] != len(loops) - 1:
+            raise ScheduleError(f"{prim}: give distinct loops that are adjacent in the nest")
+        lo, hi = self._innermost_band(loops, prim)
         viol = find_violation(self.program, self.union_map(), lo, hi, found[0][2])
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
-        self.tensorized.append((m.name, n.name, k.name))
+        self.tensorized.append((tuple(l.name for l in ms), n.name, k.name))
         for lid, _, _ in found:
             self._annotated[lid] = "tensorized"
-        self.trace.append(f"s.tensorize(s.loop({m.name!r}), s.loop({n.name!r}), s.loop({k.name!r}))")
+        m_text = f"s.loop({ms[0].name!r})" if len(ms) == 1 else f"({', '.join(f's.loop({l.name!r})' for l in ms)})"
+        self.trace.append(f"s.tensorize({m_text}, s.loop({n.name!r}), s.loop({k.name!r}))")
 
     def stage(self, tensor: str, at: Loop | None, memory: str = "spad") -> None:
         """Keep the footprint of `tensor` that the iterations of `at` touch in `memory` (the DMAs

@@ -117,60 +117,84 @@ def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Pla
     else:
         return Plan(None, None, reason="not a contraction the MAC array or the vector unit takes")
 
-    skeleton = Schedule(program, target)
-    inner, outer_names = [], []
-    for name, size in blocks:
-        if stmt.extent(name) > size:
-            o, i = skeleton.split(skeleton.loop(name), size)
-            inner.append(i.name)
-            outer_names.append(o.name)
-        else:
-            inner.append(name)
-    others_out = [i for i in out if i not in (m, mp.n if mp else None)]
-    others_red = [i for i in reds if i not in (mp.k if mp else ())]
-    band = [m] + inner
-    n_outer = [x for x in outer_names if mp and x.startswith(f"{mp.n}_")]
-    k_outer = [x for x in outer_names if mp and x.startswith(f"{mp.k}_")]
-    orders = {tuple(others_out + n_outer + k_outer + others_red), tuple(n_outer + others_out + k_outer + others_red)}
-    if band_kind == "vector":
-        orders = {tuple(others_out + others_red)}
-    tensors = [stmt.lhs.tensor] + [a.tensor for a in stmt.reads]
-    tensors = list(dict.fromkeys(tensors))
+    tensors = list(dict.fromkeys([stmt.lhs.tensor] + [a.tensor for a in stmt.reads]))
     considered: list[Candidate] = []
-    best: tuple[Candidate, Schedule] | None = None
-    for order in sorted(orders):
-        s = _skeleton(program, target, blocks, order + tuple(band))
-        trips = {name: _trips(s, name) for name in order}
-        levels = [None] + list(order)
-        boxes = {(t, lv): s.staged_box(t, lv) for t in tensors for lv in levels}
-        sizes = {key: (math.prod(b.size) * program.tensor(key[0]).itemsize if b else 0, bool(b and b.fresh))
-                 for key, b in boxes.items()}
-        per_band = _band_cycles(s, stmt, band, band_kind, target)
-        compute = per_band * math.prod(trips.values())
-        for choice in itertools.product(levels, repeat=len(tensors)):
-            if time.perf_counter() - t0 > TIME_BUDGET_S:
+    best: tuple[Candidate, tuple] | None = None
+    for shape in _shapes(stmt, out, reds, mp, m, blocks, band_kind):
+        blocks_f, order_options, m_loops, band = shape
+        for order in order_options:
+            if time.perf_counter() - t0 > TIME_BUDGET_S and best is not None:
                 break
-            cand = _cost(program, target, tensors, choice, order, trips, sizes, compute, band_kind)
-            considered.append(cand)
-            if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
-                                            (best[0].cycles, best[0].dram_bytes)):
-                best = (cand, s)
+            s = _skeleton(program, target, blocks_f, order + tuple(band), checked=False)
+            trips = {name: _trips(s, name) for name in order}
+            levels = [None] + list(order)
+            boxes = {(t, lv): s.staged_box(t, lv) for t in tensors for lv in levels}
+            sizes = {key: (math.prod(b.size) * program.tensor(key[0]).itemsize if b else 0, bool(b and b.fresh))
+                     for key, b in boxes.items()}
+            rows = math.prod(_trips(s, x) for x in m_loops)
+            per_band = rows + target.fill_cycles if band_kind == "array" else \
+                target.vector_setup_cycles + -(-rows // target.lanes)
+            compute = per_band * math.prod(trips.values())
+            for choice in itertools.product(levels, repeat=len(tensors)):
+                cand = _cost(program, target, tensors, choice, order, trips, sizes, compute, band_kind)
+                considered.append(cand)
+                if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
+                                                (best[0].cycles, best[0].dram_bytes)):
+                    best = (cand, shape)
     if best is None:
         raise CapacityError("every staging choice overflows a memory")
-    cand, _ = best
-    final = _skeleton(program, target, blocks, cand.order + tuple(band))
+    cand, (blocks_f, _, m_loops, band) = best
+    final = _skeleton(program, target, blocks_f, cand.order + tuple(band))
     for tensor, level in cand.stages:
         mem = "acc" if (band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
         final.stage(tensor, final.loop(level) if level else None, mem)
     if band_kind == "array":
-        final.tensorize(*(final.loop(x) for x in band))
+        final.tensorize(tuple(final.loop(x) for x in m_loops), *(final.loop(x) for x in band[len(m_loops):]))
     else:
         final.vectorize(final.loop(m))
     return Plan(final, cand, considered)
 
 
-def _skeleton(program: Program, target: Target, blocks, order: tuple[str, ...]) -> Schedule:
-    s = Schedule(program, target)
+def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str):
+    """(blocks to split, loop orders outside the band, the band's M loops, the band) to try.
+
+    On the MAC array, N and K are blocked by the array; M streams: the M index alone, or with
+    a block of a second output index (image rows) so that more rows share one fill."""
+    def split_name(name: str, size: int, part: str) -> str:
+        return f"{name}_{part}" if stmt.extent(name) > size else name
+
+    inner = [split_name(n, size, "i") for n, size in blocks]
+    n_outer = [f"{n}_o" for n, size in blocks[:1] if stmt.extent(n) > size]
+    k_outer = [f"{n}_o" for n, size in blocks[1:] if stmt.extent(n) > size]
+    others_red = [i for i in reds if i not in (mp.k if mp else ())]
+    base_out = [i for i in out if i not in (m, mp.n if mp else None)]
+    if kind == "vector":
+        yield blocks, [tuple(base_out + others_red)], [m], [m]
+        return
+    m2 = max((i for i in base_out if stmt.extent(i) > 1), key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
+             default=None)
+    factors = {1}
+    if m2 is not None and stmt.extent(m) < 256:
+        # rows of M up to 256 per fill; half as many when the accumulators or the budget are tight
+        widest = max(1, min(stmt.extent(m2), 256 // stmt.extent(m)))
+        factors = {widest, max(1, widest // 2)}
+    for f in sorted(factors):
+        blocks_f, others_out, m_loops = list(blocks), list(base_out), [m]
+        if f > 1:
+            if f < stmt.extent(m2):
+                blocks_f.append((m2, f))
+                others_out[others_out.index(m2)] = f"{m2}_o"
+                m_loops = [f"{m2}_i", m]
+            else:
+                others_out.remove(m2)
+                m_loops = [m2, m]
+        orders = list(dict.fromkeys([tuple(others_out + n_outer + k_outer + others_red),
+                                     tuple(n_outer + others_out + k_outer + others_red)]))
+        yield blocks_f, orders, m_loops, m_loops + inner
+
+
+def _skeleton(program: Program, target: Target, blocks, order: tuple[str, ...], checked: bool = True) -> Schedule:
+    s = Schedule(program, target, checked)
     for name, size in blocks:
         if program.statements[0].extent(name) > size:
             s.split(s.loop(name), size)
@@ -183,14 +207,6 @@ def _trips(s: Schedule, loop: str) -> int:
     lid, pos, stmts = s._resolve(s.loop(loop), "auto", False)
     rng = s._state.maps[next(iter(stmts))].range()
     return int(rng.dim_max(pos).max_val().to_python() - rng.dim_min(pos).min_val().to_python()) + 1
-
-
-def _band_cycles(s: Schedule, stmt: Statement, band: list[str], kind: str, target: Target) -> int:
-    """Cycles of the band instructions run for one iteration of all outer loops."""
-    extents = [_trips(s, b) for b in band]
-    if kind == "array":
-        return extents[0] + target.fill_cycles
-    return target.vector_setup_cycles + -(-extents[0] // target.lanes)
 
 
 def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind) -> Candidate:

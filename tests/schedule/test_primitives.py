@@ -120,7 +120,7 @@ def test_vectorize() -> None:
 def test_tensorize() -> None:
     s = Schedule(parse_program(MATMUL))
     _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j"), s.loop("j")),
-             r"^tensorize\(i, j, j\): give three distinct loops that are adjacent in the nest$")
+             r"^tensorize\(i, j, j\): give distinct loops that are adjacent in the nest$")
     s.split(s.loop("j"), 3)
     _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j_o"), s.loop("j_i")),
              r"^tensorize\(i, j_o, j_i\): S0 has loops inside the band; the band must be innermost$")
