@@ -178,6 +178,11 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str):
         # rows of M up to 256 per fill; half as many when the accumulators or the budget are tight
         widest = max(1, min(stmt.extent(m2), 256 // stmt.extent(m)))
         factors = {widest, max(1, widest // 2)}
+    n, cols = blocks[0]
+    if m2 is None and stmt.extent(n) > 2 * cols:
+        # a super-block of N columns whose accumulators stay on chip, so that each block of A
+        # (M x K) is loaded once per super-block instead of once per column block
+        yield from _super_blocks(stmt, blocks, base_out, others_red, m, k_outer)
     for f in sorted(factors):
         blocks_f, others_out, m_loops = list(blocks), list(base_out), [m]
         if f > 1:
@@ -193,10 +198,23 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str):
         yield blocks_f, orders, m_loops, m_loops + inner
 
 
+def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_outer):
+    (n, cols), (k, rows) = blocks
+    for columns in (4 * cols, 8 * cols):
+        if columns >= stmt.extent(n):
+            continue
+        split = [(n, columns), (f"{n}_i", cols), (k, rows)]
+        inner = [f"{n}_i_i" if columns > cols else f"{n}_i", f"{k}_i" if stmt.extent(k) > rows else k]
+        head = [f"{n}_o"]
+        orders = [tuple(head + others_out + k_outer + [f"{n}_i_o"] + others_red),
+                  tuple(others_out + head + k_outer + [f"{n}_i_o"] + others_red)]
+        yield split, list(dict.fromkeys(orders)), [m], [m] + inner
+
+
 def _skeleton(program: Program, target: Target, blocks, order: tuple[str, ...], checked: bool = True) -> Schedule:
     s = Schedule(program, target, checked)
     for name, size in blocks:
-        if program.statements[0].extent(name) > size:
+        if _trips(s, name) > size:
             s.split(s.loop(name), size)
     s.reorder(*(s.loop(x) for x in order))
     return s
