@@ -60,6 +60,7 @@ class _Lowering:
         self.written = {s.lhs.tensor for s in self.program.statements}
         self.loop_stages = {}  # tensor -> (position, statements, mem, base, offset, size)
         self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
+        self.double: set[str] = set()  # loop-staged tensors with two buffers
         explicit = {st.tensor: st for st in self.schedule.stages}
         for st in self.schedule.stages:
             if st.loop:
@@ -101,7 +102,9 @@ class _Lowering:
         self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), box.size)
         if box.fresh:
             self.fresh.add(t.name)
-        top[st.memory] += _align(int(np.prod(box.size)) * t.itemsize)
+        top[st.memory] += _align(int(np.prod(box.size)) * t.itemsize) * (2 if st.double_buffered else 1)
+        if st.double_buffered:
+            self.double.add(t.name)
 
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine]) -> tuple[LoopAffine, ...]:
         pos, stmts, mem, base, offset, size = self.loop_stages[tensor]
@@ -240,7 +243,9 @@ class _Lowering:
         if band:
             raise CodegenError(f"a vectorized or tensorized loop ({', '.join(band)}) has a loop with non-constant "
                                f"bounds inside it; split by a factor that divides the extent")
-        if constant:
+        if constant and self._pipelined(node, pos, upper[0][0].const - lower[0][0].const + 1):
+            self._pipelined_loop(node, pos, name, lower[0][0].const, upper[0][0].const, env, band)
+        elif constant:
             lo, hi = lower[0][0].const, upper[0][0].const
             with self.em.loop(hi - lo + 1) as level:
                 self._staged_body(node, pos, {**env, name: LoopAffine.make(lo, {level: 1})}, band)
@@ -262,6 +267,95 @@ class _Lowering:
             if t in self.written:
                 self._dma("STORE", t)
             self.active[t] = saved[t]
+
+    # -- double buffering -----------------------------------------------------------------
+    def _staged_here(self, node, pos: int) -> list[str]:
+        under = {self.piece_of.get(n, n) for n in _statements_under(node)}
+        return [t for t, (p, stmts, *_) in self.loop_stages.items() if p == pos and under <= stmts]
+
+    def _pipelined(self, node, pos: int, count: int) -> bool:
+        """Whether the loop can overlap its DMAs with its compute: every tensor staged at it has
+        two buffers, and no DMA happens deeper inside (its body is pure compute)."""
+        here = self._staged_here(node, pos)
+        if count < 2 or not here or any(t not in self.double for t in here):
+            return False
+        under = {self.piece_of.get(n, n) for n in _statements_under(node)}
+        return not any(p > pos and stmts & under for t, (p, stmts, *_) in self.loop_stages.items())
+
+    def _pipelined_loop(self, node, pos: int, name: str, lo: int, hi: int, env, band) -> None:
+        """The loop unrolled by two over alternating buffers, with tokens only where buffers
+        are shared: the loads of one iteration and the stores of the previous run while the
+        MAC array or vector unit computes. Two credits per direction start the pipeline, and
+        are drained at its end, so the loop leaves no token behind."""
+        em, here = self.em, self._staged_here(node, pos)
+        loads = [t for t in here if t not in self.fresh]
+        stores = [t for t in here if t in self.written]
+        em.emit(isa.make("SYNC", queue=1))  # leave the serial chain on EX with everything done
+        code = em.code
+        sync = lambda q, wait=(), signal=(): code.append(  # noqa: E731
+            isa.make("SYNC", queue="LD EX ST".split().index(q)).with_tokens(wait=set(wait), signal=set(signal)))
+        for _ in range(2):
+            if loads:
+                sync("EX", signal=["LD"])
+            if stores:
+                code.append(isa.make("SYNC", queue=2).with_tokens(signal={"EX"}))
+
+        def iteration(value: LoopAffine, parity: int) -> None:
+            saved = {t: self.active.get(t) for t in here}
+            for t in here:
+                _, _, mem, base, _, size = self.loop_stages[t]
+                nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
+                self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, {**env, name: value}), size)
+            if loads:
+                sync("LD", wait=["EX"])
+                for t in loads:
+                    self._dma_raw("LOAD", t)
+                sync("LD", signal=["EX"])
+            waits = (["LD"] if loads else []) + (["ST"] if stores else [])
+            sync("EX", wait=waits)
+            em.queue, em.fresh_block = "EX", True
+            for t in here:
+                if t in self.fresh:
+                    self._dma_raw("LOAD", t)  # the zero fill, on EX
+            self._walk(node.for_get_body(), {**env, name: value}, band)
+            if em.queue != "EX":
+                raise CodegenError("a double-buffered loop's body must run on the compute queue only")
+            sync("EX", signal=(["LD"] if loads else []) + (["ST"] if stores else []))
+            if stores:
+                sync("ST", wait=["EX"])
+                for t in stores:
+                    self._dma_raw("STORE", t)
+                code.append(isa.make("SYNC", queue=2).with_tokens(signal={"EX"}))
+            for t in here:
+                self.active[t] = saved[t]
+
+        count = hi - lo + 1
+        head = len(code)
+        code.append(isa.make("LOOP", count=count // 2, body=0))
+        em.depth += 1
+        level = em.depth - 1
+        iteration(LoopAffine.make(lo, {level: 2}), 0)
+        iteration(LoopAffine.make(lo + 1, {level: 2}), 1)
+        em.depth -= 1
+        code[head] = isa.make("LOOP", count=count // 2, body=len(code) - head - 1)
+        if count % 2:
+            iteration(LoopAffine.make(hi), 0)
+        for _ in range(2):
+            if loads:
+                sync("LD", wait=["EX"])
+            if stores:
+                sync("EX", wait=["ST"])
+        em.queue = "LD" if loads and not stores else "EX"
+        em.fresh_block = True
+
+    def _dma_raw(self, kind: str, tensor: str) -> None:
+        """A DMA (or zero fill) appended without the serial token chain."""
+        before = self.em.queue, len(self.em.code)
+        self.em.queue = {"LOAD": "LD", "STORE": "ST"}[kind] if not (kind == "LOAD" and tensor in self.fresh) else "EX"
+        self._dma(kind, tensor)
+        assert len(self.em.code) == before[1] + 1
+        self.em.code[-1] = self.em.code[-1].with_tokens(wait=set(), signal=set())
+        self.em.queue = before[0]
 
     def _dma(self, kind: str, tensor: str) -> None:
         mem, base, origin, size = self.active[tensor]
