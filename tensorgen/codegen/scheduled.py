@@ -41,6 +41,7 @@ class _Lowering:
         self.em = Emitter()
         self.by_name = {s.name: s for s in program.statements}
         self.piece_of: dict[str, str] = {}  # AST statement (a piece of a statement) -> statement
+        self.piece_maps: dict[str, isl.Map] = {}  # AST statement -> its schedule
         self._layout()
         self.bands = self._bands()
 
@@ -106,8 +107,10 @@ class _Lowering:
         if st.double_buffered:
             self.double.add(t.name)
 
-    def _stage_origin(self, tensor: str, env: dict[str, LoopAffine]) -> tuple[LoopAffine, ...]:
+    def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], pieces=None) -> tuple[LoopAffine, ...]:
         pos, stmts, mem, base, offset, size = self.loop_stages[tensor]
+        if pieces is not None:  # the AST statements under a node: their schedules fix elided dims
+            stmts = pieces
         origin = []
         for const, coefs in offset:
             value = LoopAffine.make(const)
@@ -123,7 +126,7 @@ class _Lowering:
     def _dim_constant(self, stmts, k: int) -> int:
         values = set()
         for name in stmts:
-            rng = self.schedule._state.maps[name].range()
+            rng = (self.piece_maps.get(name) or self.schedule._state.maps[name]).range()
             lo, hi = rng.dim_min(k), rng.dim_max(k)
             if not (lo.is_cst() and hi.is_cst()) or _cst(lo) != _cst(hi):
                 raise CodegenError(f"schedule dimension {k} is neither a loop nor a constant around a staged tensor")
@@ -163,7 +166,16 @@ class _Lowering:
             self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
         build = isl.AstBuild.from_context(isl.Set("{ : }"))
-        ast = build.node_from_schedule_map(self._separated())
+        schedule = self._separated()
+        stage_dims = sorted({p for p, *_ in self.loop_stages.values()})
+        if stage_dims:
+            # one loop per staging dimension, partial iterations included, so that the DMAs of a
+            # stage wrap every iteration (isl would otherwise peel a last partial one out of it)
+            n = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
+            dims = ", ".join(f"d{i}" for i in range(n))
+            build = build.set_options(isl.UnionMap(
+                "{ " + "; ".join(f"[{dims}] -> atomic[{p}]" for p in stage_dims) + " }"))
+        ast = build.node_from_schedule_map(schedule)
         self._walk(ast, {}, {})
         for name in self.buf:
             if name in self.written:
@@ -179,19 +191,50 @@ class _Lowering:
             positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
             if not positions:
                 out = out.union(isl.UnionMap.from_map(m))
+                self.piece_maps[stmt.name] = m
                 continue
             pieces, rest = _uniform_pieces(m.range(), positions)
             for i, piece in enumerate(pieces):
                 name = stmt.name if i == 0 else f"{stmt.name}__p{i}"
-                out = out.union(isl.UnionMap.from_map(m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)))
+                piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
+                out = out.union(isl.UnionMap.from_map(piece_map))
                 self.piece_of[name] = stmt.name
+                self.piece_maps[name] = piece_map
             if rest is not None and not rest.is_empty():
-                out = out.union(isl.UnionMap.from_map(
-                    m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, f"{stmt.name}__rest")))
+                rest_map = m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, f"{stmt.name}__rest")
+                out = out.union(isl.UnionMap.from_map(rest_map))
                 self.piece_of[f"{stmt.name}__rest"] = stmt.name
+                self.piece_maps[f"{stmt.name}__rest"] = rest_map
         return out
 
     def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
+        missing = self._peeled_stages(node, env)
+        if missing:
+            # an iteration of a staging loop that isl peeled out of its loop: stage it here
+            pieces = _statements_under(node)
+            saved = {t: self.active.get(t) for t in missing}
+            for t in missing:
+                _, _, mem, base, _, size = self.loop_stages[t]
+                self.active[t] = (mem, base, self._stage_origin(t, env, pieces), size)
+                self._dma("LOAD", t)
+            self._walk_node(node, env, band)
+            for t in missing:
+                if t in self.written:
+                    self._dma("STORE", t)
+                self.active[t] = saved[t]
+            return
+        self._walk_node(node, env, band)
+
+    def _peeled_stages(self, node, env) -> list[str]:
+        t = node.get_type()
+        if t not in (isl.ast_node_type.for_, isl.ast_node_type.user):
+            return []
+        limit = int(node.for_get_iterator().get_id().get_name()[1:]) if t == isl.ast_node_type.for_ else 10**6
+        under = {self.piece_of.get(n, n) for n in _statements_under(node)}
+        return [name for name, (p, stmts, *_) in self.loop_stages.items()
+                if self.active.get(name) is None and p < limit and f"c{p}" not in env and under <= stmts]
+
+    def _walk_node(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
         t = node.get_type()
         if t == isl.ast_node_type.block:
             children = node.block_get_children()

@@ -35,6 +35,7 @@ class Candidate:
     dram_bytes: int
     spad_bytes: int
     acc_bytes: int
+    pipelined: bool = False  # the innermost staging loop double-buffers its inputs
 
     @property
     def cycles(self) -> int:
@@ -65,12 +66,16 @@ class Plan:
                  "staging (tensor: the loop whose iterations each hold one footprint):"]
         for tensor, loop in c.stages:
             lines.append(f"  {tensor} at {loop or 'the program'}")
+        if c.pipelined:
+            lines.append("  the innermost staging loop double-buffers its inputs: their loads overlap compute")
         lines.append("neighbours (one choice changed):")
         for other in self._neighbours():
             diff = [f"{t}: {a or 'program'} -> {b or 'program'}" for (t, a), (_, b) in zip(c.stages, other.stages)
                     if a != b]
             if other.order != c.order:
                 diff.append(f"order {' '.join(other.order)}")
+            if other.pipelined != c.pipelined:
+                diff.append("double-buffered" if other.pipelined else "single-buffered")
             cost = "over capacity" if other.cycles == math.inf else \
                 f"{other.cycles} cycles ({other.cycles / c.cycles:.2f}x)"
             lines.append(f"  {', '.join(diff)}: {cost}")
@@ -80,7 +85,8 @@ class Plan:
         c = self.chosen
         out = []
         for other in self.considered:
-            changes = sum(a != b for a, b in zip(c.stages, other.stages)) + (other.order != c.order)
+            changes = sum(a != b for a, b in zip(c.stages, other.stages)) + (other.order != c.order) + \
+                (other.pipelined != c.pipelined)
             if changes == 1:
                 out.append(other)
         return sorted(out, key=lambda o: o.cycles)[:6]
@@ -135,12 +141,15 @@ def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Pla
             per_band = rows + target.fill_cycles if band_kind == "array" else \
                 target.vector_setup_cycles + -(-rows // target.lanes)
             compute = per_band * math.prod(trips.values())
+            ragged = _ragged(stmt, blocks_f)
             for choice in itertools.product(levels, repeat=len(tensors)):
-                cand = _cost(program, target, tensors, choice, order, trips, sizes, compute, band_kind)
-                considered.append(cand)
-                if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
-                                                (best[0].cycles, best[0].dram_bytes)):
-                    best = (cand, shape)
+                for pipeline in (False, True):
+                    cand = _cost(program, target, tensors, choice, order, trips, sizes, compute, band_kind,
+                                 pipeline, ragged)
+                    considered.append(cand)
+                    if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
+                                                    (best[0].cycles, best[0].dram_bytes)):
+                        best = (cand, shape)
     if best is None:
         raise CapacityError("every staging choice overflows a memory")
     cand, (blocks_f, _, m_loops, band) = best
@@ -148,6 +157,11 @@ def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Pla
     for tensor, level in cand.stages:
         mem = "acc" if (band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
         final.stage(tensor, final.loop(level) if level else None, mem)
+    if cand.pipelined:
+        inner = max((lv for _, lv in cand.stages if lv), key=cand.order.index)
+        for tensor, level in cand.stages:
+            if level == inner:
+                final.double_buffer(tensor)
     if band_kind == "array":
         final.tensorize(tuple(final.loop(x) for x in m_loops), *(final.loop(x) for x in band[len(m_loops):]))
     else:
@@ -227,10 +241,39 @@ def _trips(s: Schedule, loop: str) -> int:
     return int(rng.dim_max(pos).max_val().to_python() - rng.dim_min(pos).min_val().to_python()) + 1
 
 
-def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind) -> Candidate:
+def _ragged(stmt: Statement, blocks) -> set[str]:
+    """Outer loops of splits whose last iteration is partial: isl peels such an iteration out
+    of its loop, and a peeled iteration is not pipelined."""
+    extent = {i: stmt.extent(i) for i in stmt.indices}
+    varies: set[str] = set()
+    ragged: set[str] = set()
+    for name, size in blocks:
+        e = extent.get(name, size)
+        if e <= size:
+            continue
+        extent[f"{name}_o"], extent[f"{name}_i"] = -(-e // size), size
+        if e % size or name in varies:
+            ragged.add(f"{name}_o")
+            varies.add(f"{name}_i")
+    return ragged
+
+
+def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind, pipeline=False,
+          ragged=frozenset()) -> Candidate:
+    """The cycles of the microcode the lowering emits for this choice. Serialized: every DMA and
+    every band instruction adds up. With `pipeline`, the innermost staging loop holds only
+    inputs, with two buffers each, and its loads overlap its compute: per pass of the loop,
+    l + e + (n - 1) * max(l, e) for loads l and compute e per iteration over n iterations."""
     spad = acc = 0
     dma = dram = 0
     lhs = program.statements[0].lhs.tensor
+    depth = {lv: order.index(lv) for lv in order}
+    inner = max((lv for lv in choice if lv), key=depth.get, default=None)
+    at_inner = [t for t, lv in zip(tensors, choice) if lv == inner and lv is not None]
+    if pipeline and (inner is None or lhs in at_inner or trips[inner] < 2 or
+                     any(o in ragged for o in order[: depth[inner] + 1])):
+        return Candidate(tuple(order), tuple(zip(tensors, choice)), math.inf, compute, 0, 0, 0, pipelined=True)
+    overlapped = 0  # cycles of the pipelined loads, per iteration of the staging loop
     for tensor, level in zip(tensors, choice):
         nbytes, fresh = sizes[(tensor, level)]
         count = math.prod(trips[o] for o in order[: order.index(level) + 1]) if level else 1
@@ -241,12 +284,23 @@ def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind) 
                 dma += count * (target.vector_setup_cycles + -(-elements // target.lanes))
             else:
                 transfers = 2
-        dma += count * transfers * (target.dma_setup_cycles + -(-nbytes // target.dram_bytes_per_cycle))
+        one = target.dma_setup_cycles + -(-nbytes // target.dram_bytes_per_cycle)
+        if pipeline and tensor in at_inner:
+            overlapped += one
+        else:
+            dma += count * transfers * one
         dram += count * transfers * nbytes
+        copies = 2 if pipeline and tensor in at_inner else 1
         if kind == "array" and tensor == lhs:
             acc += nbytes
         else:
-            spad += -(-nbytes // 16) * 16
+            spad += copies * (-(-nbytes // 16) * 16)
+    if pipeline:
+        outer = math.prod(trips[o] for o in order[: depth[inner]])
+        n = trips[inner]
+        e = compute / (outer * n)
+        total = outer * (overlapped + e + (n - 1) * max(overlapped, e))
+        dma += int(round(total - compute))
     fits = spad <= target.spad.bytes and acc <= target.acc.bytes
     return Candidate(tuple(order), tuple(zip(tensors, choice)), dma if fits else math.inf, compute, dram,
-                     spad, acc)
+                     spad, acc, pipelined=pipeline)
