@@ -506,7 +506,8 @@ class Schedule:
 
     def double_buffer(self, tensor: str) -> None:
         """Give a staged tensor two buffers so the DMA of the next block can overlap this one's
-        compute; capacity counts it twice. (The lowering does not overlap them yet.)
+        compute; capacity counts it twice. The lowering overlaps them when every tensor staged at
+        the loop is double-buffered and the loop's body is pure compute.
 
         Before::                        After ``double_buffer("B")``::
 
