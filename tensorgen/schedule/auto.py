@@ -58,8 +58,9 @@ class Plan:
         c = self.chosen
         lines = ["# the schedule chosen by `schedule: auto`, as a replayable schedule file", "",
                  render(self.schedule, f"Chosen by tensorgen's automatic scheduler for {self.schedule.program.name}."),
-                 f"model: {c.cycles} cycles = {c.compute_cycles} MAC/vector + {c.dma_cycles} DMA "
-                 f"(serialized queues); DRAM {c.dram_bytes} B; searched {len(self.considered)} candidates "
+                 f"model: {c.cycles} cycles = {c.compute_cycles} MAC/vector + {c.dma_cycles} exposed DMA "
+                 f"({'inner loads overlapped' if c.pipelined else 'queues serialized'}); DRAM {c.dram_bytes} B; "
+                 f"searched {len(self.considered)} candidates "
                  f"in {self.search_s * 1e3:.0f} ms",
                  f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
                  f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B",
