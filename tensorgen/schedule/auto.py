@@ -271,36 +271,49 @@ def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind, 
     depth = {lv: order.index(lv) for lv in order}
     inner = max((lv for lv in choice if lv), key=depth.get, default=None)
     at_inner = [t for t, lv in zip(tensors, choice) if lv == inner and lv is not None]
-    if pipeline and (inner is None or lhs in at_inner or trips[inner] < 2 or
-                     any(o in ragged for o in order[: depth[inner] + 1])):
+    if pipeline and (inner is None or trips[inner] < 2 or any(o in ragged for o in order[: depth[inner] + 1])):
         return Candidate(tuple(order), tuple(zip(tensors, choice)), math.inf, compute, 0, 0, 0, pipelined=True)
     overlapped = 0  # cycles of the pipelined loads, per iteration of the staging loop
+    stored = fill = channel = 0  # the same for a pipelined output: store, zero fill, DRAM transfers
     for tensor, level in zip(tensors, choice):
         nbytes, fresh = sizes[(tensor, level)]
         count = math.prod(trips[o] for o in order[: order.index(level) + 1]) if level else 1
         transfers = 1
+        piped = pipeline and tensor in at_inner
         if tensor == lhs:  # outputs are stored, and loaded (partial sums) unless they start as zeros
+            if piped and not fresh:
+                return Candidate(tuple(order), tuple(zip(tensors, choice)), math.inf, compute, 0, 0, 0,
+                                 pipelined=True)
             if fresh:
                 elements = nbytes // program.tensor(tensor).itemsize
-                dma += count * (target.vector_setup_cycles + -(-elements // target.lanes))
+                cost = target.vector_setup_cycles + -(-elements // target.lanes)
+                if piped:
+                    fill += cost
+                else:
+                    dma += count * cost
             else:
                 transfers = 2
         one = target.dma_setup_cycles + -(-nbytes // target.dram_bytes_per_cycle)
-        if pipeline and tensor in at_inner:
-            overlapped += one
+        if piped:
+            channel += -(-nbytes // target.dram_bytes_per_cycle)
+            if tensor == lhs:
+                stored += one
+            else:
+                overlapped += one
         else:
             dma += count * transfers * one
         dram += count * transfers * nbytes
         copies = 2 if pipeline and tensor in at_inner else 1
         if kind == "array" and tensor == lhs:
-            acc += nbytes
+            acc += copies * nbytes
         else:
             spad += copies * (-(-nbytes // 16) * 16)
     if pipeline:
         outer = math.prod(trips[o] for o in order[: depth[inner]])
         n = trips[inner]
-        e = compute / (outer * n)
-        total = outer * (overlapped + e + (n - 1) * max(overlapped, e))
+        e = compute / (outer * n) + fill
+        step = max(overlapped, e, stored, channel)
+        total = outer * (overlapped + e + stored + (n - 1) * step)
         dma += int(round(total - compute))
     fits = spad <= target.spad.bytes and acc <= target.acc.bytes
     return Candidate(tuple(order), tuple(zip(tensors, choice)), dma if fits else math.inf, compute, dram,

@@ -157,7 +157,7 @@ class Simulator:
         self.machine = Machine(binary, target)
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
-        self.dram_free = 0
+        self.channel: list[tuple[int, int]] = []  # busy intervals of the DRAM channel, sorted
         self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
         self.inflight: dict[str, list[_Access]] = {q: [] for q in isa.QUEUES}
         self.costs = [ins.defn.cost(target, dict(ins.args)) if ins.defn.cost else None for ins in binary.code]
@@ -283,9 +283,7 @@ class Simulator:
         elif ins.defn.execute is not None:
             ins.defn.execute(m, dict(ins.args))
         if cost.dram_bytes:
-            begin = max(start + cost.cycles, self.dram_free)
-            end = begin + -(-cost.dram_bytes // self.target.dram_bytes_per_cycle)
-            self.dram_free = end
+            end = self._transfer(start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle))
             if ins.mnemonic == "LOAD":
                 st.dram_read_bytes += cost.dram_bytes
             else:
@@ -303,6 +301,22 @@ class Simulator:
         st.vector_ops += cost.vector_ops
         for mem, n in cost.bytes:
             st.onchip_bytes[mem] += n
+
+    def _transfer(self, ready: int, cycles: int) -> int:
+        """Give a DMA the DRAM channel at the first time >= `ready` when it is free for `cycles`
+        (first come, first served in time, not in program order); returns the transfer's end."""
+        horizon = min(self.queue_time["LD"], self.queue_time["ST"])
+        while self.channel and self.channel[0][1] <= horizon:
+            self.channel.pop(0)  # no DMA can start before both DMA queues' current times
+        begin = ready
+        at = bisect.bisect_left(self.channel, (ready, ready))
+        if at and self.channel[at - 1][1] > begin:
+            begin = self.channel[at - 1][1]
+        while at < len(self.channel) and self.channel[at][0] < begin + cycles:
+            begin = max(begin, self.channel[at][1])
+            at += 1
+        self.channel.insert(at, (begin, begin + cycles))
+        return begin + cycles
 
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
         # Each queue's accesses end in nondecreasing time, so scanning another queue's list from
