@@ -49,32 +49,34 @@ def footprint(uses: tuple[tuple[Statement, Access, tuple[tuple[str, int], ...]],
     """Rectangular hull of the union of `uses` (statement, access, tile sizes per index)."""
     union = None
     for stmt, access, sizes in uses:
-        image = _tile_map(stmt, access, sizes).range()
-        union = image if union is None else _align(union, image).union(_align(image, union))
+        union = union_aligned(union, _tile_map(stmt, access, sizes).range())
     assert union is not None
-    names = [union.get_dim_name(isl.dim_type.param, i) for i in range(union.dim(isl.dim_type.param))]
+    offset, size = rectangular_hull(union)
+    if None in offset:
+        raise CodegenError(f"the footprint of {uses[0][1].tensor} over a tile is not a box of fixed size")
+    return FootprintBox(tuple((const, tuple(sorted((n[2:], c) for n, c in coefs.items()))) for const, coefs in offset),
+                        tuple(size))
+
+
+def union_aligned(a: isl.Set | None, b: isl.Set) -> isl.Set:
+    """a ∪ b for sets whose parameters may differ (None: the empty start of a union)."""
+    return b if a is None else a.align_params(b.get_space()).union(b.align_params(a.get_space()))
+
+
+def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | None], list[int]]:
+    """The box around `image` (a set over parameters): per dimension, its lower bound as
+    (constant, {parameter: coefficient}) when that is one affine function of the parameters
+    (else None), and its largest extent over the parameters."""
+    names = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
     offset, size = [], []
-    for d in range(union.dim(isl.dim_type.set)):
-        lo, hi = union.dim_min(d), union.dim_max(d)
-        extent = hi.sub(lo)
-        if lo.n_piece() != 1 or not extent.is_cst():
-            raise CodegenError(f"the footprint of {uses[0][1].tensor} over a tile is not a box of fixed size")
-        aff = lo.get_pieces()[0][1]
-        coefs = []
-        for i, n in enumerate(names):
-            c = aff.get_coefficient_val(isl.dim_type.param, i).to_python()
-            if c:
-                coefs.append((n[2:], int(c)))
-        offset.append((int(aff.get_constant_val().to_python()), tuple(sorted(coefs))))
-        size.append(int(extent.get_pieces()[0][1].get_constant_val().to_python()) + 1)
-    return FootprintBox(tuple(offset), tuple(size))
-
-
-def _align(a: isl.Set, b: isl.Set) -> isl.Set:
-    return a.align_params(b.get_space())
-
-
-def is_dense_box(stmt: Statement, access: Access, sizes: tuple[tuple[str, int], ...]) -> bool:
-    """Whether the access touches every element of its footprint's hull (no holes)."""
-    image = _tile_map(stmt, access, sizes).range()
-    return image.is_box() or image.simple_hull().subtract(image).is_empty()
+    for d in range(image.dim(isl.dim_type.set)):
+        lo = image.dim_min(d)
+        size.append(int(image.dim_max(d).sub(lo).max_val().to_python()) + 1)
+        pieces = lo.get_pieces()
+        if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int():
+            offset.append(None)
+            continue
+        aff = pieces[0][1]
+        coefs = {n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python()) for i, n in enumerate(names)}
+        offset.append((int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c}))
+    return offset, size

@@ -27,6 +27,7 @@ import islpy as isl
 from tensorgen.errors import CapacityError, ScheduleError
 from tensorgen.ir.core import Program
 from tensorgen.ir import poly
+from tensorgen.poly.footprint import rectangular_hull, union_aligned
 from tensorgen.poly.legality import find_violation
 
 MEMORIES = ("spad", "acc")
@@ -205,18 +206,6 @@ class Schedule:
 
     def _all_statements(self) -> list[str]:
         return [s.name for s in self.program.statements]
-
-    def _insert_dim(self, state: _State, pos: int, values: dict[str, int | None], loop_of: dict[str, int]) -> None:
-        """Insert a dimension at `pos`: a loop for statements in `loop_of`, else the constant."""
-        n = len(state.dims)
-        ins = [f"d{i}" for i in range(n)]
-        for name in self._all_statements():
-            out = ins[:pos] + [str(values.get(name, 0) or 0)] + ins[pos:]
-            if name in loop_of:
-                out[pos] = "NEW"
-            state.maps[name] = state.maps[name].apply_range(isl.Map(
-                f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}".replace("NEW", loop_of[name] if name in loop_of else "0")))
-        state.dims.insert(pos, {name: None for name in self._all_statements()})
 
     # -- primitives ------------------------------------------------------------------------------
     def split(self, loop: Loop, factor: int) -> tuple[Loop, Loop]:
@@ -565,26 +554,12 @@ class Schedule:
                     continue
                 # the staged box includes the padding halo: the DMA fills it, so it takes space
                 rel = prefix.reverse().apply_range(poly.access_map(st, acc))
-                img = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range()
-                image = img if image is None else image.align_params(img.get_space()).union(
-                    img.align_params(image.get_space()))
+                image = union_aligned(image, rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range())
         if image is None or image.is_empty():
             return None
-        params = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
-        offset, size, affine = [], [], True
-        for d in range(len(t.shape)):
-            lo = image.dim_min(d)
-            size.append(int(image.dim_max(d).sub(lo).max_val().to_python()) + 1)
-            pieces = lo.get_pieces()
-            if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int():
-                affine = False
-                offset.append(None)
-                continue
-            aff = pieces[0][1]
-            coefs = {name: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
-                     for i, name in enumerate(params)}
-            offset.append((int(aff.get_constant_val().to_python()), {k: c for k, c in coefs.items() if c}))
-        fresh = affine and t.role in ("output", "none") and self._boxes_disjoint(tensor, pos, offset, size, image)
+        offset, size = rectangular_hull(image)
+        fresh = None not in offset and t.role in ("output", "none") and \
+            self._boxes_disjoint(tensor, pos, offset, size, image)
         return StagedBox(tuple(offset), tuple(size), fresh)
 
     def _boxes_disjoint(self, tensor: str, pos: int, offset, size, image: isl.Set) -> bool:

@@ -160,7 +160,11 @@ class Simulator:
         self.channel: list[tuple[int, int]] = []  # busy intervals of the DRAM channel, sorted
         self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
         self.inflight: dict[str, list[_Access]] = {q: [] for q in isa.QUEUES}
-        self.costs = [ins.defn.cost(target, dict(ins.args)) if ins.defn.cost else None for ins in binary.code]
+        # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
+        # heads a reduction nest the simulator runs as one numpy call
+        self.fields = [dict(ins.args) for ins in binary.code]
+        self.costs = [ins.defn.cost(target, f) if ins.defn.cost else None for ins, f in zip(binary.code, self.fields)]
+        self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self.vectorize_loops = vectorize_loops
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
@@ -213,7 +217,12 @@ class Simulator:
                 body = ins.arg("body")
                 if pc + 1 + body > end or len(counters) >= 8:
                     raise SimulatorError(f"instruction {pc}: LOOP body leaves its block or nests deeper than 8")
-                nest = self._reduction_nest(pc, len(counters)) if self.vectorize_loops else None
+                nest = None
+                if self.vectorize_loops:
+                    key = (pc, len(counters))
+                    if key not in self.nests:
+                        self.nests[key] = self._reduction_nest(pc, len(counters))
+                    nest = self.nests[key]
                 if nest is not None:
                     self._step(pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest)
                     pc += 1 + body
@@ -249,7 +258,7 @@ class Simulator:
             return None
         ins = code[pc]
         defn = ins.defn
-        if defn.execute_reduction_loop is None or ins.wait or ins.signal or not dict(ins.args).get("accumulate", 1):
+        if defn.execute_reduction_loop is None or ins.wait or ins.signal or not self.fields[pc].get("accumulate", 1):
             return None
         dest = ins.arg(defn.fields[0][0])
         if any(lvl < len(dest.base.coefs) and dest.base.coefs[lvl] for lvl, _ in nest):
@@ -273,7 +282,7 @@ class Simulator:
         m.touched = []
         if nest:
             dest = ins.arg(ins.defn.fields[0][0])
-            ins.defn.execute_reduction_loop(m, dict(ins.args))
+            ins.defn.execute_reduction_loop(m, self.fields[pc])
             dmem, dlo, dhi, _ = m.touched[-1]
             for mem, lo, hi, write in m.touched[:-1]:
                 if mem == dmem and lo < dhi and dlo < hi and not (lo == dlo and hi == dhi and mem == dest.mem):
@@ -281,7 +290,7 @@ class Simulator:
             cost = isa.Cost(cost.cycles * reps, cost.dram_bytes * reps, cost.macs * reps, cost.vector_ops * reps,
                             tuple((mem, n * reps) for mem, n in cost.bytes))
         elif ins.defn.execute is not None:
-            ins.defn.execute(m, dict(ins.args))
+            ins.defn.execute(m, self.fields[pc])
         if cost.dram_bytes:
             end = self._transfer(start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle))
             if ins.mnemonic == "LOAD":
