@@ -1,0 +1,223 @@
+"""Quantization parameters of the accelerator's instructions, computed as PyTorch computes them.
+
+PyTorch's quantized kernels derive float32 multipliers, quantized biases and
+fixed-point add parameters from a model's qparams (python floats: doubles) with
+a specific mix of float and double arithmetic; a multiplier that differs in its
+last bit changes outputs. This module reproduces those derivations exactly, so
+that the requantize/add instructions of ``tensorgen.mc.arith`` applied to the
+exact integer accumulator give PyTorch's output integers bit for bit.
+tests/frontend/test_numerics.py checks every function here against torch 2.13
+(CPU) on 1e5+ random elements. Only numpy is needed.
+
+Findings beyond /work/shared/NUMERICS.md (all by experiment, torch 2.13, AVX2):
+
+- ``Tensor.dequantize()`` (quint8, per tensor) is ``RN(f32(s) * (q - zp))`` for
+  every element, whatever its position: no vector-body/scalar-tail split
+  (checked on sizes 10, 31, 33, 37, 65, 1000, 3136 and 1e5; the FMA form
+  ``fma(s, q, RN(s * -zp))`` mismatches on about 40% of elements).
+- qnnpack average pooling: the multiplier is computed in **float**,
+  ``RN(f32(s_in) / RN(f32(s_out) * n))`` (float32 division), not in double and
+  not ``RN(1/n)``: with n = 100, up to 0.5% of outputs tell them apart. Since the
+  output of qnnpack pooling keeps the input's qparams, s_out = s_in.
+- Plain ``avg_pool2d`` on quint8 with the qnnpack engine (and ``ceil_mode``
+  False) runs the same qnnpack kernel, so it follows the same rule
+  ``clamp(RNE(RN(f32(sum(q - zp)) * M)) + zp)`` with ``n = kh * kw``. At padded
+  borders the padding holds the input zero point (it adds 0 to ``sum(q - zp)``)
+  and the divisor stays ``kh * kw``: that is ``count_include_pad=True``, and
+  PyTorch's qnnpack path *ignores* ``count_include_pad=False`` and
+  ``divisor_override`` (they give the same result as the defaults).
+- NUMERICS.md's "``s_w * s_in`` in double" for the bias, made precise: the
+  qnnpack bias reciprocal is ``RN(1 / RN(s_w * s_in))``, the product taken in
+  double, rounded to float32, then a *float32* division. ``RN(1 / (s_w * s_in))``
+  divided in double differs for about a quarter of random scales, and so does
+  the float32 product ``RN(f32(s_w) * f32(s_in))``, which is what the
+  requantization multiplier M uses. (The two products differ only when the
+  scales are not float32 values themselves; python floats are doubles.)
+- ``add`` (qnnpack): the scale ratios are float32 divisions ``RN(f32(s_a) /
+  f32(s_out))``, as ``pytorch_qnnp_compute_add_quantization_params`` computes
+  them (random data agrees, but rarely separates this from a double division). qnnpack
+  refuses ``add_relu`` with ``zp_out = 255`` (its output range [255, 255] is
+  empty): PyTorch raises an internal assert there.
+- Depthwise and grouped convolutions, strided ones, and fbgemm/x86 with a
+  non-zero per-tensor weight zero point all follow the same rules.
+- Q(6) for relu6/hardtanh uses the quantize rule: ``RNE(6 * RN(1/s) + zp)``
+  with the zero point added before rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tensorgen.mc import arith
+
+
+def _f32(x: ArrayLike) -> np.ndarray:
+    """``x`` rounded once to float32 (a C ``(float)`` cast of a double)."""
+    return np.asarray(x, dtype=np.float32)
+
+
+def _scalar_or_array(x: np.ndarray) -> np.ndarray | np.float32:
+    """Unwrap 0-d arrays so that per-tensor parameters come back as numpy scalars."""
+    return x[()] if x.ndim == 0 else x
+
+
+def _check_positive(fn: str, **scales: ArrayLike) -> None:
+    for name, value in scales.items():
+        v = np.asarray(value, dtype=np.float64)
+        if not (np.all(np.isfinite(v)) and np.all(v > 0)):
+            raise ValueError(f"{fn}: {name} must be finite and positive, got {value!r}")
+
+
+def inv_scale(scale: ArrayLike) -> np.ndarray | np.float32:
+    """``RN(1 / f32(s))``: a float32 division, as fbgemm's ``1.f / scale``.
+
+    The factor ``quantize`` multiplies by; PyTorch never divides by the scale.
+    """
+    _check_positive("inv_scale", scale=scale)
+    return _scalar_or_array(np.float32(1) / _f32(scale))
+
+
+def quantize_scalar(value: float, scale: float, zp: int, lo: int, hi: int) -> int:
+    """One float quantized as PyTorch's ``quantize_val`` does: ``clamp(RNE(v * RN(1/s) + zp))``.
+
+    Used for the clamp bounds of relu6 / hardtanh (``Q(6)``), whose kernels
+    quantize their float bounds with the input's qparams.
+    """
+    q = arith.quantize(np.float32(value), inv_scale(scale), int(zp), lo, hi)
+    return int(q)
+
+
+def relu6_max(scale: float, zp: int) -> int:
+    """``Q(6)``, the upper clamp of quantized relu6 (and hardtanh(0, 6)) on quint8.
+
+    Quantized relu6 is ``min(max(q, zp), Q(6))`` with the input's qparams.
+    """
+    return quantize_scalar(6.0, scale, zp, 0, 255)
+
+
+def quantize_bias(bias_f32: ArrayLike, s_in: float, s_w: ArrayLike) -> np.ndarray:
+    """qnnpack's int32 bias: ``b_q = RNE(RN(b * RN(1 / RN(s_w * s_in))))``.
+
+    PyTorch quantizes the float bias with ``quantize_per_tensor`` (or
+    ``quantize_per_channel``) to qint32 at scale ``s_w * s_in`` computed in
+    *double* (``q_scale()`` and ``q_per_channel_scales()`` are doubles); the
+    quantize kernel rounds that scale to float32 and multiplies by its float32
+    reciprocal ``1.f / scale`` (not a reciprocal taken in double). ``s_w`` is a
+    scalar (per-tensor weights) or one scale per output channel, broadcastable
+    to the bias. Values beyond int32 saturate. Returns an int32 array.
+    """
+    _check_positive("quantize_bias", s_in=s_in, s_w=s_w)
+    b = _f32(bias_f32)
+    scale = np.asarray(s_w, dtype=np.float64) * np.float64(s_in)
+    inv = np.float32(1) / _f32(scale)
+    q = arith.quantize(b, inv, 0, arith.INT32_MIN, arith.INT32_MAX)
+    return q.astype(np.int32)
+
+
+def requant_multiplier(s_in: float, s_w: ArrayLike, s_out: float) -> np.ndarray | np.float32:
+    """qnnpack's requantization scale ``M = RN(RN(f32(s_w) * f32(s_in)) * RN(1 / f32(s_out)))``.
+
+    All float32 arithmetic (``generate_requantization_scales``). A scalar for
+    per-tensor weights, an array of one M per output channel for per-channel
+    weights. qnnpack refuses M >= 1; so does this function.
+    """
+    _check_positive("requant_multiplier", s_in=s_in, s_w=s_w, s_out=s_out)
+    m = (_f32(s_w) * _f32(s_in)) * (np.float32(1) / _f32(s_out))
+    if np.any(m >= 1):
+        raise ValueError(
+            f"requant_multiplier: s_in * s_w / s_out must be below 1 (qnnpack), got {m!r}"
+        )
+    return _scalar_or_array(m)
+
+
+@dataclass(frozen=True)
+class FbgemmRequantParams:
+    """The float32 operands of ``arith.requantize_fbgemm`` for one layer.
+
+    ``atws = RN(f32(s_in) * f32(s_w))``, ``inv_atws = RN(1 / atws)`` divided in
+    double (fbgemm writes ``1.0 / act_times_w_scale``), ``cm = RN(atws / f32(s_out))``;
+    scalars for per-tensor weights, arrays (one per output channel) otherwise.
+    ``per_channel`` selects fbgemm's bias rule.
+    """
+
+    atws: np.ndarray | np.float32
+    inv_atws: np.ndarray | np.float32
+    cm: np.ndarray | np.float32
+    per_channel: bool
+
+
+def fbgemm_requant_params(
+    s_in: float, s_w: ArrayLike, s_out: float, per_channel: bool | None = None
+) -> FbgemmRequantParams:
+    """fbgemm / x86 requantization parameters from the model's qparams.
+
+    ``per_channel`` defaults to "``s_w`` is an array": PyTorch picks fbgemm's
+    per-output-channel granularity from the weight's qscheme, so a per-channel
+    weight with a single channel still takes the per-channel bias rule.
+    """
+    _check_positive("fbgemm_requant_params", s_in=s_in, s_w=s_w, s_out=s_out)
+    if per_channel is None:
+        per_channel = np.ndim(s_w) > 0
+    atws = _f32(s_in) * _f32(s_w)
+    inv_atws = (1.0 / atws.astype(np.float64)).astype(np.float32)
+    cm = atws / _f32(s_out)
+    return FbgemmRequantParams(
+        _scalar_or_array(atws), _scalar_or_array(inv_atws), _scalar_or_array(cm), per_channel
+    )
+
+
+@dataclass(frozen=True)
+class AddParams:
+    """Operands of ``arith.add_qnnpack``.
+
+    ``y = clamp(rounding_shift_right(a_mult*qa + b_mult*qb + zp_product, shift) + zp_out)``.
+    """
+
+    a_mult: int
+    b_mult: int
+    zp_product: int
+    shift: int
+
+
+def add_params(s_a: float, zp_a: int, s_b: float, zp_b: int, s_out: float) -> AddParams:
+    """qnnpack's fixed-point add parameters (``pytorch_qnnp_compute_add_quantization_params``).
+
+    The ratios ``r = RN(f32(s_x) / f32(s_out))`` are float32 divisions and must
+    lie in [2^-14, 2^8) (qnnpack refuses others). With ``e`` the binary exponent
+    of the larger ratio, ``shift = 21 - e`` and each multiplier is
+    ``lrintf(r * 2^shift)`` (exact product, round half to even), so the larger
+    multiplier lies in [2^21, 2^22). ``zp_product = -(m_a*zp_a + m_b*zp_b)``
+    wrapped to int32 as the C code's uint32 arithmetic does.
+    """
+    _check_positive("add_params", s_a=s_a, s_b=s_b, s_out=s_out)
+    r_a = np.float32(s_a) / np.float32(s_out)
+    r_b = np.float32(s_b) / np.float32(s_out)
+    for name, r in (("s_a / s_out", r_a), ("s_b / s_out", r_b)):
+        if not 2.0**-14 <= r < 2.0**8:
+            raise ValueError(f"add_params: {name} = {r!r} must be in [2^-14, 2^8) (qnnpack)")
+    r_max = max(r_a, r_b)
+    exponent = int((int(np.float32(r_max).view(np.uint32)) >> 23) - 127)
+    shift = 21 - exponent
+    scale = np.float32(2.0**shift)
+    a_mult = int(np.rint(r_a * scale))
+    b_mult = int(np.rint(r_b * scale))
+    zp_product = int(arith.wrap_int32(-(a_mult * int(zp_a) + b_mult * int(zp_b))))
+    return AddParams(a_mult, b_mult, zp_product, shift)
+
+
+def avgpool_multiplier(s_in: float, s_out: float, n: int) -> np.float32:
+    """qnnpack average-pool multiplier ``RN(f32(s_in) / RN(f32(s_out) * n))``, in float32.
+
+    For ``adaptive_avg_pool2d`` (sizes that divide) and ``avg_pool2d`` on the
+    qnnpack engine, ``y = clamp(RNE(RN(f32(sum(q - zp)) * M)) + zp)`` over the
+    ``n = kh * kw`` window, i.e. ``arith.requantize(sum(q - zp), M, zp, 0, 255)``.
+    Computed in float, as ``pytorch_qnnp_create_average_pooling2d_nhwc_q8`` does;
+    a double computation fails on some outputs (see the module docstring).
+    """
+    _check_positive("avgpool_multiplier", s_in=s_in, s_out=s_out)
+    if int(n) < 1:
+        raise ValueError(f"avgpool_multiplier: n must be a positive window size, got {n}")
+    return np.float32(s_in) / (np.float32(s_out) * np.float32(n))

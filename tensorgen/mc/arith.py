@@ -1,0 +1,223 @@
+"""Integer and float32 arithmetic of the accelerator's vector unit, bit-exact with PyTorch.
+
+These functions *are* the semantics of the vector unit's requantize, quantize,
+dequantize and fixed-point add instructions: the simulator calls them, and
+tests/frontend/test_numerics.py pins every one against PyTorch's quantized CPU
+kernels (torch 2.13) on 1e5+ random elements. The rules come from
+/work/shared/NUMERICS.md and from the qnnpack/fbgemm sources; see each function.
+
+Notation (as in NUMERICS.md): RN(.) rounds to the nearest float32, ties to even
+(every float32 operation rounds once); RNE(.) rounds a float to an integer,
+ties to even (``np.rint``); f32(.) converts to float32.
+
+Everything is vectorised numpy: no Python loop runs per element. Integer
+results come back as int64 arrays; the int32 wrap-around of the hardware's
+32-bit registers is applied explicitly where the kernels rely on it. Only
+numpy is imported, so the simulator can use this module without torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+
+def wrap_int32(x: ArrayLike) -> np.ndarray:
+    """Two's-complement wrap of integers to int32, returned as int64.
+
+    Why: qnnpack accumulates and adds in int32 registers; values that overflow
+    wrap rather than saturate, and the simulator must do the same.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    return ((x + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def _f32(x: ArrayLike) -> np.ndarray:
+    """``x`` as a float32 array (rounding a float64 once, as a C float parameter does)."""
+    return np.asarray(x, dtype=np.float32)
+
+
+def _int_to_f32(x: ArrayLike) -> np.ndarray:
+    """f32(x) for int32 values: one round-to-nearest-even, like ``cvtdq2ps``."""
+    return np.asarray(x, dtype=np.int64).astype(np.float32)
+
+
+def fma_f32(a: ArrayLike, b: ArrayLike, c: ArrayLike) -> np.ndarray:
+    """Float32 fused multiply-add ``RN(a*b + c)`` with a single rounding, vectorised.
+
+    Why it is exact: for float32 operands the float64 product ``a*b`` is exact
+    (24 + 24 <= 53 significant bits). The sum ``p + c`` is computed in float64
+    with its exact rounding error (Knuth's two-sum), and the float64 result is
+    then rounded *to odd* (when inexact, its last bit is forced to 1 by moving
+    one ulp towards the true value). A float64 rounded to odd has 53 >= 24 + 2
+    bits, so the final float32 round-to-nearest-even sees every tie and every
+    sticky bit exactly as if it rounded the infinitely precise value
+    (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums: proved
+    algorithms using rounding to odd", IEEE TC 2008). A plain float64
+    ``a*b + c`` followed by a float32 rounding double-rounds and is wrong on
+    about one in a million of fbgemm's bias additions.
+
+    Operands are converted to float32 first and broadcast; returns float32.
+    Infinite or NaN intermediates are passed through without the odd fix-up.
+    """
+    a64, b64, c64 = np.broadcast_arrays(
+        _f32(a).astype(np.float64), _f32(b).astype(np.float64), _f32(c).astype(np.float64)
+    )
+    p = a64 * b64
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c64
+        bv = s - p
+        err = (p - (s - bv)) + (c64 - bv)
+    s = np.array(s, dtype=np.float64, copy=True, ndmin=1)
+    err = np.broadcast_to(err, s.shape)
+    bits = s.view(np.int64)
+    fix = (err != 0) & np.isfinite(s) & ((bits & 1) == 0)
+    away = np.signbit(err) == np.signbit(s)  # true value lies further from zero than s
+    bits[fix] += np.where(away[fix], 1, -1)
+    return s.astype(np.float32).reshape(p.shape)
+
+
+def requantize(
+    acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int
+) -> np.ndarray:
+    """qnnpack requantization: ``clamp(RNE(RN(f32(acc) * M)) + zp, lo, hi)``.
+
+    ``acc`` is the int32 accumulator *including* the quantized bias (int32
+    values, possibly held in int64; anything outside int32 is wrapped, as the
+    int32 register that holds ``acc + b_q`` in qnnpack would). ``multiplier``
+    is the float32 M of ``requant_multiplier``: a scalar, or a per-channel
+    array broadcastable to ``acc``; a float64 is rounded to float32 first,
+    exactly as the C kernel's float parameter is. qnnpack requires M < 1, so
+    the product always fits the int32 conversion.
+
+    With a fused ReLU pass ``lo = zp``; the output range is [lo, hi].
+    Returns int64.
+    """
+    xf = _int_to_f32(wrap_int32(acc))
+    prod = xf * _f32(multiplier)  # float32 x float32: one rounding
+    return np.clip(np.rint(prod).astype(np.int64) + int(zp), lo, hi)
+
+
+def requantize_fbgemm(
+    acc: ArrayLike,
+    bias: ArrayLike | None,
+    atws: ArrayLike,
+    inv_atws: ArrayLike,
+    cm: ArrayLike,
+    zp: int,
+    lo: int,
+    hi: int,
+    per_channel: bool,
+) -> np.ndarray:
+    """fbgemm / x86 requantization with a float bias (``ReQuantizeOutput``, AVX2).
+
+    Arguments (scalars or arrays broadcastable to ``acc``; floats are float32):
+
+    - ``acc``: the exact integer accumulator ``sum (x_q - x_zp)(w_q - w_zp)``,
+      *without* bias;
+    - ``bias``: the float32 bias per output channel, or None for no bias;
+    - ``atws``: ``RN(s_in * s_w[c])`` (used by the per-channel rule);
+    - ``inv_atws``: ``RN(1 / atws)`` with the division done in double (used by
+      the per-tensor rule);
+    - ``cm``: ``RN(atws / s_out)``;
+    - ``per_channel``: which of fbgemm's two bias rules applies.
+
+    Rules:
+
+    - per-tensor: ``xf = RN(fma(b, inv_atws, f32(acc)))``: the kernel writes a
+      multiply and an add, and the compiler fuses them into one FMA, so there is
+      a single rounding (emulated exactly by ``fma_f32``);
+    - per-channel: ``xf = RN(f32(acc) + RN(b / atws))``: a division cannot fuse;
+    - then ``y = clamp(RNE(RN(xf * cm)) + zp, lo, hi)``.
+
+    Use ``tensorgen.frontend.numerics.fbgemm_requant_params`` to compute
+    ``atws``, ``inv_atws`` and ``cm`` from PyTorch's qparams. Bit-exactness with
+    PyTorch holds only while fbgemm's int16 pair sums do not saturate (keep
+    uint8 activations <= 127 with full-range int8 weights); see NUMERICS.md.
+    Returns int64.
+    """
+    xf = _int_to_f32(wrap_int32(acc))
+    if bias is not None:
+        b = _f32(bias)
+        if per_channel:
+            xf = xf + (b / _f32(atws))
+        else:
+            xf = fma_f32(b, inv_atws, xf)
+    prod = xf * _f32(cm)
+    return np.clip(np.rint(prod).astype(np.int64) + int(zp), lo, hi)
+
+
+def quantize(
+    x_f32: ArrayLike, inv_scale_f32: ArrayLike, zp: int, lo: int, hi: int
+) -> np.ndarray:
+    """``quantize_per_tensor``: ``clamp(RNE(fma(x, RN(1/s), zp)), lo, hi)``.
+
+    ``inv_scale_f32`` is ``RN(1 / f32(s))``, a float32 division (fbgemm computes
+    ``1.f / scale``). The zero point is added *inside* the FMA, before rounding
+    to an integer: adding it after ``RNE`` differs on ties. Returns int64.
+    """
+    t = fma_f32(x_f32, inv_scale_f32, np.float32(zp))
+    with np.errstate(invalid="ignore"):
+        r = np.clip(np.rint(t.astype(np.float64)), lo, hi)
+    return r.astype(np.int64)
+
+
+def dequantize(q: ArrayLike, scale_f32: ArrayLike, zp: ArrayLike) -> np.ndarray:
+    """``Tensor.dequantize()`` of a per-tensor quint8 tensor: ``RN(f32(s) * f32(q - zp))``.
+
+    Found by experiment on torch 2.13 (AVX2 CPU): every element follows this
+    rule, whatever its position; neither the vectorised FMA form
+    ``fma(s, q, RN(s * -zp))`` nor a double-precision product matches. ``q - zp``
+    is an exact small integer, so its float32 conversion is exact; the double
+    q_scale is rounded to float32 first. Returns float32.
+    """
+    d = (np.asarray(q, dtype=np.int64) - np.asarray(zp, dtype=np.int64)).astype(np.float32)
+    return d * _f32(scale_f32)
+
+
+def rounding_shift_right(x: ArrayLike, shift: int) -> np.ndarray:
+    """qnnpack's rounding arithmetic shift right: half away from zero, int32 wrap.
+
+    ``asr(x, shift) + (remainder > threshold)`` with ``mask = 2^shift - 1``,
+    ``threshold = mask >> 1`` and ``remainder = (x & mask) - (x < 0)``. The
+    arithmetic shift rounds towards minus infinity and a remainder above half
+    rounds up; subtracting 1 from the remainder of a negative ``x`` turns its
+    exact half into "not above half", so ties go away from zero on both sides.
+    ``x`` is wrapped to int32 first. Returns int64.
+    """
+    if not 0 <= int(shift) <= 31:
+        raise ValueError(f"rounding_shift_right(x, {shift}): shift must be in [0, 31]")
+    shift = int(shift)
+    x = wrap_int32(x)
+    mask = (1 << shift) - 1
+    threshold = mask >> 1
+    remainder = (x & mask) - (x < 0)
+    return (x >> shift) + (remainder > threshold)
+
+
+def add_qnnpack(
+    qa: ArrayLike,
+    qb: ArrayLike,
+    a_mult: int,
+    b_mult: int,
+    zp_product: int,
+    shift: int,
+    zp_out: int,
+    lo: int,
+    hi: int,
+) -> np.ndarray:
+    """qnnpack's fixed-point quantized add (``q8vadd``): int32 arithmetic with wrap.
+
+    ``acc = zp_product + a_mult*qa + b_mult*qb`` in int32 (``zp_product`` is
+    ``-(a_mult*zp_a + b_mult*zp_b)``, precomputed by ``add_params``), then
+    ``y = clamp(rounding_shift_right(acc, shift) + zp_out, lo, hi)``. With a
+    fused ReLU pass ``lo = zp_out``. The SSE2 kernel's saturating int16 pack
+    before the clamp is monotone and so equals the clamp. Returns int64.
+    """
+    qa = np.asarray(qa, dtype=np.int64)
+    qb = np.asarray(qb, dtype=np.int64)
+    acc = wrap_int32(int(zp_product) + qa * int(a_mult) + qb * int(b_mult))
+    return np.clip(rounding_shift_right(acc, shift) + int(zp_out), lo, hi)
