@@ -54,9 +54,131 @@ def cmd_emit(args) -> int:
     return 0
 
 
+def is_model(path: str) -> bool:
+    """A model is a Python file with a factory (`file.py[:build]`) or a saved torch.export program."""
+    base = path.split(":", 1)[0]
+    return base.endswith((".py", ".pt2"))
+
+
+def _params(items: list[str] | None) -> dict[str, int]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise TensorgenError(f"--param {item}: expected KEY=INTEGER") from None
+        if not sep or not key.isidentifier():
+            raise TensorgenError(f"--param {item}: expected KEY=INTEGER")
+    return out
+
+
+def _compile_model(args):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tensorgen.frontend.load import load_model
+    from tensorgen.model import compile_model
+    from tensorgen.target import load_target
+
+    model, example = load_model(args.model if hasattr(args, "model") else args.op, _params(args.param))
+    target = load_target(args.target or "tg1")
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} layers"), TimeElapsedColumn(),
+                  transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("compiling", total=None)
+
+        def progress(i, n, layer):
+            bar.update(task, total=n, completed=i, description=f"{layer.op} {layer.path}"[:48])
+        cm = compile_model(model, example, target, engine=args.engine, seed=args.seed, progress=progress)
+    if getattr(args, "dump_layers", None):
+        out = Path(args.dump_layers)
+        out.mkdir(parents=True, exist_ok=True)
+        for layer in cm.graph.layers:
+            _write(out / f"{layer.name}.yaml", layer.text(target.name).encode())
+    return cm
+
+
+def _print_model_table(cm) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    tgt = cm.target
+    table = Table(title=f"{len(cm.layers)} layers on {tgt.name}", title_justify="left")
+    for col in ("#", "layer", "op", "output", "MACs", "cycles", "util", "DRAM B", "schedule"):
+        table.add_column(col, justify="right" if col in ("#", "MACs", "cycles", "util", "DRAM B") else "left")
+    for i, r in enumerate(cm.layers):
+        op = r.op + "".join(f"+{e}" for e in r.epilogue)
+        table.add_row(str(i), r.path, op, "x".join(map(str, r.shape)), f"{r.macs:,}", f"{r.cycles:,}",
+                      f"{r.utilization(tgt):.1%}" if r.macs else "-", f"{r.dram_bytes:,}", r.schedule)
+    macs, cycles = sum(r.macs for r in cm.layers), sum(r.cycles for r in cm.layers)
+    table.add_row("", "total", "", "", f"{macs:,}", f"{cycles:,}",
+                  f"{macs / (cycles * tgt.rows * tgt.cols):.1%}" if cycles else "-",
+                  f"{sum(r.dram_bytes for r in cm.layers):,}", "")
+    Console(width=160).print(table)
+    pl = cm.linked.placement
+    print(f"DRAM: activations and scratch {pl.peak_bytes:,} B with lifetimes shared "
+          f"(sum of all tensors {pl.total_bytes:,} B, {pl.total_bytes / max(pl.peak_bytes, 1):.2f}x), "
+          f"weights {pl.const_bytes:,} B")
+    print(f"compiled {len(cm.layers)} layers in {cm.compile_s:.2f} s "
+          f"({sum(1 for r in cm.layers if r.schedule == 'auto')} scheduled automatically)")
+
+
+def cmd_compile(args) -> int:
+    from tensorgen.mc.binary import disassemble, encode
+
+    cm = _compile_model(args)
+    _print_model_table(cm)
+    data = encode(cm.binary)
+    if args.asm:
+        _write(args.asm, disassemble(cm.binary).encode())
+    _write(args.output, data)
+    ins = ", ".join(cm.input_names)
+    outs = ", ".join(cm.output_names)
+    print(f"{args.output}: {len(cm.binary.code)} instructions, {len(data):,} bytes, target {cm.target.name}; "
+          f"inputs {ins}, outputs {outs}")
+    return 0
+
+
+def cmd_check_model(args) -> int:
+    import torch
+
+    from tensorgen.model import check_model
+
+    cm = _compile_model(args)
+    _print_model_table(cm)
+    trials = []
+    for item in args.input or []:
+        try:
+            trials.append((item, (torch.from_numpy(np.load(item, allow_pickle=False).astype(np.float32)),)))
+        except (OSError, ValueError, EOFError) as err:
+            raise TensorgenError(f"--input {item}: cannot load ({err})") from None
+    for trial in range(args.trials):
+        gen = torch.Generator().manual_seed(args.seed + trial)
+        trials.append((f"seed {args.seed + trial}", tuple(torch.randn(x.shape, generator=gen)
+                                                         for x in cm.example_inputs)))
+    status = 0
+    for i, (label, inputs) in enumerate(trials):
+        if tuple(inputs[0].shape) != tuple(cm.example_inputs[0].shape):
+            raise TensorgenError(f"--input {label}: shape {list(inputs[0].shape)}, the model takes "
+                                 f"{list(cm.example_inputs[0].shape)}")
+        cmp, result = check_model(cm, inputs)
+        print(f"trial {i + 1} ({label}, {cm.engine}): {cmp.message}")
+        if not cmp.exact:
+            status = 1
+            break
+    s = result.stats
+    macs = sum(r.macs for r in cm.layers)
+    util = macs / (s.cycles * cm.target.peak_macs_per_cycle) if s.cycles else 0.0
+    print(f"cycles {s.cycles:,}  MACs {macs:,}  MAC utilization {util:.1%}  DRAM {s.dram_bytes:,} B  "
+          f"energy {s.energy_pj / 1e6:.3f} uJ")
+    return status
+
+
 def cmd_check(args) -> int:
     from tensorgen.driver import compile_file, random_inputs, run_and_compare
 
+    if is_model(args.op):
+        return cmd_check_model(args)
     t0 = time.perf_counter()
     job = compile_file(args.op, args.target, args.schedule)
     compile_s = time.perf_counter() - t0
@@ -134,6 +256,14 @@ def cmd_isa_doc(args) -> int:
     return 0
 
 
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--param", action="append", metavar="KEY=INT",
+                   help="for a model: an argument of its factory, e.g. -p size=224")
+    p.add_argument("--engine", default="qnnpack", choices=("qnnpack", "x86", "fbgemm"),
+                   help="for a model: PyTorch's quantized engine whose qconfig and kernels are the reference")
+    p.add_argument("--dump-layers", metavar="DIR", help="for a model: write each layer's op.yaml here")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorgen", description="Compile tensor operators to accelerator microcode.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -156,7 +286,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "how it beat its neighbours")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--trials", type=int, default=1)
+    _model_options(c)
+    c.add_argument("--input", action="append", metavar="FILE.npy",
+                   help="for a model: also check on this input (float32, the model's input shape)")
     c.set_defaults(func=cmd_check)
+
+    m = sub.add_parser("compile", help="compile a quantized PyTorch model to one .tgb binary")
+    m.add_argument("model", help="FILE.py[:FACTORY] (default factory: build) or a saved torch.export FILE.pt2")
+    m.add_argument("-o", "--output", required=True)
+    m.add_argument("--asm", help="also write readable microcode here")
+    m.add_argument("--target", help="target name under isa/ or a path (default tg1)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the calibration data")
+    _model_options(m)
+    m.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="simulate a .tgb on given inputs")
     r.add_argument("binary")

@@ -350,6 +350,17 @@ class VectorExpr:
             lo, hi = self.dst_range
             emit(isa.make("VREQUANT", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
                           zp=int(e.args[2].value), lo=lo, hi=hi))
+        elif e.fn == "quantize":
+            lo, hi = self.dst_range
+            # RN(1/s) in float32, as PyTorch's quantize_per_tensor computes it (NUMERICS.md)
+            inv = np.float32(1.0) / np.float32(e.args[1].value)
+            emit(isa.make("VQUANT", dst=dst, a=x, inv_scale=float(inv),
+                          zp=int(e.args[2].value), lo=lo, hi=hi))
+        elif e.fn == "dequantize":
+            emit(isa.make("VDEQUANT", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
+                          zp=int(e.args[2].value)))
+        elif e.fn == "rshift_round":
+            emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
         else:
             raise CodegenError(f"{self.stmt.location}: cannot lower {e.fn}()")
 

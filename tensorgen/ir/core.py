@@ -15,11 +15,14 @@ DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype(np.int8),
     "uint8": np.dtype(np.uint8),
     "int32": np.dtype(np.int32),
+    "float32": np.dtype(np.float32),  # only at a model's entry (quantize) and exit (dequantize)
 }
 ROLES = ("input", "output", "inout", "none")
 
 
 def dtype_range(dtype: str) -> tuple[int, int]:
+    if DTYPES[dtype].kind == "f":
+        return 0, 0  # float tensors hold no integers: their pad is 0.0 and nothing saturates to them
     info = np.iinfo(DTYPES[dtype])
     return int(info.min), int(info.max)
 
@@ -106,8 +109,14 @@ class Const:
         return repr(self.value)
 
 
-# Element-wise functions and their arity; requant takes (x, scale, zero_point).
-FUNCTIONS = {"relu": 1, "clamp": 3, "min": 2, "max": 2, "requant": 3, "int8": 1, "uint8": 1, "int32": 1}
+# Element-wise functions and their arity; requant, quantize and dequantize take (x, scale, zero_point).
+FUNCTIONS = {"relu": 1, "clamp": 3, "min": 2, "max": 2, "requant": 3, "int8": 1, "uint8": 1, "int32": 1,
+             "quantize": 3, "dequantize": 3, "rshift_round": 2}
+# functions whose arguments after the first are constants
+CONST_ARGS = {"requant": "requant(x, scale, zero_point) needs constant scale and zero point",
+              "quantize": "quantize(x, scale, zero_point) needs constant scale and zero point",
+              "dequantize": "dequantize(x, scale, zero_point) needs constant scale and zero point",
+              "clamp": "clamp(x, lo, hi) needs constant bounds"}
 BINOPS = {"+", "-", "*", ">>", "<<"}
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from tensorgen.mc import arith
 from tensorgen.mc.operands import Box, View  # noqa: F401  (Bound operands are read by the sequencer)
 
 WORD_BYTES = 32
@@ -142,10 +143,20 @@ def _vclamp(state: MachineState, a) -> None:
 
 
 def _vrequant(state: MachineState, a) -> None:
-    # PyTorch qnnpack rule (NUMERICS.md): y = clamp(RNE(RN(f32(acc) * M)) + zp, lo, hi), all float32.
-    acc = state.read(a["a"]).astype(np.int32).astype(np.float32)
-    scaled = np.rint(acc * np.float32(a["scale"])).astype(np.int64)
-    state.write(a["dst"], np.clip(scaled + a["zp"], a["lo"], a["hi"]))
+    state.write(a["dst"], arith.requantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"]))
+
+
+def _vquant(state: MachineState, a) -> None:
+    x = state.read(a["a"]).astype(np.float32)
+    state.write(a["dst"], arith.quantize(x, np.float32(a["inv_scale"]), a["zp"], a["lo"], a["hi"]))
+
+
+def _vdequant(state: MachineState, a) -> None:
+    state.write(a["dst"], arith.dequantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"]))
+
+
+def _rshr(x, y):
+    return arith.rounding_shift_right(x, np.clip(y, 0, 31))
 
 
 def _shl(x, y):
@@ -244,6 +255,19 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32"), ("lo", "i32"), ("hi", "i32")),
                    "dst = clamp(rint(f32(a) * scale) + zp, lo, hi): float32 multiply, round half to even "
                    "(PyTorch's qnnpack requantization, NUMERICS.md).", _vrequant, _vector_cost),
+    InstructionDef("VSHRR", 0x3B, "EX", _BIN,
+                   "dst = a >> (b or imm) rounding half away from zero (asr plus one when the remainder "
+                   "exceeds half; negative values round down on ties), shift clamped to [0, 31]: the "
+                   "rounding of qnnpack's fixed-point quantized add.", _binary(_rshr), _vector_cost),
+    InstructionDef("VQUANT", 0x3C, "EX",
+                   (("dst", "view"), ("a", "view"), ("inv_scale", "f32"), ("zp", "i32"), ("lo", "i32"),
+                    ("hi", "i32")),
+                   "dst = clamp(rint(fma(a, inv_scale, zp)), lo, hi): float32 `a`, one fused multiply-add "
+                   "rounded once, round half to even (PyTorch's quantize_per_tensor, NUMERICS.md).",
+                   _vquant, _vector_cost),
+    InstructionDef("VDEQUANT", 0x3D, "EX", (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32")),
+                   "dst = float32 dequantization of the integers `a` with `scale` and `zp`, rounded as "
+                   "PyTorch's Tensor.dequantize() does (see tensorgen/mc/arith.py).", _vdequant, _vector_cost),
 )
 
 BY_MNEMONIC = {d.mnemonic: d for d in INSTRUCTIONS}

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 MAX_LOOP_DEPTH = 8
 MAX_RANK = 6
 MEMORIES = ("spad", "acc")
-DTYPE_CODES = {"int8": 0, "uint8": 1, "int32": 2}
+DTYPE_CODES = {"int8": 0, "uint8": 1, "int32": 2, "float32": 3}
 DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
-ITEMSIZE = {"int8": 1, "uint8": 1, "int32": 4}
+ITEMSIZE = {"int8": 1, "uint8": 1, "int32": 4, "float32": 4}
 
 
 @dataclass(frozen=True)

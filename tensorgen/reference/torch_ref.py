@@ -30,6 +30,8 @@ def wrap32(x: torch.Tensor) -> torch.Tensor:
 
 
 def wrap_to(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    if dtype == "float32":
+        return x.to(torch.float32)
     bits = {"int8": 8, "uint8": 8, "int32": 32}[dtype]
     lo, _ = dtype_range(dtype)
     return ((x - lo) % (1 << bits)) + lo
@@ -45,10 +47,11 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
     """Run `program` on `inputs`; returns every output and inout tensor."""
     env: dict[str, torch.Tensor] = {}
     for t in program.tensors:
+        work = torch.float32 if t.np_dtype.kind == "f" else torch.int64
         if t.role in ("input", "inout"):
-            env[t.name] = torch.as_tensor(np.asarray(inputs[t.name]).astype(np.int64))
+            env[t.name] = torch.as_tensor(np.asarray(inputs[t.name])).to(work)
         else:
-            env[t.name] = torch.zeros(t.shape, dtype=torch.int64)
+            env[t.name] = torch.zeros(t.shape, dtype=work)
     shared = program.shared_loops
     for values in itertools.product(*(range(n) for _, n in shared)):
         fixed = dict(zip((n for n, _ in shared), values))
@@ -155,6 +158,23 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return x
     if e.fn == "requant":
         return requant(x, float(args[1]), int(args[2]), program.tensor(stmt.lhs.tensor).dtype)
+    if e.fn == "quantize":  # PyTorch's own quantize_per_tensor, saturating to the LHS dtype
+        qdtype = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
+        out = program.tensor(stmt.lhs.tensor).dtype
+        return torch.quantize_per_tensor(x.to(torch.float32), float(args[1]), int(args[2]),
+                                         qdtype[out]).int_repr().to(torch.int64)
+    if e.fn == "dequantize":  # PyTorch's own Tensor.dequantize()
+        lo, hi = dtype_range("uint8")
+        if int(x.min()) >= lo and int(x.max()) <= hi:
+            q = torch._make_per_tensor_quantized_tensor(x.to(torch.uint8), float(args[1]), int(args[2]))
+        else:
+            q = torch._make_per_tensor_quantized_tensor(x.to(torch.int8), float(args[1]), int(args[2]))
+        return q.dequantize()
+    if e.fn == "rshift_round":  # qnnpack's rounding: asr, plus one when the remainder exceeds half
+        shift = torch.clamp(torch.as_tensor(args[1]), 0, 31)
+        mask = (torch.ones_like(shift) << shift) - 1
+        remainder = (x & mask) - (x < 0).to(x.dtype)
+        return (x >> shift) + (remainder > (mask >> 1)).to(x.dtype)
     raise ValueError(e.fn)
 
 

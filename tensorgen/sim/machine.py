@@ -47,10 +47,21 @@ class Stats:
                 "busy": dict(self.busy), "stalled": dict(self.stalled), "energy_pj": self.energy_pj}
 
 
+@dataclass(frozen=True)
+class Mark:
+    """The counters when the program reached top-level instruction `pc` (or its end)."""
+
+    pc: int
+    cycles: int  # the latest any queue has been busy until
+    macs: int
+    dram_bytes: int
+
+
 @dataclass
 class SimResult:
     outputs: dict[str, np.ndarray]
     stats: Stats
+    marks: list[Mark] = field(default_factory=list)
 
 
 class _Access:
@@ -58,6 +69,12 @@ class _Access:
 
     def __init__(self, mem, lo, hi, end, queue, write, pc):
         self.mem, self.lo, self.hi, self.end, self.queue, self.write, self.pc = mem, lo, hi, end, queue, write, pc
+
+
+def _values(arr: np.ndarray) -> np.ndarray:
+    """What an instruction computes with: int64 for integer memory (wrapped again on write),
+    float32 as it is for float memory (the quantize and dequantize units)."""
+    return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
 
 class Machine:
@@ -89,12 +106,13 @@ class Machine:
     def read(self, view: View) -> np.ndarray:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, False))
-        return arr.astype(np.int64)
+        return _values(arr)
 
     def write(self, view: View, values: np.ndarray) -> None:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, True))
-        arr[...] = np.broadcast_to(values, view.shape).astype(np.int64).astype(arr.dtype)
+        values = np.broadcast_to(values, view.shape)
+        arr[...] = values.astype(np.float32) if arr.dtype.kind == "f" else values.astype(np.int64).astype(arr.dtype)
 
     def read_loop(self, view: View) -> np.ndarray:
         """The view at every iteration of the loop nest `self.loop`: shape (*counts, *view.shape)."""
@@ -111,7 +129,7 @@ class Machine:
             raise SimulatorError(f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
                                  f"({memory.size} bytes) in the loop nest at counters {list(self.counters)}")
         self.touched.append((view.mem, lo, hi, False))
-        return np.ndarray(shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides).astype(np.int64)
+        return _values(np.ndarray(shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides))
 
     def _tensor(self, box: Box):
         t = self.binary.tensors[box.tensor]
@@ -124,7 +142,7 @@ class Machine:
 
     def load_box(self, box: Box) -> np.ndarray:
         t, arr, origin = self._tensor(box)
-        out = np.full(box.shape, t.pad, np.int64)
+        out = np.full(box.shape, t.pad, np.float32 if np.dtype(t.dtype).kind == "f" else np.int64)
         src, dst = [], []
         for o, n, dim in zip(origin, box.shape, t.shape):
             lo, hi = max(o, 0), min(o + n, dim)
@@ -178,21 +196,27 @@ class Simulator:
                 if t.name not in inputs:
                     raise SimulatorError(f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})")
                 value = np.asarray(inputs[t.name])
-                if not np.issubdtype(value.dtype, np.integer):
-                    raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})")
                 if tuple(value.shape) != tuple(t.shape):
                     raise SimulatorError(f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}")
-                info = np.iinfo(np.dtype(t.dtype))
-                if value.size and (value.min() < info.min or value.max() > info.max):
-                    raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
+                if np.dtype(t.dtype).kind == "f":
+                    if value.dtype != np.float32:
+                        raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected float32")
+                else:
+                    if not np.issubdtype(value.dtype, np.integer):
+                        raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})")
+                    info = np.iinfo(np.dtype(t.dtype))
+                    if value.size and (value.min() < info.min or value.max() > info.max):
+                        raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
                 region[...] = value.astype(t.dtype)
         unknown = set(inputs) - {t.name for t in self.binary.tensors if t.role in ("input", "inout")}
         if unknown:
             raise SimulatorError(f"unknown input tensor(s): {', '.join(sorted(unknown))}")
 
-    def run(self, inputs: dict[str, np.ndarray]) -> SimResult:
+    def run(self, inputs: dict[str, np.ndarray], marks: tuple[int, ...] = ()) -> SimResult:
         self._set_inputs(inputs)
+        self.mark_pcs, self.marks = set(marks), []
         self._block(0, len(self.binary.code), ())
+        self._mark(len(self.binary.code))
         self.stats.cycles = max(self.queue_time.values())
         for (a, b), q in self.tokens.items():
             if q:
@@ -206,12 +230,18 @@ class Simulator:
             if t.role in ("output", "inout"):
                 outputs[t.name] = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.machine.mem["dram"],
                                              offset=t.dram_offset).copy()
-        return SimResult(outputs, s)
+        return SimResult(outputs, s, self.marks)
+
+    def _mark(self, pc: int) -> None:
+        if pc in self.mark_pcs:
+            self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes))
 
     def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
         code = self.binary.code
         pc = start
         while pc < end:
+            if not counters and pc in self.mark_pcs:
+                self._mark(pc)
             ins = code[pc]
             if ins.mnemonic == "LOOP":
                 body = ins.arg("body")
@@ -353,7 +383,9 @@ class Simulator:
 
 
 def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
-             vectorize_loops: bool = True) -> SimResult:
+             vectorize_loops: bool = True, marks: tuple[int, ...] = ()) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
-    that the vectorised path computes the same values and counters)."""
-    return Simulator(binary, target, vectorize_loops).run(inputs)
+    that the vectorised path computes the same values and counters). `marks`: top-level
+    instruction indices (or the code length, for the end) at which to record the counters, e.g.
+    the boundaries of a model's layers."""
+    return Simulator(binary, target, vectorize_loops).run(inputs, marks)

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from tensorgen.errors import SpecError
-from tensorgen.ir.core import BINOPS, FUNCTIONS, Access, Affine, BinOp, Call, Const, Expr, Read
+from tensorgen.ir.core import BINOPS, CONST_ARGS, FUNCTIONS, Access, Affine, BinOp, Call, Const, Expr, Read
 
 _BINOP_NAMES = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.RShift: ">>", ast.LShift: "<<"}
 
@@ -137,10 +137,8 @@ def _expr(node: ast.AST, loc: _Locator) -> Expr:
         if len(node.args) != FUNCTIONS[fn] or node.keywords:
             raise SpecError(f"{loc.at(node)}: {fn}() takes {FUNCTIONS[fn]} argument(s)")
         args = tuple(_expr(a, loc) for a in node.args)
-        if fn == "requant" and not (isinstance(args[1], Const) and isinstance(args[2], Const)):
-            raise SpecError(f"{loc.at(node)}: requant(x, scale, zero_point) needs constant scale and zero point")
-        if fn == "clamp" and not (isinstance(args[1], Const) and isinstance(args[2], Const)):
-            raise SpecError(f"{loc.at(node)}: clamp(x, lo, hi) needs constant bounds")
+        if fn in CONST_ARGS and not all(isinstance(a, Const) for a in args[1:]):
+            raise SpecError(f"{loc.at(node)}: {CONST_ARGS[fn]}")
         return Call(fn, args)
     if isinstance(node, ast.Name):
         raise SpecError(f"{loc.at(node)}: '{node.id}' is not a tensor access; write it with subscripts")

@@ -89,8 +89,8 @@ CASES = [
     case("version-not-a-number", stmt(MATMUL).replace("tensorgen: 1", "tensorgen: @one"),
          r"expected the format version 1, got 'one'"),
     # --- tensor declarations
-    case("unknown-dtype", stmt(MATMUL).replace("dtype: int8", "dtype: @float32", 1),
-         r"unknown dtype 'float32' \(expected int8, uint8, int32\)"),
+    case("unknown-dtype", stmt(MATMUL).replace("dtype: int8", "dtype: @float16", 1),
+         r"unknown dtype 'float16' \(expected int8, uint8, int32, float32\)"),
     case("unknown-role", stmt(MATMUL).replace("role: output", "role: @result"),
          r"unknown role 'result' \(expected input, output, inout, none\)"),
     case("zero-dimension", stmt(MATMUL).replace("[3, 5]", "[3, @0]"),
@@ -140,8 +140,8 @@ CASES = [
          r"shape mismatch: index 'i' ranges over 4 \(C dimension 0\) but over 3 in B dimension 0"),
     # --- statements: functions, operators, ranges, roles
     case("unknown-function", stmt("C[i, j] = @sigmoid(A[i, 0])"),
-         r"unknown function 'sigmoid' \(expected one of clamp, int32, int8, max, min, relu, "
-         r"requant, uint8\)"),
+         r"unknown function 'sigmoid' \(expected one of clamp, dequantize, int32, int8, max, min, "
+         r"quantize, relu, requant, rshift_round, uint8\)"),
     case("wrong-arity", stmt("C[i, j] = @relu(A[i, 0], 1)"), r"relu\(\) takes 1 argument\(s\)"),
     case("unsupported-operator", stmt("C[i, j] += @A[i, k] / B[k, j]"),
          r"unsupported expression 'A\[i, k\] / B\[k, j\]'"),

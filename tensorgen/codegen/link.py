@@ -1,0 +1,181 @@
+"""Linking separately compiled layers into one program, with DRAM planned by lifetime.
+
+Each layer is compiled on its own into a `Binary` whose tensor table names its inputs, outputs
+and spilled temporaries. The linker binds every such tensor to a model-level buffer (an
+activation, a weight constant, or the layer's private scratch), gives each buffer a DRAM offset
+so that buffers whose lifetimes do not overlap share memory, rewrites the layers' boxes to one
+global tensor table, and puts a barrier between layers: the next layer's loads wait for the last
+layer's stores, and no queue starts a layer before every queue has finished the one before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tensorgen.errors import CodegenError
+from tensorgen.mc import isa
+from tensorgen.mc.binary import Binary, TensorEntry
+from tensorgen.mc.operands import Box
+
+ALIGN = 64
+MAX_NAME = 31  # the tensor table's name field holds 32 bytes, NUL-terminated
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A region of DRAM: an activation (by value name), a constant, or a layer's scratch."""
+
+    name: str
+    nbytes: int
+    role: str  # "input", "output", "temp" or "const"
+    data: bytes | None = None  # for "const"
+
+
+@dataclass(frozen=True)
+class LinkLayer:
+    name: str  # for tensor table names and messages
+    binary: Binary
+    bindings: dict[str, str]  # the layer's tensor name -> buffer name; unbound tensors are scratch
+
+
+@dataclass(frozen=True)
+class Placement:
+    offsets: dict[str, int]
+    peak_bytes: int  # DRAM the activations and scratch need with lifetimes shared
+    total_bytes: int  # what they would need each in their own region
+    const_bytes: int
+
+
+@dataclass
+class Linked:
+    binary: Binary
+    placement: Placement
+    layer_ranges: list[tuple[int, int]] = field(default_factory=list)  # code words of each layer
+
+
+def plan_dram(buffers: dict[str, Buffer], lifetimes: dict[str, tuple[int, int]]) -> Placement:
+    """Offsets for every buffer: constants first, each in its own region; then activations and
+    scratch by first fit, largest first, sharing addresses with buffers whose [first, last] layer
+    intervals do not intersect (the interval-graph packing of TFLite's and TVM's memory planners)."""
+    offsets: dict[str, int] = {}
+    top = 0
+    for b in buffers.values():
+        if b.role == "const":
+            offsets[b.name] = top
+            top += _align(b.nbytes)
+    const_bytes = top
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    order = sorted((b for b in buffers.values() if b.role != "const"), key=lambda b: (-b.nbytes, b.name))
+    for b in order:
+        first, last = lifetimes[b.name]
+        busy = sorted((o, e) for o, e, f, l in placed if not (l < first or last < f))
+        at = 0
+        for o, e in busy:
+            if at + _align(b.nbytes) <= o:
+                break
+            at = max(at, e)
+        offsets[b.name] = const_bytes + at
+        placed.append((at, at + _align(b.nbytes), first, last))
+    peak = max((e for _, e, _, _ in placed), default=0)
+    total = sum(_align(b.nbytes) for b in buffers.values() if b.role != "const")
+    return Placement(offsets, peak, total, const_bytes)
+
+
+def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, str],
+         target_name: str, target_hash: bytes) -> Linked:
+    """One binary running `layers` in order. `public` names the model's inputs and outputs: buffer
+    name -> the name the tensor table shows (what `tensorgen run` reads and writes)."""
+    buffers = dict(buffers)
+    lifetimes: dict[str, tuple[int, int]] = {}
+    for i, layer in enumerate(layers):
+        for t in layer.binary.tensors:
+            name = layer.bindings.get(t.name)
+            if name is None:  # a temporary the layer spilled: private to it
+                name = f"{layer.name}/{t.name}"
+                buffers[name] = Buffer(name, t.nbytes, "temp")
+            elif name not in buffers:
+                raise CodegenError(f"layer {layer.name}: tensor {t.name} bound to unknown buffer {name}")
+            elif t.nbytes > buffers[name].nbytes:
+                raise CodegenError(f"layer {layer.name}: tensor {t.name} ({t.nbytes} B) does not fit buffer "
+                                   f"{name} ({buffers[name].nbytes} B)")
+            first, last = lifetimes.get(name, (i, i))
+            lifetimes[name] = (min(first, i), max(last, i))
+    for name, b in buffers.items():
+        if b.role in ("input", "output"):  # live for the whole program: the host reads and writes them
+            lifetimes[name] = (0, len(layers) - 1)
+        lifetimes.setdefault(name, (0, 0))
+    placement = plan_dram(buffers, lifetimes)
+
+    entries: list[TensorEntry] = []
+    constants = bytearray()
+    const_entry: dict[str, tuple[int, int]] = {}
+    code: list[isa.Instruction] = []
+    ranges = []
+    for i, layer in enumerate(layers):
+        index = []
+        for t in layer.binary.tensors:
+            name = layer.bindings.get(t.name, f"{layer.name}/{t.name}")
+            b = buffers[name]
+            role = b.role
+            entry_name = public.get(name) if role in ("input", "output") else _short(layer.name, t.name, i)
+            if b.role == "const":
+                if name not in const_entry:
+                    const_entry[name] = (len(constants), len(b.data))
+                    constants += b.data + bytes(-len(b.data) % 8)
+                coff, cbytes = const_entry[name]
+                entry = TensorEntry(entry_name, t.dtype, t.shape, "const", placement.offsets[name], t.pad, coff, cbytes)
+            else:
+                entry = TensorEntry(entry_name, t.dtype, t.shape, role, placement.offsets[name], t.pad)
+            index.append(_intern(entries, entry))
+        if code:
+            code.extend(barrier())
+        start = len(code)
+        code.extend(_rebind(ins, index) for ins in layer.binary.code)
+        ranges.append((start, len(code)))
+    dram = placement.const_bytes + placement.peak_bytes
+    binary = Binary(target_name, target_hash, tuple(entries), tuple(code), dram, bytes(constants))
+    return Linked(binary, placement, ranges)
+
+
+def barrier() -> list[isa.Instruction]:
+    """SYNCs after which every queue's next instruction starts after every queue's last one."""
+    def sync(queue: str, wait=(), signal=()) -> isa.Instruction:
+        return isa.make("SYNC", queue=isa.QUEUES.index(queue)).with_tokens(wait, signal)
+
+    return [sync("LD", signal={"EX"}), sync("ST", signal={"EX"}),
+            sync("EX", wait={"LD", "ST"}, signal={"LD", "ST"}),
+            sync("LD", wait={"EX"}), sync("ST", wait={"EX"})]
+
+
+def _intern(entries: list[TensorEntry], entry: TensorEntry) -> int:
+    """The index of `entry` in the table; the model's inputs and outputs appear once."""
+    if entry.role in ("input", "output"):
+        for i, e in enumerate(entries):
+            if e.name == entry.name:
+                if (e.dtype, e.shape, e.dram_offset) != (entry.dtype, entry.shape, entry.dram_offset):
+                    break
+                return i
+    entries.append(entry)
+    return len(entries) - 1
+
+
+def _rebind(ins: isa.Instruction, index: list[int]) -> isa.Instruction:
+    if not any(isinstance(v, Box) for _, v in ins.args):
+        return ins
+    args = tuple((k, Box(index[v.tensor], v.origin, v.shape) if isinstance(v, Box) else v) for k, v in ins.args)
+    return isa.Instruction(ins.mnemonic, args, ins.wait, ins.signal)
+
+
+def _short(layer: str, tensor: str, i: int) -> str:
+    name = f"{layer}.{tensor}"
+    return name if len(name) <= MAX_NAME else f"L{i}.{tensor}"[:MAX_NAME]
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def const_bytes(array: np.ndarray) -> bytes:
+    return np.ascontiguousarray(array).tobytes()

@@ -1,0 +1,479 @@
+"""From a quantized FX GraphModule to a list of layers (op.yaml programs) and model values.
+
+The GraphModule is what PyTorch's `convert_fx` produces. It is run once on the example inputs
+through an `fx.Interpreter` that records every node's result: shapes and the quantization
+parameters (scale, zero point) of every value come from PyTorch itself, not from re-deriving
+its observer logic. Each node is then lowered by the function registered for its operator.
+A node that is not supported, has a shape that is not static, or computes in float where the
+accelerator cannot be bit-exact, is refused with a one-line SpecError naming the operator and
+its place in the model.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from tensorgen.errors import SpecError
+from tensorgen.frontend import numerics
+from tensorgen.frontend.layers import Layer, Port, affine, axes, clamp, f32, idx
+
+QDTYPES = {torch.quint8: "uint8", torch.qint8: "int8"}
+NATURAL = {"uint8": (0, 255), "int8": (-128, 127)}
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor flowing between layers. `buffer` names its DRAM storage: a flatten or reshape
+    is a new value over the same buffer."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # uint8, int8 or float32
+    scale: float = 1.0
+    zp: int = 0
+    buffer: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+    def port(self, name: str, role: str, pad: int | None = None) -> Port:
+        return Port(name, self.shape, self.dtype, role, self.zp if pad is None else pad, self.buffer)
+
+
+@dataclass
+class Graph:
+    """The lowered model: layers in program order, the values, and the model's inputs/outputs."""
+
+    layers: list[Layer]
+    values: dict[str, Value]
+    inputs: list[Value]
+    outputs: list[Value]
+
+
+def lower_graph(gm: fx.GraphModule, example_inputs: tuple[torch.Tensor, ...]) -> Graph:
+    results = _record(gm, example_inputs)
+    return _Lowering(gm, results).run()
+
+
+def _record(gm: fx.GraphModule, example_inputs) -> dict[fx.Node, object]:
+    results: dict[fx.Node, object] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node):
+            out = super().run_node(n)
+            results[n] = out
+            return out
+
+    with torch.no_grad():
+        Recorder(gm).run(*example_inputs)
+    return results
+
+
+def module_path(node: fx.Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        return f"{list(stack.values())[-1][0]} ({node.name})"
+    return node.name
+
+
+def _op_name(gm: fx.GraphModule, node: fx.Node) -> str:
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)).__name__
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", str(node.target))
+    return f"{node.op} {node.target}"
+
+
+class _Lowering:
+    def __init__(self, gm: fx.GraphModule, results: dict) -> None:
+        self.gm, self.results = gm, results
+        self.values: dict[str, Value] = {}
+        self.layers: list[Layer] = []
+        self.producer: dict[str, Layer] = {}  # value name -> the layer that writes it
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+
+    def run(self) -> Graph:
+        for node in self.gm.graph.nodes:
+            try:
+                self.node(node)
+            except SpecError as err:
+                raise SpecError(f"{_op_name(self.gm, node)} at {module_path(node)}: {err}") from None
+        return Graph(self.layers, self.values, self.inputs, self.outputs)
+
+    # -- values ------------------------------------------------------------------------------
+    def value_of(self, arg) -> Value:
+        if not isinstance(arg, fx.Node) or arg.name not in self.values:
+            raise SpecError(f"input {arg} is not a tensor the accelerator holds")
+        return self.values[arg.name]
+
+    def result_value(self, node: fx.Node, buffer: str | None = None) -> Value:
+        r = self.results[node]
+        if not isinstance(r, torch.Tensor):
+            raise SpecError(f"produces {type(r).__name__}, not a tensor")
+        if r.is_quantized:
+            if r.qscheme() != torch.per_tensor_affine or r.dtype not in QDTYPES:
+                raise SpecError(f"produces a {r.dtype} tensor with {r.qscheme()}; only per-tensor quint8/qint8")
+            v = Value(node.name, tuple(r.shape), QDTYPES[r.dtype], float(r.q_scale()), int(r.q_zero_point()),
+                      buffer or node.name)
+        elif r.dtype == torch.float32:
+            v = Value(node.name, tuple(r.shape), "float32", buffer=buffer or node.name)
+        else:
+            raise SpecError(f"produces a {r.dtype} tensor")
+        self.values[node.name] = v
+        return v
+
+    def constant(self, arg):
+        if isinstance(arg, fx.Node):
+            r = self.results[arg]
+            return r.item() if isinstance(r, torch.Tensor) and r.numel() == 1 else r
+        return arg
+
+    def add(self, layer: Layer, out: Value) -> None:
+        self.layers.append(layer)
+        self.producer[out.name] = layer
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def node(self, node: fx.Node) -> None:
+        if node.op == "placeholder":
+            v = self.result_value(node)
+            if v.dtype != "float32":
+                raise SpecError("model inputs must be float32 tensors (quantized at the entry)")
+            self.inputs.append(v)
+            return
+        if node.op == "get_attr":
+            return
+        if node.op == "output":
+            outs = node.args[0]
+            for o in (outs if isinstance(outs, (tuple, list)) else (outs,)):
+                v = self.value_of(o)
+                if v.dtype != "float32":
+                    raise SpecError("model outputs must be dequantized float32 tensors")
+                self.outputs.append(v)
+            return
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            for cls, fn in MODULES:
+                if isinstance(mod, cls):
+                    return fn(self, node, mod)
+        elif node.op == "call_function":
+            fn = FUNCTIONS.get(node.target)
+            if fn is not None:
+                return fn(self, node)
+        elif node.op == "call_method":
+            fn = METHODS.get(node.target)
+            if fn is not None:
+                return fn(self, node)
+        self._refuse(node)
+
+    def _refuse(self, node: fx.Node) -> None:
+        ins = [self.results.get(a) for a in node.all_input_nodes]
+        if any(isinstance(r, torch.Tensor) and r.dtype == torch.float32 for r in ins):
+            raise SpecError("a float operation inside the quantized model cannot be bit-exact on the "
+                            "accelerator; quantize it (give it a qconfig) or remove it")
+        raise SpecError("unsupported operator")
+
+    # -- quantize / dequantize ---------------------------------------------------------------
+    def quantize(self, node: fx.Node) -> None:
+        x = self.value_of(node.args[0])
+        if x.dtype != "float32":
+            raise SpecError("quantize of a tensor that is already quantized")
+        y = self.result_value(node)
+        a = idx(axes(len(y.shape)))
+        lo, hi = NATURAL[y.dtype]
+
+        def body(lo_, hi_):
+            return [f"Y[{a}] = " + clamp(f"quantize(X[{a}], {y.scale!r}, {y.zp})", lo_, hi_, (lo, hi))]
+        self.add(Layer(node.name, module_path(node), "quantize", [x.port("X", "input", 0), y.port("Y", "output")],
+                       body, lo, hi, fusable=True), y)
+
+    def dequantize(self, node: fx.Node) -> None:
+        x = self.value_of(node.args[0])
+        if x.dtype == "float32":
+            raise SpecError("dequantize of a float tensor")
+        y = self.result_value(node)
+        a = idx(axes(len(y.shape)))
+        self.add(Layer(node.name, module_path(node), "dequantize", [x.port("X", "input"), y.port("Y", "output", 0)],
+                       lambda lo, hi: [f"Y[{a}] = dequantize(X[{a}], {x.scale!r}, {x.zp})"]), y)
+
+    # -- convolution and linear --------------------------------------------------------------
+    def conv(self, node: fx.Node, mod) -> None:
+        x = self.value_of(node.args[0])
+        y = self.result_value(node)
+        if getattr(mod, "padding_mode", "zeros") != "zeros":
+            raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
+        w = mod.weight()
+        wq, s_w, w_zp = _weight(w)
+        bias = mod.bias()
+        b_q = numerics.quantize_bias(_np_bias(bias, wq.shape[0]), x.scale, s_w)
+        m = numerics.requant_multiplier(x.scale, s_w, y.scale)
+        (sh, sw), (ph, pw), (dh, dw), g = mod.stride, mod.padding, mod.dilation, mod.groups
+        n, c, _, _ = x.shape
+        k = y.shape[1]
+        relu = "ReLU" in type(mod).__name__
+        rows = affine((sh, "h"), (dh, "r"), const=-ph)
+        cols = affine((sw, "w"), (dw, "s"), const=-pw)
+        xz = f" - {x.zp}" if x.zp else ""
+        wz = f" - {w_zp}" if w_zp else ""
+        ports = [x.port("X", "input")]
+        if g == 1:
+            acc, xin, wt, bias_ix = "n, k, h, w", f"X[n, c, {rows}, {cols}]", "W[k, c, r, s]", "B[k]"
+            shape = y.shape
+        elif g == c == k:
+            acc, xin, wt, bias_ix = "n, k, h, w", f"X[n, k, {rows}, {cols}]", "W[k, 0, r, s]", "B[k]"
+            shape = y.shape
+        else:  # grouped: a 5-d view with the group as its own index (reshapes are free in DRAM)
+            cg, kg = c // g, k // g
+            ports = [Port("X", (n, g, cg, *x.shape[2:]), x.dtype, "input", x.zp, x.buffer)]
+            wq = wq.reshape(g, kg, cg, *wq.shape[2:])
+            b_q = b_q.reshape(g, kg)
+            acc, xin, wt, bias_ix = "n, g, k, h, w", f"X[n, g, c, {rows}, {cols}]", "W[g, k, c, r, s]", "B[g, k]"
+            shape = (n, g, kg, *y.shape[2:])
+        ports += [Port("W", wq.shape, "int8", "input", 0, None, wq), Port("B", b_q.shape, "int32", "input", 0, None, b_q),
+                  Port("ACC", shape, "int32", "none"),
+                  Port("Y", shape, y.dtype, "output", y.zp, y.buffer)]
+        natural = NATURAL[y.dtype]
+
+        def body(lo, hi):
+            return [f"ACC[{acc}] = {bias_ix}",
+                    f"ACC[{acc}] += ({xin}{xz}) * ({wt}{wz})" if (xz and wz) else
+                    f"ACC[{acc}] += ({xin}{xz}) * {wt}" if xz else f"ACC[{acc}] += {xin} * {wt}",
+                    f"Y[{acc}] = " + clamp(f"requant(ACC[{acc}], {f32(m)}, {y.zp})", lo, hi, natural)]
+        lo, hi = (y.zp, natural[1]) if relu else natural
+        layer = Layer(node.name, module_path(node), "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped",
+                      ports, body, lo, hi, fusable=True, epilogue=["relu"] if relu else [])
+        self.add(layer, y)
+
+    def linear(self, node: fx.Node, mod) -> None:
+        x = self.value_of(node.args[0])
+        y = self.result_value(node)
+        wq, s_w, w_zp = _weight(mod.weight())
+        b_q = numerics.quantize_bias(_np_bias(mod.bias(), wq.shape[0]), x.scale, s_w)
+        m = numerics.requant_multiplier(x.scale, s_w, y.scale)
+        rows = int(np.prod(x.shape[:-1]))
+        o, i = wq.shape
+        relu = "ReLU" in type(mod).__name__
+        xz = f" - {x.zp}" if x.zp else ""
+        wz = f" - {w_zp}" if w_zp else ""
+        ports = [Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
+                 Port("W", wq.shape, "int8", "input", 0, None, wq), Port("B", b_q.shape, "int32", "input", 0, None, b_q),
+                 Port("ACC", (rows, o), "int32", "none"), Port("Y", (rows, o), y.dtype, "output", y.zp, y.buffer)]
+        natural = NATURAL[y.dtype]
+        product = f"(X[n, i]{xz}) * (W[o, i]{wz})" if wz else f"(X[n, i]{xz}) * W[o, i]" if xz else "X[n, i] * W[o, i]"
+
+        def body(lo, hi):
+            return ["ACC[n, o] = B[o]", f"ACC[n, o] += {product}",
+                    "Y[n, o] = " + clamp(f"requant(ACC[n, o], {f32(m)}, {y.zp})", lo, hi, natural)]
+        lo, hi = (y.zp, natural[1]) if relu else natural
+        self.add(Layer(node.name, module_path(node), "linear", ports, body, lo, hi, fusable=True,
+                       epilogue=["relu"] if relu else []), y)
+
+    # -- element-wise ------------------------------------------------------------------------
+    def clamp_op(self, node: fx.Node, kind: str, lo_f: float | None, hi_f: float | None) -> None:
+        """relu / relu6 / hardtanh on a quantized tensor: the output keeps the input's qparams,
+        so it is a clamp of the integers; folded into the producer's epilogue when it is the
+        producer's only user."""
+        x = self.value_of(node.args[0])
+        if x.dtype == "float32":
+            self._refuse(node)
+        natural = NATURAL[x.dtype]
+        lo = max(natural[0], numerics.quantize_scalar(lo_f, x.scale, x.zp, *natural)) if lo_f is not None else natural[0]
+        hi = min(natural[1], numerics.quantize_scalar(hi_f, x.scale, x.zp, *natural)) if hi_f is not None else natural[1]
+        r = self.results[node]
+        if r.q_scale() != x.scale or r.q_zero_point() != x.zp:
+            raise SpecError("changes the quantization parameters (only clamps that keep them are supported)")
+        producer = self.producer.get(x.name)
+        if producer is not None and producer.fusable and len(node.args[0].users) == 1 and \
+                producer.output.value == x.buffer:
+            producer.lo, producer.hi = max(producer.lo, lo), min(producer.hi, hi)
+            producer.epilogue.append(kind)
+            producer.result = node.name
+            self.values[node.name] = Value(node.name, x.shape, x.dtype, x.scale, x.zp, x.buffer)
+            self.producer[node.name] = producer
+            return
+        y = self.result_value(node)
+        a = idx(axes(len(y.shape)))
+        self.add(Layer(node.name, module_path(node), kind, [x.port("X", "input"), y.port("Y", "output")],
+                       lambda lo_, hi_: [f"Y[{a}] = " + clamp(f"X[{a}]", lo_, hi_, natural)], lo, hi, fusable=True), y)
+
+    def add_op(self, node: fx.Node, relu: bool) -> None:
+        a_node, b_node = node.args[0], node.args[1]
+        a, b = self.value_of(a_node), self.value_of(b_node)
+        y = self.result_value(node)
+        if a.shape != b.shape or a.shape != y.shape:
+            raise SpecError(f"broadcasting add of {list(a.shape)} and {list(b.shape)} (only equal shapes)")
+        if y.dtype != "uint8":
+            raise SpecError("quantized add of non-quint8 tensors")
+        p = numerics.add_params(a.scale, a.zp, b.scale, b.zp, y.scale)
+        ix = idx(axes(len(y.shape)))
+        natural = NATURAL[y.dtype]
+
+        def body(lo, hi):
+            fixed = f"rshift_round(A[{ix}] * {p.a_mult} + B[{ix}] * {p.b_mult} + {p.zp_product}, {p.shift}) + {y.zp}"
+            return [f"Y[{ix}] = clamp({fixed}, {lo}, {hi})"]
+        lo = y.zp if relu else 0
+        self.add(Layer(node.name, module_path(node), "add_relu" if relu else "add",
+                       [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")], body, lo, 255,
+                       fusable=True, epilogue=["relu"] if relu else []), y)
+
+    # -- pooling -----------------------------------------------------------------------------
+    def max_pool(self, node: fx.Node, kernel, stride, padding, dilation) -> None:
+        x = self.value_of(node.args[0])
+        y = self.result_value(node)
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(v) for v in (kernel, stride or kernel, padding, dilation))
+        lo, _ = NATURAL[x.dtype]
+        rows, cols = affine((sh, "h"), (dh, "i"), const=-ph), affine((sw, "w"), (dw, "j"), const=-pw)
+
+        def body(lo_, hi_):
+            return [f"Y[n, c, h, w] = {lo}",
+                    {"stmt": f"Y[n, c, h, w] max= X[n, c, {rows}, {cols}]",
+                     "where": f"0 <= i < {kh} and 0 <= j < {kw}"}]
+        # padding acts as -inf: the dtype's minimum never beats a real element of the window
+        self.add(Layer(node.name, module_path(node), "max_pool2d",
+                       [x.port("X", "input", lo), y.port("Y", "output")], body), y)
+
+    def adaptive_avg_pool(self, node: fx.Node, output_size) -> None:
+        x = self.value_of(node.args[0])
+        y = self.result_value(node)
+        n, c, h, w = x.shape
+        oh, ow = y.shape[2:]
+        if h % oh or w % ow:
+            raise SpecError(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: only sizes that divide")
+        kh, kw = h // oh, w // ow
+        mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
+        xz = f" - {x.zp}" if x.zp else ""
+
+        def body(lo, hi):  # the explicit zero: linked layers share DRAM, nothing starts at zero
+            return ["ACC[n, c, h, w] = 0",
+                    {"stmt": f"ACC[n, c, h, w] += X[n, c, {affine((kh, 'h'), (1, 'i'))}, "
+                             f"{affine((kw, 'w'), (1, 'j'))}]{xz}",
+                     "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
+                    f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"]
+        self.add(Layer(node.name, module_path(node), "adaptive_avg_pool2d",
+                       [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
+
+    # -- shapes ------------------------------------------------------------------------------
+    def alias(self, node: fx.Node) -> None:
+        """flatten / reshape / view / contiguous of a contiguous tensor: the same bytes."""
+        x = self.value_of(node.args[0])
+        r = self.results[node]
+        if isinstance(r, torch.Tensor) and r.numel() != int(np.prod(x.shape)):
+            raise SpecError("reshape changes the number of elements")
+        v = self.result_value(node, buffer=x.buffer)
+        if (v.scale, v.zp) != (x.scale, x.zp):
+            raise SpecError("reshape changes the quantization parameters")
+
+    def permute(self, node: fx.Node) -> None:
+        x = self.value_of(node.args[0])
+        dims = node.args[1:] if len(node.args) > 2 else node.args[1]
+        dims = [d % len(x.shape) for d in (dims if isinstance(dims, (tuple, list)) else (dims,))]
+        y = self.result_value(node)
+        src = axes(len(x.shape))
+        dst = [src[d] for d in dims]
+        self.add(Layer(node.name, module_path(node), "permute", [x.port("X", "input"), y.port("Y", "output")],
+                       lambda lo, hi: [f"Y[{idx(dst)}] = X[{idx(src)}]"]), y)
+
+    def cat(self, node: fx.Node) -> None:
+        parts = [self.value_of(a) for a in node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        y = self.result_value(node)
+        dim %= len(y.shape)
+        for p in parts:
+            if (p.scale, p.zp) != (y.scale, y.zp):
+                raise SpecError("cat of inputs with different quantization parameters (it would requantize)")
+        ports, stmts, off = [], [], 0
+        for i, p in enumerate(parts):
+            ix = axes(len(y.shape))
+            out = list(ix)
+            out[dim] = affine((1, ix[dim]), const=off)
+            ports.append(p.port(f"X{i}", "input"))
+            stmts.append(f"Y[{idx(out)}] = X{i}[{idx(ix)}]")
+            off += p.shape[dim]
+        self.add(Layer(node.name, module_path(node), "cat", ports + [y.port("Y", "output")],
+                       lambda lo, hi: stmts), y)
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _weight(w: torch.Tensor) -> tuple[np.ndarray, float, int]:
+    if w.qscheme() not in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        raise SpecError(f"weights quantized {w.qscheme()}: per-channel weights are not supported yet "
+                        "(use the qnnpack qconfig, which quantizes weights per tensor)")
+    return w.int_repr().numpy().astype(np.int8), float(w.q_scale()), int(w.q_zero_point())
+
+
+def _np_bias(bias: torch.Tensor | None, n: int) -> np.ndarray:
+    if bias is None:
+        return np.zeros(n, np.float32)
+    return bias.detach().numpy().astype(np.float32)
+
+
+def _max_pool_module(lw: _Lowering, node: fx.Node, mod: nn.MaxPool2d) -> None:
+    if mod.return_indices:
+        raise SpecError("max_pool2d with return_indices")
+    lw.max_pool(node, mod.kernel_size, mod.stride, mod.padding, mod.dilation)
+
+
+def _max_pool_fn(lw: _Lowering, node: fx.Node) -> None:
+    args = list(node.args[1:]) + [None] * 5
+    kw = node.kwargs
+    kernel = kw.get("kernel_size", args[0])
+    stride = kw.get("stride", args[1]) or kernel
+    lw.max_pool(node, kernel, stride, kw.get("padding", args[2] or 0), kw.get("dilation", args[3] or 1))
+
+
+def _hardtanh_module(lw, node, mod):
+    lw.clamp_op(node, "hardtanh" if not isinstance(mod, nn.ReLU6) else "relu6", mod.min_val, mod.max_val)
+
+
+MODULES = (
+    (torch.ao.nn.quantized.Conv2d, lambda lw, n, m: lw.conv(n, m)),  # ConvReLU2d derives from it
+    (torch.ao.nn.quantized.Linear, lambda lw, n, m: lw.linear(n, m)),  # LinearReLU derives from it
+    (nn.ReLU, lambda lw, n, m: lw.clamp_op(n, "relu", 0.0, None)),
+    (nn.Hardtanh, _hardtanh_module),  # ReLU6 derives from it
+    (nn.MaxPool2d, _max_pool_module),
+    (nn.AdaptiveAvgPool2d, lambda lw, n, m: lw.adaptive_avg_pool(n, m.output_size)),
+    (nn.Flatten, lambda lw, n, m: lw.alias(n)),
+    (nn.Identity, lambda lw, n, m: lw.alias(n)),
+)
+
+FUNCTIONS = {
+    torch.quantize_per_tensor: lambda lw, n: lw.quantize(n),
+    torch.ops.quantized.add: lambda lw, n: lw.add_op(n, relu=False),
+    torch.ops.quantized.add_relu: lambda lw, n: lw.add_op(n, relu=True),
+    torch.flatten: lambda lw, n: lw.alias(n),
+    torch.reshape: lambda lw, n: lw.alias(n),
+    torch.permute: lambda lw, n: lw.permute(n),
+    torch.cat: lambda lw, n: lw.cat(n),
+    torch.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
+    F.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
+    F.relu6: lambda lw, n: lw.clamp_op(n, "relu6", 0.0, 6.0),
+    F.hardtanh: lambda lw, n: lw.clamp_op(n, "hardtanh", n.kwargs.get("min_val", (list(n.args) + [-1.0])[1]),
+                                          n.kwargs.get("max_val", (list(n.args) + [-1.0, 1.0])[2])),
+    F.max_pool2d: _max_pool_fn,
+    torch.max_pool2d: _max_pool_fn,
+    F.adaptive_avg_pool2d: lambda lw, n: lw.adaptive_avg_pool(n, n.args[1]),
+    operator.getitem: None,
+}
+FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
+
+METHODS = {
+    "dequantize": lambda lw, n: lw.dequantize(n),
+    "flatten": lambda lw, n: lw.alias(n),
+    "reshape": lambda lw, n: lw.alias(n),
+    "view": lambda lw, n: lw.alias(n),
+    "contiguous": lambda lw, n: lw.alias(n),
+    "permute": lambda lw, n: lw.permute(n),
+    "relu": lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
+}

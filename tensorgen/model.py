@@ -1,0 +1,172 @@
+"""Whole-model compilation: a quantized PyTorch model to one .tgb, checked bit for bit.
+
+    quantize (PyTorch's FX flow) -> lower every node to a layer (op.yaml program)
+    -> fold clamps into epilogues -> schedule and compile each layer (auto, else default)
+    -> plan DRAM by lifetime and link into one binary -> simulate and compare with PyTorch
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import fx
+
+from tensorgen.codegen.link import Buffer, Linked, LinkLayer, link
+from tensorgen.driver import Comparison, compile_auto
+from tensorgen.errors import TensorgenError
+from tensorgen.frontend.fx import Graph, lower_graph
+from tensorgen.frontend.layers import Layer
+from tensorgen.frontend.quantize import quantize, quantized_engine
+from tensorgen.mc.binary import Binary, decode, encode
+from tensorgen.sim.machine import Mark, SimResult, simulate
+from tensorgen.target import Target
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    name: str
+    path: str
+    op: str
+    shape: tuple[int, ...]  # of the output
+    macs: int
+    cycles: int  # simulated in the whole model, on the example input
+    dram_bytes: int
+    schedule: str  # "auto" or why the default schedule was used
+    epilogue: tuple[str, ...] = ()
+
+    def utilization(self, target: Target) -> float:
+        return self.macs / (self.cycles * target.rows * target.cols) if self.cycles else 0.0
+
+
+@dataclass
+class CompiledModel:
+    binary: Binary
+    graph: Graph
+    linked: Linked
+    layers: list[LayerReport]
+    layer_binaries: list[Binary]
+    target: Target
+    qmodel: fx.GraphModule
+    engine: str
+    example_inputs: tuple[torch.Tensor, ...]
+    compile_s: float = 0.0
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+
+
+def is_quantized(model: torch.nn.Module) -> bool:
+    return isinstance(model, fx.GraphModule) and any(
+        n.op == "call_function" and n.target is torch.quantize_per_tensor for n in model.graph.nodes)
+
+
+def compile_model(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], target: Target,
+                  engine: str = "qnnpack", seed: int = 0,
+                  progress: Callable[[int, int, Layer], None] | None = None) -> CompiledModel:
+    """Quantize `model` (unless it already is), lower, schedule, compile and link it."""
+    t0 = time.perf_counter()
+    with quantized_engine(engine):
+        qmodel = model if is_quantized(model) else quantize(model, example_inputs, engine=engine, seed=seed)
+        graph = lower_graph(qmodel, example_inputs)
+    if not graph.layers:
+        raise TensorgenError("the model has no layers to compile")
+    link_layers, binaries, macs, schedules = [], [], [], []
+    buffers: dict[str, Buffer] = {}
+    for v in graph.values.values():
+        if v.buffer == v.name:  # the value that owns its storage; aliases share it
+            role = "input" if v in graph.inputs else "output" if v in graph.outputs else "temp"
+            buffers[v.name] = Buffer(v.name, v.nbytes, role)
+    for i, layer in enumerate(graph.layers):
+        if progress:
+            progress(i, len(graph.layers), layer)
+        program = layer.program(target.name)
+        result = compile_auto(program, target)
+        binary = decode(encode(result.compiled.binary))
+        bindings = {}
+        for port in layer.ports:
+            if port.const is not None:
+                name = f"{layer.name}/{port.name}"
+                buffers[name] = Buffer(name, port.const.nbytes, "const",
+                                       np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes())
+                bindings[port.name] = name
+            elif port.value is not None:
+                bindings[port.name] = port.value
+        link_layers.append(LinkLayer(layer.name, binary, bindings))
+        macs.append(result.compiled.macs)
+        schedules.append("auto" if result.plan.schedule is not None else "default")
+        binaries.append(binary)
+    public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
+    linked = link(link_layers, buffers, public, target.name, target.hash)
+    cm = CompiledModel(linked.binary, graph, linked, [], binaries, target, qmodel, engine, example_inputs,
+                       0.0, [v.name for v in graph.inputs], [v.name for v in graph.outputs])
+    # one run of the whole binary on the example input gives every layer's cycles and traffic
+    _, result = run_model(cm, example_inputs)
+    before = Mark(0, 0, 0, 0)
+    for layer, n_macs, sched, mark in zip(graph.layers, macs, schedules, result.marks):
+        cm.layers.append(LayerReport(layer.name, layer.path, layer.op, layer.output.shape, n_macs,
+                                     mark.cycles - before.cycles, mark.dram_bytes - before.dram_bytes, sched,
+                                     tuple(layer.epilogue)))
+        before = mark
+    cm.compile_s = time.perf_counter() - t0
+    return cm
+
+
+def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    """PyTorch's quantized execution of the model, under the engine it was quantized for."""
+    with quantized_engine(cm.engine), torch.no_grad():
+        out = cm.qmodel(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.detach().numpy() for o in outs]
+
+
+def run_model(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> tuple[list[np.ndarray], SimResult]:
+    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, inputs)}
+    marks = tuple(end for _, end in cm.linked.layer_ranges)
+    result = simulate(decode(encode(cm.binary)), feed, cm.target, marks=marks)
+    return [result.outputs[name] for name in cm.output_names], result
+
+
+def check_model(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> tuple[Comparison, SimResult]:
+    """Simulate the model's binary on `inputs` and compare every output bit for bit with PyTorch."""
+    got, result = run_model(cm, inputs)
+    for name, ref, out in zip(cm.output_names, reference_outputs(cm, inputs), got):
+        if ref.shape != out.shape:
+            return Comparison(False, f"MISMATCH {name}: shape {list(out.shape)}, PyTorch {list(ref.shape)}"), result
+        differ = ref.view(np.int32) != out.view(np.int32)
+        if differ.any():
+            where = tuple(np.argwhere(differ)[0])
+            return Comparison(False, f"MISMATCH {name}[{', '.join(map(str, where))}]: simulator {out[where]!r}, "
+                                     f"PyTorch {ref[where]!r} ({int(differ.sum())} of {ref.size} elements differ)"
+                                     + _first_bad_layer(cm, inputs)), result
+    return Comparison(True, "BIT-EXACT"), result
+
+
+def _first_bad_layer(cm: CompiledModel, inputs) -> str:
+    """Each layer alone on PyTorch's own values at its inputs: the first whose output differs."""
+    from tensorgen.frontend.fx import _record
+
+    with quantized_engine(cm.engine):
+        results = {n.name: r for n, r in _record(cm.qmodel, inputs).items()}
+    for layer, binary in zip(cm.graph.layers, cm.layer_binaries):
+        feed, expected = {}, None
+        for port in layer.ports:
+            if port.const is not None:
+                feed[port.name] = port.const.astype(np.dtype(port.dtype))
+            elif port.role == "input":
+                feed[port.name] = _as_array(_owner(cm.graph, port.value, results)).reshape(port.shape)
+        out = simulate(binary, feed, cm.target).outputs["Y"]
+        expected = _as_array(results[layer.result or layer.name]).reshape(out.shape)
+        if not np.array_equal(out.view(np.uint8), expected.astype(out.dtype).view(np.uint8)):
+            return f"; first differing layer: {layer.op} {layer.name} at {layer.path}"
+    return ""
+
+
+def _owner(graph: Graph, buffer: str, results: dict):
+    return results[buffer]
+
+
+def _as_array(t: torch.Tensor) -> np.ndarray:
+    return (t.int_repr() if t.is_quantized else t).detach().numpy()
