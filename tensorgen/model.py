@@ -70,7 +70,7 @@ def compile_model(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     t0 = time.perf_counter()
     with quantized_engine(engine):
         qmodel = model if is_quantized(model) else quantize(model, example_inputs, engine=engine, seed=seed)
-        graph = lower_graph(qmodel, example_inputs)
+        graph = lower_graph(qmodel, example_inputs, engine)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
     link_layers, binaries, macs, schedules = [], [], [], []

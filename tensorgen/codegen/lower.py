@@ -359,6 +359,10 @@ class VectorExpr:
         elif e.fn == "dequantize":
             emit(isa.make("VDEQUANT", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
                           zp=int(e.args[2].value)))
+        elif e.fn == "requant_fbgemm":
+            lo, hi = self.dst_range
+            emit(isa.make("VREQUANTF", dst=dst, a=x, bias=self.value(e.args[1]), mult=self.value(e.args[2]),
+                          zp=int(e.args[3].value), lo=lo, hi=hi))
         elif e.fn == "rshift_round":
             emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
         else:

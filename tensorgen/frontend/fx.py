@@ -57,9 +57,10 @@ class Graph:
     outputs: list[Value]
 
 
-def lower_graph(gm: fx.GraphModule, example_inputs: tuple[torch.Tensor, ...]) -> Graph:
+def lower_graph(gm: fx.GraphModule, example_inputs: tuple[torch.Tensor, ...], engine: str = "qnnpack") -> Graph:
+    """`engine`: the quantized engine whose kernels' rounding the layers reproduce."""
     results = _record(gm, example_inputs)
-    return _Lowering(gm, results).run()
+    return _Lowering(gm, results, engine).run()
 
 
 def _record(gm: fx.GraphModule, example_inputs) -> dict[fx.Node, object]:
@@ -94,8 +95,8 @@ def _op_name(gm: fx.GraphModule, node: fx.Node) -> str:
 
 
 class _Lowering:
-    def __init__(self, gm: fx.GraphModule, results: dict) -> None:
-        self.gm, self.results = gm, results
+    def __init__(self, gm: fx.GraphModule, results: dict, engine: str) -> None:
+        self.gm, self.results, self.engine = gm, results, engine
         self.values: dict[str, Value] = {}
         self.layers: list[Layer] = []
         self.producer: dict[str, Layer] = {}  # value name -> the layer that writes it
@@ -211,11 +212,8 @@ class _Lowering:
         y = self.result_value(node)
         if getattr(mod, "padding_mode", "zeros") != "zeros":
             raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
-        w = mod.weight()
-        wq, s_w, w_zp = _weight(w)
-        bias = mod.bias()
-        b_q = numerics.quantize_bias(_np_bias(bias, wq.shape[0]), x.scale, s_w)
-        m = numerics.requant_multiplier(x.scale, s_w, y.scale)
+        wq, s_w, w_zp = _weight(mod.weight())
+        rq = self.requant(x, s_w, y, _np_bias(mod.bias(), wq.shape[0]))
         (sh, sw), (ph, pw), (dh, dw), g = mod.stride, mod.padding, mod.dilation, mod.groups
         n, c, _, _ = x.shape
         k = y.shape[1]
@@ -235,19 +233,20 @@ class _Lowering:
             cg, kg = c // g, k // g
             ports = [Port("X", (n, g, cg, *x.shape[2:]), x.dtype, "input", x.zp, x.buffer)]
             wq = wq.reshape(g, kg, cg, *wq.shape[2:])
-            b_q = b_q.reshape(g, kg)
+            rq = rq.grouped(g, kg)
             acc, xin, wt, bias_ix = "n, g, k, h, w", f"X[n, g, c, {rows}, {cols}]", "W[g, k, c, r, s]", "B[g, k]"
             shape = (n, g, kg, *y.shape[2:])
-        ports += [Port("W", wq.shape, "int8", "input", 0, None, wq), Port("B", b_q.shape, "int32", "input", 0, None, b_q),
+        ports += [Port("W", wq.shape, "int8", "input", 0, None, wq), *rq.ports,
                   Port("ACC", shape, "int32", "none"),
                   Port("Y", shape, y.dtype, "output", y.zp, y.buffer)]
         natural = NATURAL[y.dtype]
+        channel = bias_ix[2:-1]  # the output-channel indices, "k" or "g, k"
 
         def body(lo, hi):
-            return [f"ACC[{acc}] = {bias_ix}",
+            return [f"ACC[{acc}] = {rq.init(channel)}",
                     f"ACC[{acc}] += ({xin}{xz}) * ({wt}{wz})" if (xz and wz) else
                     f"ACC[{acc}] += ({xin}{xz}) * {wt}" if xz else f"ACC[{acc}] += {xin} * {wt}",
-                    f"Y[{acc}] = " + clamp(f"requant(ACC[{acc}], {f32(m)}, {y.zp})", lo, hi, natural)]
+                    f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", channel, y.zp), lo, hi, natural)]
         lo, hi = (y.zp, natural[1]) if relu else natural
         layer = Layer(node.name, module_path(node), "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped",
                       ports, body, lo, hi, fusable=True, epilogue=["relu"] if relu else [])
@@ -257,25 +256,43 @@ class _Lowering:
         x = self.value_of(node.args[0])
         y = self.result_value(node)
         wq, s_w, w_zp = _weight(mod.weight())
-        b_q = numerics.quantize_bias(_np_bias(mod.bias(), wq.shape[0]), x.scale, s_w)
-        m = numerics.requant_multiplier(x.scale, s_w, y.scale)
+        rq = self.requant(x, s_w, y, _np_bias(mod.bias(), wq.shape[0]))
         rows = int(np.prod(x.shape[:-1]))
         o, i = wq.shape
         relu = "ReLU" in type(mod).__name__
         xz = f" - {x.zp}" if x.zp else ""
         wz = f" - {w_zp}" if w_zp else ""
         ports = [Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
-                 Port("W", wq.shape, "int8", "input", 0, None, wq), Port("B", b_q.shape, "int32", "input", 0, None, b_q),
+                 Port("W", wq.shape, "int8", "input", 0, None, wq), *rq.ports,
                  Port("ACC", (rows, o), "int32", "none"), Port("Y", (rows, o), y.dtype, "output", y.zp, y.buffer)]
         natural = NATURAL[y.dtype]
         product = f"(X[n, i]{xz}) * (W[o, i]{wz})" if wz else f"(X[n, i]{xz}) * W[o, i]" if xz else "X[n, i] * W[o, i]"
 
         def body(lo, hi):
-            return ["ACC[n, o] = B[o]", f"ACC[n, o] += {product}",
-                    "Y[n, o] = " + clamp(f"requant(ACC[n, o], {f32(m)}, {y.zp})", lo, hi, natural)]
+            return [f"ACC[n, o] = {rq.init('o')}", f"ACC[n, o] += {product}",
+                    "Y[n, o] = " + clamp(rq.expr("ACC[n, o]", "o", y.zp), lo, hi, natural)]
         lo, hi = (y.zp, natural[1]) if relu else natural
         self.add(Layer(node.name, module_path(node), "linear", ports, body, lo, hi, fusable=True,
                        epilogue=["relu"] if relu else []), y)
+
+    def requant(self, x: Value, s_w, y: Value, bias: np.ndarray) -> Requant:
+        """The requantization of a conv or linear layer under the model's engine."""
+        if self.engine == "qnnpack":
+            if np.ndim(s_w):
+                raise SpecError("per-channel weights under qnnpack are not supported yet "
+                                "(the default qnnpack qconfig quantizes weights per tensor)")
+            b_q = numerics.quantize_bias(bias, x.scale, s_w).astype(np.int32)
+            return Requant([Port("B", b_q.shape, "int32", "input", 0, None, b_q)],
+                           multiplier=float(numerics.requant_multiplier(x.scale, s_w, y.scale)))
+        if not np.ndim(s_w):
+            raise SpecError(f"per-tensor weights under {self.engine} are not supported yet "
+                            f"(the default {self.engine} qconfig quantizes weights per channel)")
+        p = numerics.fbgemm_requant_params(x.scale, s_w, y.scale, per_channel=True)
+        # fbgemm adds RN(b / atws) to the float accumulator: a float32 constant per channel
+        bf = (bias.astype(np.float32) / np.asarray(p.atws, np.float32)).astype(np.float32)
+        cm = np.broadcast_to(np.asarray(p.cm, np.float32), bf.shape).copy()
+        return Requant([Port("BF", bf.shape, "float32", "input", 0, None, bf),
+                        Port("CM", cm.shape, "float32", "input", 0, None, cm)])
 
     # -- element-wise ------------------------------------------------------------------------
     def clamp_op(self, node: fx.Node, kind: str, lo_f: float | None, hi_f: float | None) -> None:
@@ -321,7 +338,7 @@ class _Lowering:
             fixed = f"rshift_round(A[{ix}] * {p.a_mult} + B[{ix}] * {p.b_mult} + {p.zp_product}, {p.shift}) + {y.zp}"
             return [f"Y[{ix}] = clamp({fixed}, {lo}, {hi})"]
         lo = y.zp if relu else 0
-        self.add(Layer(node.name, module_path(node), "add_relu" if relu else "add",
+        self.add(Layer(node.name, module_path(node), "add",
                        [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")], body, lo, 255,
                        fusable=True, epilogue=["relu"] if relu else []), y)
 
@@ -402,15 +419,42 @@ class _Lowering:
                        lambda lo, hi: stmts), y)
 
 
+@dataclass(frozen=True)
+class Requant:
+    """Bias and requantization of a conv/linear layer: qnnpack's int32 bias and one float32
+    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel."""
+
+    ports: list[Port]
+    multiplier: float | None = None
+
+    def init(self, channel: str) -> str:
+        return f"B[{channel}]" if self.multiplier is not None else "0"
+
+    def expr(self, acc: str, channel: str, zp: int) -> str:
+        if self.multiplier is not None:
+            return f"requant({acc}, {f32(self.multiplier)}, {zp})"
+        return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
+
+    def grouped(self, g: int, kg: int) -> Requant:
+        return Requant([Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg)) for p in self.ports],
+                       self.multiplier)
+
+
 def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def _weight(w: torch.Tensor) -> tuple[np.ndarray, float, int]:
-    if w.qscheme() not in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        raise SpecError(f"weights quantized {w.qscheme()}: per-channel weights are not supported yet "
-                        "(use the qnnpack qconfig, which quantizes weights per tensor)")
-    return w.int_repr().numpy().astype(np.int8), float(w.q_scale()), int(w.q_zero_point())
+def _weight(w: torch.Tensor) -> tuple[np.ndarray, float | np.ndarray, int]:
+    """int8 weights, their scale (an array per output channel if so quantized), zero point."""
+    wq = w.int_repr().numpy().astype(np.int8)
+    if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return wq, float(w.q_scale()), int(w.q_zero_point())
+    if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric) and w.q_per_channel_axis() == 0:
+        zps = w.q_per_channel_zero_points().numpy()
+        if zps.any():
+            raise SpecError("per-channel weights with non-zero zero points")
+        return wq, w.q_per_channel_scales().numpy().astype(np.float64), 0
+    raise SpecError(f"weights quantized {w.qscheme()} along axis {w.q_per_channel_axis()}")
 
 
 def _np_bias(bias: torch.Tensor | None, n: int) -> np.ndarray:

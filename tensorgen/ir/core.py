@@ -111,12 +111,15 @@ class Const:
 
 # Element-wise functions and their arity; requant, quantize and dequantize take (x, scale, zero_point).
 FUNCTIONS = {"relu": 1, "clamp": 3, "min": 2, "max": 2, "requant": 3, "int8": 1, "uint8": 1, "int32": 1,
-             "quantize": 3, "dequantize": 3, "rshift_round": 2}
+             "quantize": 3, "dequantize": 3, "rshift_round": 2, "requant_fbgemm": 4}
 # functions whose arguments after the first are constants
 CONST_ARGS = {"requant": "requant(x, scale, zero_point) needs constant scale and zero point",
               "quantize": "quantize(x, scale, zero_point) needs constant scale and zero point",
               "dequantize": "dequantize(x, scale, zero_point) needs constant scale and zero point",
               "clamp": "clamp(x, lo, hi) needs constant bounds"}
+# functions whose last argument is a constant (the zero point) and the others tensor reads
+TENSOR_ARGS = {"requant_fbgemm": "requant_fbgemm(x, bias, multiplier, zero_point) needs float32 tensor reads "
+                                 "for bias and multiplier and a constant zero point"}
 BINOPS = {"+", "-", "*", ">>", "<<"}
 
 

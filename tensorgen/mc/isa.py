@@ -146,6 +146,13 @@ def _vrequant(state: MachineState, a) -> None:
     state.write(a["dst"], arith.requantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"]))
 
 
+def _vrequantf(state: MachineState, a) -> None:
+    # fbgemm's per-channel rule with the bias already divided by s_in*s_w: dividing by 1 is exact
+    y = arith.requantize_fbgemm(state.read(a["a"]), state.read(a["bias"]), np.float32(1), np.float32(1),
+                                state.read(a["mult"]), a["zp"], a["lo"], a["hi"], per_channel=True)
+    state.write(a["dst"], y)
+
+
 def _vquant(state: MachineState, a) -> None:
     x = state.read(a["a"]).astype(np.float32)
     state.write(a["dst"], arith.quantize(x, np.float32(a["inv_scale"]), a["zp"], a["lo"], a["hi"]))
@@ -255,6 +262,12 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32"), ("lo", "i32"), ("hi", "i32")),
                    "dst = clamp(rint(f32(a) * scale) + zp, lo, hi): float32 multiply, round half to even "
                    "(PyTorch's qnnpack requantization, NUMERICS.md).", _vrequant, _vector_cost),
+    InstructionDef("VREQUANTF", 0x3E, "EX",
+                   (("dst", "view"), ("a", "view"), ("bias", "view"), ("mult", "view"), ("zp", "i32"),
+                    ("lo", "i32"), ("hi", "i32")),
+                   "dst = clamp(rint(f32(f32(a) + bias) * mult) + zp, lo, hi) with float32 views `bias` and "
+                   "`mult` (per output channel, broadcast): fbgemm's per-channel requantization with a "
+                   "float bias (NUMERICS.md), each float32 operation rounded once.", _vrequantf, _vector_cost),
     InstructionDef("VSHRR", 0x3B, "EX", _BIN,
                    "dst = a >> (b or imm) rounding half away from zero (asr plus one when the remainder "
                    "exceeds half; negative values round down on ties), shift clamped to [0, 31]: the "

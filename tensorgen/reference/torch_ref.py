@@ -170,6 +170,11 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         else:
             q = torch._make_per_tensor_quantized_tensor(x.to(torch.int8), float(args[1]), int(args[2]))
         return q.dequantize()
+    if e.fn == "requant_fbgemm":  # float32 add then multiply, each rounded once; ties to even
+        lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
+        xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(torch.float32)
+        scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
+        return torch.clamp(torch.round(scaled).to(torch.int64) + int(args[3]), lo, hi)
     if e.fn == "rshift_round":  # qnnpack's rounding: asr, plus one when the remainder exceeds half
         shift = torch.clamp(torch.as_tensor(args[1]), 0, 31)
         mask = (torch.ones_like(shift) << shift) - 1
