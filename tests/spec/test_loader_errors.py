@@ -141,7 +141,7 @@ CASES = [
     # --- statements: functions, operators, ranges, roles
     case("unknown-function", stmt("C[i, j] = @sigmoid(A[i, 0])"),
          r"unknown function 'sigmoid' \(expected one of clamp, dequantize, int32, int8, max, min, "
-         r"quantize, relu, requant, rshift_round, uint8\)"),
+         r"quantize, relu, requant, requant_fbgemm, rshift_round, uint8\)"),
     case("wrong-arity", stmt("C[i, j] = @relu(A[i, 0], 1)"), r"relu\(\) takes 1 argument\(s\)"),
     case("unsupported-operator", stmt("C[i, j] += @A[i, k] / B[k, j]"),
          r"unsupported expression 'A\[i, k\] / B\[k, j\]'"),
