@@ -388,6 +388,8 @@ class _Lowering:
         v = self.result_value(node, buffer=x.buffer)
         if (v.scale, v.zp) != (x.scale, x.zp):
             raise SpecError("reshape changes the quantization parameters")
+        if x.name in self.producer and len(node.args[0].users) == 1:  # a clamp after it may still fold
+            self.producer[node.name] = self.producer[x.name]
 
     def permute(self, node: fx.Node) -> None:
         x = self.value_of(node.args[0])

@@ -1,0 +1,183 @@
+"""Whole quantized models: compiled to one .tgb, simulated, compared with PyTorch bit for bit."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tensorgen.cli import main
+from tensorgen.codegen.link import Buffer, plan_dram
+from tensorgen.errors import SpecError
+from tensorgen.frontend.quantize import load_factory, quantize, quantized_engine
+from tensorgen.model import check_model, compile_model
+from tensorgen.target import load_target
+
+MODELS = Path(__file__).parents[1] / "examples" / "models"
+TG1 = load_target("tg1")
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def compiled(name: str, engine: str = "qnnpack", **params):
+    return _compiled(name, engine, tuple(sorted(params.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(name: str, engine: str, params: tuple):
+    """Compiled once per session: several tests look at the same model."""
+    model, example = load_factory(str(MODELS / f"{name}.py"), dict(params))
+    return compile_model(model, example, TG1, engine=engine)
+
+
+def random_input(cm, seed: int, spread: float = 1.5) -> tuple[torch.Tensor, ...]:
+    """Wider than the calibration data (randn), so that quantization saturates somewhere."""
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(x.shape, generator=gen) * spread for x in cm.example_inputs)
+
+
+def assert_bit_exact(cm, seeds=(0, 1), spread: float = 1.5) -> None:
+    for seed in seeds:
+        cmp, _ = check_model(cm, random_input(cm, seed, spread))
+        assert cmp.exact, cmp.message
+    cmp, _ = check_model(cm, cm.example_inputs)
+    assert cmp.exact, cmp.message
+
+
+@pytest.mark.parametrize("name, params", [("small_cnn", {}), ("mlp", {}), ("resnet18", {"size": 32}),
+                                          ("mobilenetv2", {"size": 32})])
+def test_models_bit_exact_under_qnnpack(name, params):
+    cm = compiled(name, **params)
+    assert_bit_exact(cm)
+    assert all(r.cycles > 0 for r in cm.layers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, size", [("small_cnn", 32), ("mlp", 256), ("resnet18", 64), ("mobilenetv2", 64)])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_models_bit_exact_over_weight_seeds(name, size, seed):
+    cm = compiled(name, size=size, seed=seed)
+    assert_bit_exact(cm, seeds=(seed, seed + 10))
+
+
+def test_x86_per_channel_layers_bit_exact():
+    """fbgemm's per-channel requantization with a float bias; the x86 qconfig's reduce_range keeps
+    activations within 0..127, fbgemm's documented condition for an exact dot product."""
+    from tensorgen.frontend.fx import _record
+
+    cm = compiled("mlp", engine="x86")
+    assert any(p.name == "BF" for layer in cm.graph.layers for p in layer.ports)
+    for seed in (0, 1, 2):
+        x = random_input(cm, seed, spread=0.5)  # inside the calibrated range
+        with quantized_engine("x86"):
+            acts = [r.int_repr() for n, r in _record(cm.qmodel, x).items()
+                    if isinstance(r, torch.Tensor) and r.is_quantized and r.dtype == torch.quint8]
+        assert max(int(a.max()) for a in acts) <= 127  # the condition holds for these inputs
+        cmp, _ = check_model(cm, x)
+        assert cmp.exact, cmp.message
+
+
+def test_resnet_layers_fold_relu_and_share_dram():
+    cm = compiled("resnet18", size=32)
+    ops = [r.op for r in cm.layers]
+    assert ops[0] == "quantize" and ops[-1] == "dequantize"
+    assert ops.count("conv2d") == 20 and ops.count("add") == 8 and ops.count("linear") == 1
+    # every ResNet add is followed by a ReLU that the FX flow already fused (add_relu)
+    assert all(r.epilogue == ("relu",) for r in cm.layers if r.op == "add")
+    pl = cm.linked.placement
+    assert pl.peak_bytes < pl.total_bytes / 2, (pl.peak_bytes, pl.total_bytes)
+    names = {t.name for t in cm.binary.tensors if t.role in ("input", "output")}
+    assert names == {"x", cm.output_names[0]}
+
+
+def test_relu6_folds_into_the_producer():
+    cm = compiled("mobilenetv2", size=32)
+    assert not any(r.op in ("relu6", "hardtanh") for r in cm.layers)
+    assert any("relu6" in r.epilogue for r in cm.layers)
+
+
+def test_dram_plan_reuses_memory_of_dead_buffers():
+    bufs = {n: Buffer(n, 1000, "temp") for n in "abc"}
+    plan = plan_dram(bufs, {"a": (0, 1), "b": (1, 2), "c": (2, 3)})
+    assert plan.offsets["a"] == plan.offsets["c"]  # a is dead when c is born
+    assert plan.offsets["a"] != plan.offsets["b"]
+    assert plan.peak_bytes == 2 * 1024 and plan.total_bytes == 3 * 1024
+
+
+class Sigmoidal(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.act = nn.Sigmoid()
+
+    def forward(self, x):
+        return self.act(self.conv(x))
+
+
+def test_unsupported_operator_is_refused_with_its_module_path():
+    with pytest.raises(SpecError, match=r"^Sigmoid at act: unsupported operator"):
+        compile_model(Sigmoidal().eval(), (torch.randn(1, 3, 8, 8),), TG1)
+
+
+class FloatHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.head = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.conv(x), 1))
+
+
+def test_float_operation_left_in_the_model_is_refused():
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    x = torch.randn(1, 3, 8, 8)
+    with quantized_engine("qnnpack"):
+        prepared = prepare_fx(FloatHead().eval(), get_default_qconfig_mapping("qnnpack").set_module_name("head", None),
+                              (x,))
+        prepared(x)
+        qmodel = convert_fx(prepared)
+    with pytest.raises(SpecError, match=r"^Linear at head: a float operation .* cannot be bit-exact"):
+        compile_model(qmodel, (x,), TG1)
+
+
+def test_quantize_accepts_an_already_quantized_model():
+    model, example = load_factory(str(MODELS / "small_cnn.py"))
+    with quantized_engine("qnnpack"):
+        q = quantize(model, example)
+    assert quantize(q, example) is q
+    assert_bit_exact(compile_model(q, example, TG1), seeds=(3,))
+
+
+def test_cli_compile_and_check_a_model(tmp_path, capsys):
+    out = tmp_path / "m.tgb"
+    assert main(["compile", str(MODELS / "mlp.py"), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert out.stat().st_size > 0 and "linear+relu" in text and "compiled 5 layers" in text
+    assert main(["check", str(MODELS / "mlp.py"), "--trials", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("BIT-EXACT") == 2
+    x = np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["check", f"{MODELS / 'mlp.py'}:build", "--input", str(tmp_path / "x.npy"), "--trials", "0"]) == 0
+    assert "x.npy, qnnpack): BIT-EXACT" in capsys.readouterr().out
+
+
+def test_cli_refuses_an_unsupported_model_with_one_line(tmp_path, capsys):
+    src = tmp_path / "sig.py"
+    src.write_text("import torch\nfrom torch import nn\n\n"
+                   "def build(size: int = 8, seed: int = 0):\n"
+                   "    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sigmoid()).eval()\n"
+                   "    return m, (torch.randn(1, 3, size, size),)\n")
+    out = tmp_path / "sig.tgb"
+    assert main(["compile", str(src), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: Sigmoid at 1: unsupported operator"), err
+    assert not out.exists()
