@@ -77,6 +77,8 @@ def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
 
     def draw(t: Tensor) -> np.ndarray:
+        if t.dtype == "float32":
+            return (rng.standard_normal(t.shape) * 4).astype(np.float32)
         lo, hi = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**24), 2**24)}[t.dtype]
         return rng.integers(lo, hi, t.shape, endpoint=True).astype(t.np_dtype)
 

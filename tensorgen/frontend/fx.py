@@ -335,7 +335,8 @@ class _Lowering:
         natural = NATURAL[y.dtype]
 
         def body(lo, hi):
-            fixed = f"rshift_round(A[{ix}] * {p.a_mult} + B[{ix}] * {p.b_mult} + {p.zp_product}, {p.shift}) + {y.zp}"
+            fixed = (f"rshift_round(A[{ix}] * {p.a_mult} + B[{ix}] * {p.b_mult} {_signed(p.zp_product)}, {p.shift})"
+                     f" {_signed(y.zp)}")
             return [f"Y[{ix}] = clamp({fixed}, {lo}, {hi})"]
         lo = y.zp if relu else 0
         self.add(Layer(node.name, module_path(node), "add",
@@ -440,6 +441,10 @@ class Requant:
     def grouped(self, g: int, kg: int) -> Requant:
         return Requant([Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg)) for p in self.ports],
                        self.multiplier)
+
+
+def _signed(c: int) -> str:
+    return f"+ {c}" if c >= 0 else f"- {-c}"
 
 
 def _pair(v) -> tuple[int, int]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import json
+
 import numpy as np
-import yaml
 
 from tensorgen.ir.core import Program
 from tensorgen.spec.loader import parse_program
@@ -52,21 +53,33 @@ class Layer:
         return next(p for p in self.ports if p.role == "output")
 
     def text(self, target: str) -> str:
-        tensors = {}
+        lines = [f"# {self.op} at {self.path}", "tensorgen: 1", f"name: {self.name}", "tensors:"]
         for p in self.ports:
             decl = {"shape": list(p.shape), "dtype": p.dtype}
             if p.role != "none":
                 decl["role"] = p.role
             if p.pad:
                 decl["pad"] = int(p.pad)
-            tensors[p.name] = decl
-        doc = {"tensorgen": 1, "name": self.name, "tensors": tensors, "statements": self.body(self.lo, self.hi),
-               "target": target, "schedule": "auto"}
-        return f"# {self.op} at {self.path}\n" + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None,
-                                                                 width=10_000)
+            lines.append(f"  {p.name}: {_flow(decl)}")
+        lines.append("statements:")
+        lines += [f"  - {_flow(st)}" for st in self.body(self.lo, self.hi)]
+        lines += [f"target: {target}", "schedule: auto"]
+        return "\n".join(lines) + "\n"
 
     def program(self, target: str) -> Program:
         return parse_program(self.text(target), f"<layer {self.name} ({self.path})>", target)
+
+
+def _flow(value) -> str:
+    """One line of YAML flow style: a statement as a double-quoted string (JSON's quoting is
+    YAML's), a mapping as `{key: value, ...}`."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_flow, value)) + "]"
+    if isinstance(value, str) and not value.isidentifier():
+        return json.dumps(value)
+    return str(value)
 
 
 def f32(x: float) -> str:
