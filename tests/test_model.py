@@ -181,3 +181,27 @@ def test_cli_refuses_an_unsupported_model_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: Sigmoid at 1: unsupported operator"), err
     assert not out.exists()
+
+
+class Pools(nn.Module):
+    """Plain average pooling (with a padded border), concatenation, permute and ReLU6."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.avg = nn.AvgPool2d(3, stride=1, padding=1)
+        self.avg2 = nn.AvgPool2d(2)
+        self.act = nn.ReLU6()
+
+    def forward(self, x):
+        y = self.conv(x)
+        z = torch.cat([self.avg(y), y], dim=1)
+        return self.act(self.avg2(z)).permute(0, 2, 3, 1)
+
+
+def test_average_pooling_cat_and_permute_bit_exact():
+    x = torch.randn(1, 3, 12, 12)
+    cm = compile_model(Pools().eval(), (x,), TG1)
+    ops = [r.op for r in cm.layers]
+    assert "avg_pool2d" in ops and "cat" in ops and "permute" in ops, ops
+    assert_bit_exact(cm, seeds=(0, 1, 2))

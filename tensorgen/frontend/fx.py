@@ -379,6 +379,28 @@ class _Lowering:
         self.add(Layer(node.name, module_path(node), "adaptive_avg_pool2d",
                        [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
 
+    def avg_pool(self, node: fx.Node, kernel, stride, padding, ceil_mode: bool) -> None:
+        """qnnpack's average pooling: padding holds the zero point and counts in the divisor
+        (qnnpack ignores count_include_pad=False and divisor_override), one float multiplier."""
+        if self.engine != "qnnpack":
+            raise SpecError(f"avg_pool2d under {self.engine} is not supported yet")
+        if ceil_mode:
+            raise SpecError("avg_pool2d with ceil_mode")
+        x = self.value_of(node.args[0])
+        y = self.result_value(node)
+        (kh, kw), (sh, sw), (ph, pw) = (_pair(v) for v in (kernel, stride or kernel, padding))
+        mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
+        xz = f" - {x.zp}" if x.zp else ""
+        rows, cols = affine((sh, "h"), (1, "i"), const=-ph), affine((sw, "w"), (1, "j"), const=-pw)
+
+        def body(lo, hi):
+            return ["ACC[n, c, h, w] = 0",
+                    {"stmt": f"ACC[n, c, h, w] += X[n, c, {rows}, {cols}]{xz}",
+                     "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
+                    f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"]
+        self.add(Layer(node.name, module_path(node), "avg_pool2d",
+                       [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
+
     # -- shapes ------------------------------------------------------------------------------
     def alias(self, node: fx.Node) -> None:
         """flatten / reshape / view / contiguous of a contiguous tensor: the same bytes."""
@@ -416,7 +438,9 @@ class _Lowering:
             out = list(ix)
             out[dim] = affine((1, ix[dim]), const=off)
             ports.append(p.port(f"X{i}", "input"))
-            stmts.append(f"Y[{idx(out)}] = X{i}[{idx(ix)}]")
+            # where: bounds the concatenated index by this part (Y's dimension is larger)
+            stmts.append({"stmt": f"Y[{idx(out)}] = X{i}[{idx(ix)}]",
+                          "where": f"0 <= {ix[dim]} < {p.shape[dim]}"})
             off += p.shape[dim]
         self.add(Layer(node.name, module_path(node), "cat", ports + [y.port("Y", "output")],
                        lambda lo, hi: stmts), y)
@@ -484,6 +508,13 @@ def _max_pool_fn(lw: _Lowering, node: fx.Node) -> None:
     lw.max_pool(node, kernel, stride, kw.get("padding", args[2] or 0), kw.get("dilation", args[3] or 1))
 
 
+def _avg_pool_args(node: fx.Node):
+    names = ("kernel_size", "stride", "padding", "ceil_mode")
+    args = dict(zip(names, node.args[1:]))
+    args.update({k: v for k, v in node.kwargs.items() if k in names})
+    return args["kernel_size"], args.get("stride"), args.get("padding", 0), args.get("ceil_mode", False)
+
+
 def _hardtanh_module(lw, node, mod):
     lw.clamp_op(node, "hardtanh" if not isinstance(mod, nn.ReLU6) else "relu6", mod.min_val, mod.max_val)
 
@@ -495,6 +526,7 @@ MODULES = (
     (nn.Hardtanh, _hardtanh_module),  # ReLU6 derives from it
     (nn.MaxPool2d, _max_pool_module),
     (nn.AdaptiveAvgPool2d, lambda lw, n, m: lw.adaptive_avg_pool(n, m.output_size)),
+    (nn.AvgPool2d, lambda lw, n, m: lw.avg_pool(n, m.kernel_size, m.stride, m.padding, m.ceil_mode)),
     (nn.Flatten, lambda lw, n, m: lw.alias(n)),
     (nn.Identity, lambda lw, n, m: lw.alias(n)),
 )
@@ -515,6 +547,7 @@ FUNCTIONS = {
     F.max_pool2d: _max_pool_fn,
     torch.max_pool2d: _max_pool_fn,
     F.adaptive_avg_pool2d: lambda lw, n: lw.adaptive_avg_pool(n, n.args[1]),
+    F.avg_pool2d: lambda lw, n: lw.avg_pool(n, *_avg_pool_args(n)),
     operator.getitem: None,
 }
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}

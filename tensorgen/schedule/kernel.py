@@ -150,6 +150,10 @@ def _can_join(program: Program, deps, group: list[Statement], stmt: Statement, o
     first = group[0]
     if set(out) != set(out_indices(program, first)) or _bounds(stmt, out) != _bounds(first, out):
         return False
+    # a tensor written through two different subscripts (two slices of a concatenation) would
+    # share one tile buffer whose box covers both slices and the rows between them
+    if any(g.lhs.tensor == stmt.lhs.tensor and g.lhs != stmt.lhs for g in group):
+        return False
     return all(depmod.pointwise(program, deps, g.name, stmt.name, program.shared_names, out) for g in group)
 
 

@@ -6,6 +6,8 @@ nodes first so that each value keeps its position in the file.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import islpy as isl
@@ -235,6 +237,11 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
             if name is None or name in shared:
                 continue
             extent = tensors[acc.tensor].shape[dim]
+            if name in known and known[name][0] != extent and _mentions(stmt.where, name):
+                # the statement's where: bounds it explicitly: the ranges intersect (a slice of a
+                # larger tensor, as in a concatenation)
+                known[name] = (min(extent, known[name][0]), known[name][1])
+                continue
             if name in known and known[name][0] != extent:
                 raise SpecError(
                     f"{stmt.location}: shape mismatch: index '{name}' ranges over {known[name][0]} "
@@ -272,6 +279,10 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
         hi_v = hi.get_pieces()[0][1].get_constant_val().to_python()
         bounds.append((int(lo_v), int(hi_v)))
     return Statement(stmt.name, stmt.lhs, stmt.op, stmt.rhs, stmt.indices, tuple(bounds), stmt.where, stmt.text, stmt.location)
+
+
+def _mentions(where: str, name: str) -> bool:
+    return bool(where) and re.search(rf"\b{re.escape(name)}\b", where) is not None
 
 
 def _check_write_in_bounds(stmt: Statement, tensor: Tensor) -> None:

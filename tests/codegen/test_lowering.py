@@ -70,3 +70,26 @@ def test_token_discipline_leaves_no_token_behind() -> None:
         job = Job(program, load_target("tiny"), compile_program(program, load_target("tiny")))
         cmp, _ = run_and_compare(job, random_inputs(program, 2))
         assert cmp.exact, cmp.message
+
+
+CONCAT = """
+tensorgen: 1
+tensors:
+  X0: {shape: [1, 8, 6, 5], dtype: uint8, role: input}
+  X1: {shape: [1, 3, 6, 5], dtype: uint8, role: input}
+  Y: {shape: [1, 11, 6, 5], dtype: uint8, role: output}
+statements:
+  - {stmt: "Y[n, c, h, w] = X0[n, c, h, w]", where: "0 <= c < 8"}
+  - {stmt: "Y[n, c + 8, h, w] = X1[n, c, h, w]", where: "0 <= c < 3"}
+"""
+
+
+@pytest.mark.parametrize("target", ["tg1", "tiny"])
+def test_slices_of_one_tensor_are_not_fused_into_one_tile(target: str) -> None:
+    """A concatenation writes two slices of Y: one tile buffer over both would store the rows
+    between them too, overwriting what the other statement wrote."""
+    prog = parse_program(CONCAT, "concat.yaml", target)
+    tgt = load_target(target)
+    job = Job(prog, tgt, compile_program(prog, tgt))
+    cmp, _ = run_and_compare(job, random_inputs(prog, 0))
+    assert cmp.exact, cmp.message
