@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from tensorgen.errors import SpecError
+from tensorgen.frontend.export import module_from_exported
 from tensorgen.frontend.quantize import ModelAndInputs, load_factory
 
 
@@ -32,7 +33,8 @@ def from_exported(path: str | Path) -> ModelAndInputs:
 
 
 def exported_module(ep: torch.export.ExportedProgram, where: str = "exported program") -> ModelAndInputs:
-    """The exported graph as a module the quantization flow takes; refuses dynamic shapes."""
+    """The exported graph rebuilt as a module the quantization flow takes (see
+    tensorgen/frontend/export.py), with its example inputs; refuses dynamic shapes."""
     for node in ep.graph.nodes:
         if node.op != "placeholder":
             continue
@@ -45,4 +47,8 @@ def exported_module(ep: torch.export.ExportedProgram, where: str = "exported pro
         raise SpecError(f"{where}: keyword inputs are not supported")
     if not args:
         raise SpecError(f"{where}: the program carries no example inputs; export it with example inputs")
-    return ep.module(), tuple(args)
+    try:
+        module = module_from_exported(ep)
+    except SpecError as err:
+        raise SpecError(f"{where}: {err}", err.detail) from None
+    return module, tuple(args)
