@@ -41,7 +41,7 @@ def choose_tiles(program: Program, target: Target, kernel: Kernel) -> Kernel:
             if name is not None:
                 tiles[name] = min(extents[name], cap) if cap else extents[name]
     if not maps and kernel.out:
-        tiles[kernel.out[-1]] = extents[kernel.out[-1]]
+        _grow_vector_tile(program, target, kernel, tiles, extents)
     # shrink the streamed M first, then whole reductions, then the rest
     order = [m.m for m in maps if m.m] + [n for n in extents if n not in kernel.out and all(n != m.k for m in maps)]
     order += list(reversed(kernel.out)) + [m.k for m in maps] + [m.n for m in maps if m.n] + list(extents)
@@ -57,3 +57,28 @@ def choose_tiles(program: Program, target: Target, kernel: Kernel) -> Kernel:
             detail = "; ".join(f"{m} needs {need[m]} B of {_capacities(target)[m]} B ({o} B over)" for m, o in over.items())
             raise CapacityError(f"kernel {names}: even the minimal tile does not fit target {target.name}: {detail}")
         tiles[shrink] = (tiles[shrink] + 1) // 2
+
+
+def _grow_vector_tile(program: Program, target: Target, kernel: Kernel, tiles: dict[str, int],
+                      extents: dict[str, int]) -> None:
+    """An element-wise or pooling kernel runs on the vector unit, where every instruction and
+    every DMA pays a setup: make its tile as large as a quarter of each memory allows, growing the
+    output dimensions from the innermost out (whole rows, then planes, ...), so the loads stay
+    contiguous and the setups are amortised."""
+    budget = {m: cap // 4 for m, cap in _capacities(target).items()}
+
+    def small_enough(t: dict[str, int]) -> bool:
+        need = footprint_bytes(program, kernel.with_tiles(t))
+        return all(need[m] <= budget[m] for m in budget)
+
+    for name in reversed(kernel.out):
+        lo, hi = tiles[name], extents[name]
+        while lo < hi:  # the largest size of this dimension that stays within the budget
+            mid = (lo + hi + 1) // 2
+            if small_enough({**tiles, name: mid}):
+                lo = mid
+            else:
+                hi = mid - 1
+        tiles[name] = lo
+        if lo < extents[name]:
+            break
