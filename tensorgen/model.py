@@ -150,22 +150,21 @@ def _first_bad_layer(cm: CompiledModel, inputs) -> str:
 
     with quantized_engine(cm.engine):
         results = {n.name: r for n, r in _record(cm.qmodel, inputs).items()}
+    latest = {}  # buffer -> the model value it holds when the next layer runs
     for layer, binary in zip(cm.graph.layers, cm.layer_binaries):
-        feed, expected = {}, None
+        feed = {}
         for port in layer.ports:
             if port.const is not None:
                 feed[port.name] = port.const.astype(np.dtype(port.dtype))
             elif port.role == "input":
-                feed[port.name] = _as_array(_owner(cm.graph, port.value, results)).reshape(port.shape)
+                value = results[latest.get(port.value, port.value)]
+                feed[port.name] = _as_array(value).reshape(port.shape)
+        latest[layer.output.value] = layer.result or layer.name
         out = simulate(binary, feed, cm.target).outputs["Y"]
         expected = _as_array(results[layer.result or layer.name]).reshape(out.shape)
         if not np.array_equal(out.view(np.uint8), expected.astype(out.dtype).view(np.uint8)):
             return f"; first differing layer: {layer.op} {layer.name} at {layer.path}"
     return ""
-
-
-def _owner(graph: Graph, buffer: str, results: dict):
-    return results[buffer]
 
 
 def _as_array(t: torch.Tensor) -> np.ndarray:

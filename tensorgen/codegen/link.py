@@ -102,10 +102,11 @@ def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, 
                                    f"{name} ({buffers[name].nbytes} B)")
             first, last = lifetimes.get(name, (i, i))
             lifetimes[name] = (min(first, i), max(last, i))
-    for name, b in buffers.items():
+    for name, b in list(buffers.items()):
         if b.role in ("input", "output"):  # live for the whole program: the host reads and writes them
             lifetimes[name] = (0, len(layers) - 1)
-        lifetimes.setdefault(name, (0, 0))
+        elif name not in lifetimes:  # no layer touches it (a value a fused epilogue kept on chip)
+            del buffers[name]
     placement = plan_dram(buffers, lifetimes)
 
     entries: list[TensorEntry] = []

@@ -331,6 +331,8 @@ class _Lowering:
         if y.dtype != "uint8":
             raise SpecError("quantized add of non-quint8 tensors")
         p = numerics.add_params(a.scale, a.zp, b.scale, b.zp, y.scale)
+        if self.fuse_add(node, relu, p, y, (a_node, a, p.a_mult, b, p.b_mult), (b_node, b, p.b_mult, a, p.a_mult)):
+            return
         ix = idx(axes(len(y.shape)))
         natural = NATURAL[y.dtype]
 
@@ -342,6 +344,38 @@ class _Lowering:
         self.add(Layer(node.name, module_path(node), "add",
                        [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")], body, lo, 255,
                        fusable=True, epilogue=["relu"] if relu else []), y)
+
+    def fuse_add(self, node: fx.Node, relu: bool, p, y: Value, *operands) -> bool:
+        """Fold a residual add into the conv or linear layer just before it when that layer
+        produces one of its operands for the add alone: the epilogue requantizes, then adds the
+        other operand with qnnpack's fixed-point rule, and the conv's output never goes to DRAM."""
+        producer = self.layers[-1] if self.layers else None
+        if producer is None or producer.op not in ("conv2d", "depthwise", "grouped", "linear"):
+            return False
+        for arg, mine, m_mine, other, m_other in operands:
+            if self.producer.get(mine.name) is not producer or len(arg.users) != 1 or \
+                    producer.output.value != mine.buffer or other.buffer == mine.buffer:
+                continue
+            out = producer.output
+            old_body, plo, phi = producer.body, producer.lo, producer.hi
+
+            def body(lo, hi, old_body=old_body, plo=plo, phi=phi, m_mine=m_mine, m_other=m_other):
+                *stmts, last = old_body(plo, phi)
+                lhs, expr = last.split(" = ", 1)
+                ix = lhs[lhs.index("[") + 1:-1]
+                fixed = (f"rshift_round({expr} * {m_mine} + R[{ix}] * {m_other} {_signed(p.zp_product)}, "
+                         f"{p.shift}) {_signed(y.zp)}")
+                return stmts + [f"{lhs} = clamp({fixed}, {lo}, {hi})"]
+            producer.body = body
+            producer.ports = [q for q in producer.ports if q.role != "output"] + [
+                Port("R", out.shape, other.dtype, "input", other.zp, other.buffer),
+                Port("Y", out.shape, y.dtype, "output", y.zp, y.buffer)]
+            producer.lo, producer.hi = (y.zp if relu else 0), 255
+            producer.epilogue += ["add", "relu"] if relu else ["add"]
+            producer.result = node.name
+            self.producer[node.name] = producer
+            return True
+        return False
 
     # -- pooling -----------------------------------------------------------------------------
     def max_pool(self, node: fx.Node, kernel, stride, padding, dilation) -> None:
