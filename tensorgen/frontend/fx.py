@@ -330,6 +330,8 @@ class _Lowering:
             raise SpecError(f"broadcasting add of {list(a.shape)} and {list(b.shape)} (only equal shapes)")
         if y.dtype != "uint8":
             raise SpecError("quantized add of non-quint8 tensors")
+        if self.engine != "qnnpack":
+            raise SpecError(f"quantized add under {self.engine} is not supported yet")
         p = numerics.add_params(a.scale, a.zp, b.scale, b.zp, y.scale)
         if self.fuse_add(node, relu, p, y, (a_node, a, p.a_mult, b, p.b_mult), (b_node, b, p.b_mult, a, p.a_mult)):
             return
@@ -401,6 +403,8 @@ class _Lowering:
         if h % oh or w % ow:
             raise SpecError(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: only sizes that divide")
         kh, kw = h // oh, w // ow
+        if self.engine != "qnnpack":
+            raise SpecError(f"adaptive_avg_pool2d under {self.engine} is not supported yet")
         mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
         xz = f" - {x.zp}" if x.zp else ""
 
