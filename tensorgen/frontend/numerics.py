@@ -40,6 +40,17 @@ Findings beyond /work/shared/NUMERICS.md (all by experiment, torch 2.13, AVX2):
   empty): PyTorch raises an internal assert there.
 - Depthwise and grouped convolutions, strided ones, and fbgemm/x86 with a
   non-zero per-tensor weight zero point all follow the same rules.
+- fbgemm / x86 quantized ``add`` / ``add_relu`` (ATen's ``qadd_kernel``, not fbgemm
+  proper) is float arithmetic whose rounding depends on the element's position: the
+  vectorised body and the scalar tail of each run dequantize and round differently (see
+  ``arith.add_fbgemm`` and ``fbgemm_add_scalar_mask``). The run is the whole tensor in memory
+  order when both inputs share a dense layout (per thread chunk from 32768 elements on), and
+  every element is scalar when the layouts differ.
+- fbgemm / x86 ``adaptive_avg_pool2d`` has two kernels: channels_last (what conv outputs
+  are) adds the zero point before the integer rounding, with an FMA in the vector channels
+  and two roundings in the last ``C % 8``; contiguous input multiplies ``sum(q)`` by
+  ``RN(RN(1/kh)/kw)``. See ``arith.avgpool_fbgemm``. ``quantize_per_tensor``, ``dequantize``
+  and ``max_pool2d`` follow the same rules under qnnpack, x86 and fbgemm.
 - Q(6) for relu6/hardtanh uses the quantize rule: ``RNE(6 * RN(1/s) + zp)``
   with the zero point added before rounding.
 """
@@ -221,3 +232,121 @@ def avgpool_multiplier(s_in: float, s_out: float, n: int) -> np.float32:
     if int(n) < 1:
         raise ValueError(f"avgpool_multiplier: n must be a positive window size, got {n}")
     return np.float32(s_in) / (np.float32(s_out) * np.float32(n))
+
+
+# -- fbgemm / x86: quantized add and average pooling ---------------------------------------------
+
+#: ``at::internal::GRAIN_SIZE``: element-wise kernels run on one thread below this many elements.
+ATEN_GRAIN_SIZE = 32768
+#: Elements per iteration of ATen's vectorised loop for quint8 with AVX2 (two 32-byte vectors).
+FBGEMM_ADD_BLOCK = 64
+#: Channels per vector step of the channels-last adaptive average pool with AVX2.
+FBGEMM_AVGPOOL_BLOCK = 8
+
+
+@dataclass(frozen=True)
+class FbgemmAddParams:
+    """The float32 operands of ``arith.add_fbgemm`` (``qadd_kernel`` under fbgemm / x86).
+
+    ``s_a = f32(s_a)``, ``offset_a = RN(s_a * f32(-zp_a))`` (the vector dequantize's
+    premultiplied offset), likewise for ``b``; ``inv_out = RN(1 / f32(s_out))``.
+    """
+
+    s_a: np.float32
+    zp_a: int
+    offset_a: np.float32
+    s_b: np.float32
+    zp_b: int
+    offset_b: np.float32
+    inv_out: np.float32
+    zp_out: int
+
+
+def fbgemm_add_params(
+    s_a: float, zp_a: int, s_b: float, zp_b: int, s_out: float, zp_out: int
+) -> FbgemmAddParams:
+    """Parameters of ``quantized::add`` / ``add_relu`` under fbgemm / x86, as ``qadd_kernel``
+    computes them: every scale is rounded to float32 first and all arithmetic is float32.
+
+    Use as ``arith.add_fbgemm(qa, qb, p.s_a, p.zp_a, p.offset_a, p.s_b, p.zp_b, p.offset_b,
+    p.inv_out, p.zp_out, lo, 255, scalar)`` with ``lo = zp_out`` for add_relu, else 0, and
+    ``scalar = fbgemm_add_scalar_mask(...)`` (in the tensors' memory order).
+    """
+    _check_positive("fbgemm_add_params", s_a=s_a, s_b=s_b, s_out=s_out)
+    sa, sb = np.float32(s_a), np.float32(s_b)
+    return FbgemmAddParams(
+        s_a=sa, zp_a=int(zp_a), offset_a=sa * np.float32(-int(zp_a)),
+        s_b=sb, zp_b=int(zp_b), offset_b=sb * np.float32(-int(zp_b)),
+        inv_out=np.float32(1) / np.float32(s_out), zp_out=int(zp_out),
+    )
+
+
+def fbgemm_add_scalar_mask(
+    numel: int, num_threads: int = 1, same_layout: bool = True, block: int = FBGEMM_ADD_BLOCK
+) -> np.ndarray:
+    """Which elements of a fbgemm / x86 quantized add take the scalar path (True).
+
+    The mask indexes the elements in *memory order* (NHWC order for channels_last tensors,
+    which quantized convs produce). ``qadd_kernel`` runs ATen's ``cpu_kernel_vec``:
+
+    - both inputs in the same dense layout (both contiguous or both channels_last): the
+      tensor is one run of ``numel`` elements, split over threads when ``numel >=
+      ATEN_GRAIN_SIZE`` and ``num_threads > 1`` into ``k = min(num_threads, ceil(numel /
+      32768))`` chunks of ``ceil(numel / k)`` elements (the last one shorter). In each chunk
+      the vector loop covers whole blocks of 64 elements from the chunk's start, and the last
+      ``len % 64`` elements are the scalar tail. So results depend on ``numel`` and, above
+      32767 elements, on ``torch.get_num_threads()``;
+    - layouts differ (one contiguous, one channels_last): nothing is contiguous for all three
+      tensors, so every element takes the scalar path (``same_layout=False``).
+
+    ``block = 64`` is AVX2 (``torch.backends.cpu.get_cpu_capability()``); an AVX512 build
+    would use 128 (not verified).
+    """
+    if numel < 0 or num_threads < 1 or block < 1:
+        raise ValueError(
+            f"fbgemm_add_scalar_mask: need numel >= 0, num_threads >= 1, block >= 1; got "
+            f"{numel}, {num_threads}, {block}"
+        )
+    if not same_layout:
+        return np.ones(numel, dtype=bool)
+    mask = np.zeros(numel, dtype=bool)
+    if numel < ATEN_GRAIN_SIZE or num_threads == 1:
+        chunks = [(0, numel)]
+    else:
+        k = min(num_threads, -(-numel // ATEN_GRAIN_SIZE))
+        size = -(-numel // k)
+        chunks = [(b, min(numel, b + size)) for b in range(0, numel, size)]
+    for begin, end in chunks:
+        mask[end - (end - begin) % block:end] = True
+    return mask
+
+
+def fbgemm_avgpool_multiplier(
+    kh: int, kw: int, channels_last: bool, s_in: float = 1.0, s_out: float = 1.0
+) -> np.float32:
+    """The float32 multiplier M of ``arith.avgpool_fbgemm`` for a ``kh x kw`` window.
+
+    - channels_last (``_qadaptive_avg_pool_kernel``): ``m = RN(RN(f32(s_in) / f32(s_out)) /
+      n)`` with ``n = kh * kw``, handed to fbgemm's Quantize as the scale ``RN(1 / m)``, which
+      multiplies by its reciprocal: ``M = RN(1 / RN(1 / m))`` (equal to ``RN(1 / n)`` for
+      every n < 5000 when ``s_in = s_out``);
+    - contiguous (``adaptive_avg_pool_single_out_frame``): ``M = RN(RN(1 / kh) / kw)``; the
+      scales do not enter.
+
+    ``adaptive_avg_pool2d`` keeps the input's qparams, so ``s_in = s_out`` (the defaults).
+    """
+    _check_positive("fbgemm_avgpool_multiplier", s_in=s_in, s_out=s_out)
+    if int(kh) < 1 or int(kw) < 1:
+        raise ValueError(f"fbgemm_avgpool_multiplier: window {kh}x{kw} must be positive")
+    if not channels_last:
+        return (np.float32(1) / np.float32(kh)) / np.float32(kw)
+    m = (np.float32(s_in) / np.float32(s_out)) / np.float32(int(kh) * int(kw))
+    return np.float32(1) / (np.float32(1) / m)
+
+
+def fbgemm_avgpool_scalar_channels(channels: int, block: int = FBGEMM_AVGPOOL_BLOCK) -> np.ndarray:
+    """Channels of a channels-last fbgemm / x86 average pool that take the scalar path: the
+    last ``channels % 8`` (AVX2). A bool array of shape ``(channels,)``."""
+    if channels < 0 or block < 1:
+        raise ValueError(f"fbgemm_avgpool_scalar_channels: bad channels={channels}, block={block}")
+    return np.arange(channels) >= channels // block * block

@@ -2,8 +2,9 @@
 
 These functions *are* the semantics of the vector unit's requantize, quantize,
 dequantize and fixed-point add instructions: the simulator calls them, and
-tests/frontend/test_numerics.py pins every one against PyTorch's quantized CPU
-kernels (torch 2.13) on 1e5+ random elements. The rules come from
+tests/frontend/test_numerics.py (and test_numerics_x86.py for the fbgemm / x86 add and
+average pool) pins every one against PyTorch's quantized CPU kernels (torch 2.13) on 1e5+
+random elements. The rules come from
 /work/shared/NUMERICS.md and from the qnnpack/fbgemm sources; see each function.
 
 Notation (as in NUMERICS.md): RN(.) rounds to the nearest float32, ties to even
@@ -221,3 +222,110 @@ def add_qnnpack(
     qb = np.asarray(qb, dtype=np.int64)
     acc = wrap_int32(int(zp_product) + qa * int(a_mult) + qb * int(b_mult))
     return np.clip(rounding_shift_right(acc, shift) + int(zp_out), lo, hi)
+
+
+# -- fbgemm / x86 element-wise ops -------------------------------------------------------------
+
+_INT32_FLOAT_MAX = np.float32(INT32_MAX - 127)  # largest float32 below 2^31, as the kernels clip
+
+
+def _cvtps_epi32(t: np.ndarray) -> np.ndarray:
+    """``_mm256_cvtps_epi32`` after the kernels' ``min(t, 2^31 - 128)``: RNE to int32, and
+    anything below int32 (or NaN) becomes INT32_MIN ("integer indefinite"). Returns int64."""
+    t = np.minimum(np.asarray(t, dtype=np.float32), _INT32_FLOAT_MAX).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        r = np.rint(t)
+        bad = ~(r >= INT32_MIN)  # also catches NaN
+        r = np.where(bad, INT32_MIN, r)
+    return r.astype(np.int64)
+
+
+def add_fbgemm(
+    qa: ArrayLike,
+    qb: ArrayLike,
+    s_a: ArrayLike,
+    zp_a: int,
+    offset_a: ArrayLike,
+    s_b: ArrayLike,
+    zp_b: int,
+    offset_b: ArrayLike,
+    inv_out: ArrayLike,
+    zp_out: int,
+    lo: int,
+    hi: int,
+    scalar: ArrayLike = False,
+) -> np.ndarray:
+    """``quantized::add`` / ``add_relu`` of two per-tensor quint8 tensors under the fbgemm and
+    x86 engines (ATen's ``qadd_kernel``): float arithmetic whose rounding depends on position.
+
+    Operands (use ``tensorgen.frontend.numerics.fbgemm_add_params``): the float32 scales
+    ``s_a = f32(s_a)``, ``s_b``; the premultiplied offsets ``offset_a = RN(s_a * -zp_a)``,
+    ``offset_b``; ``inv_out = RN(1 / f32(s_out))``; the integer zero points.
+
+    Vector path (elements the AVX2 loop handles, ``scalar`` False):
+
+    - ``c = RN(fma(s_a, f32(qa), offset_a) + fma(s_b, f32(qb), offset_b))``: the dequantize
+      is one FMA with the premultiplied offset, not ``(q - zp) * s``;
+    - ``y = clamp(RNE(RN(c * inv_out)) + zp_out, lo, hi)``: the zero point is added to the
+      *rounded* integer (int32 add; ``_mm256_cvtps_epi32`` after clipping at 2^31 - 128).
+
+    Scalar path (``scalar`` True: the tail of each vectorised run, or every element when the
+    inputs' memory layouts differ; see ``numerics.fbgemm_add_scalar_mask``):
+
+    - ``c = RN(RN(s_a * (qa - zp_a)) + RN(s_b * (qb - zp_b)))``;
+    - ``y = clamp(RNE(RN(RN(c * inv_out) + f32(zp_out))), lo, hi)``: the zero point is added
+      in float *before* rounding, with two roundings (no FMA).
+
+    ``add_relu`` applies ``max(c, 0)`` to the float sum; since every step after it is
+    monotone and maps ``c = 0`` to ``zp_out``, that equals ``lo = zp_out``: pass ``lo =
+    zp_out`` for add_relu, 0 for add, and ``hi = 255``. ``scalar`` is a bool (scalar or array
+    broadcastable to ``qa``). The two paths differ in the last bit of ``c`` or on ties, about
+    one element in 10^4 for random data. Returns int64.
+    """
+    qa = np.asarray(qa, dtype=np.int64)
+    qb = np.asarray(qb, dtype=np.int64)
+    sa, sb, inv = _f32(s_a), _f32(s_b), _f32(inv_out)
+    # vector path
+    da = fma_f32(sa, qa.astype(np.float32), offset_a)
+    db = fma_f32(sb, qb.astype(np.float32), offset_b)
+    c_vec = da + db
+    y_vec = wrap_int32(_cvtps_epi32(c_vec * inv) + int(zp_out))
+    # scalar path
+    c_sca = (qa - int(zp_a)).astype(np.float32) * sa + (qb - int(zp_b)).astype(np.float32) * sb
+    t_sca = (c_sca * inv) + np.float32(zp_out)
+    with np.errstate(invalid="ignore"):
+        y_sca = np.clip(np.rint(t_sca.astype(np.float64)), lo, hi)
+    y = np.where(np.asarray(scalar, dtype=bool), y_sca.astype(np.int64), y_vec)
+    return np.clip(y, lo, hi)
+
+
+def avgpool_fbgemm(
+    acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int, scalar: ArrayLike = False
+) -> np.ndarray:
+    """fbgemm / x86 ``adaptive_avg_pool2d`` (and the channels-last average-pool kernels) from
+    the exact integer window sum. Returns int64.
+
+    Channels-last input (``_qadaptive_avg_pool_kernel``): ``acc = sum(q) - zp * n`` over the
+    ``n = kh * kw`` window (an int32, exact), ``multiplier`` from
+    ``numerics.fbgemm_avgpool_multiplier(..., channels_last=True)`` and ``zp`` the input zero
+    point (the output keeps the input's qparams):
+
+    - vector channels (the first ``8 * (C // 8)``, AVX2): ``y = clamp(RNE(fma(f32(acc), M,
+      f32(zp))))``, one rounding before the integer rounding (fbgemm's legacy Quantize);
+    - scalar channels (the last ``C % 8``, ``scalar`` True): ``y = clamp(RNE(RN(RN(f32(acc) *
+      M) + f32(zp))))``.
+
+    Contiguous (NCHW) input (``adaptive_avg_pool_single_out_frame``): pass ``acc = sum(q)``
+    itself, ``zp = 0`` and ``scalar=False``; the rule is ``RNE(RN(f32(sum q) * M))`` with the
+    NCHW multiplier, and the zero point never enters.
+
+    Adding the zero point *after* rounding (``RNE(acc * M) + zp``) is wrong whenever
+    ``acc / n`` is an exact half and ``zp`` is odd. For odd ``n`` and powers of two all these
+    forms give ``RNE(sum(q) / n)``; they differ only for other even ``n`` (6x6, 10x10, 14x14...).
+    """
+    a = _int_to_f32(acc)
+    m = _f32(multiplier)
+    with np.errstate(invalid="ignore"):
+        y_vec = np.clip(_cvtps_epi32(fma_f32(a, m, np.float32(zp))), lo, hi)
+        y_sca = np.clip(np.rint(((a * m) + np.float32(zp)).astype(np.float64)), lo, hi)
+    return np.where(np.asarray(scalar, dtype=bool), y_sca.astype(np.int64), y_vec)
