@@ -363,6 +363,17 @@ class VectorExpr:
             lo, hi = self.dst_range
             emit(isa.make("VREQUANTF", dst=dst, a=x, bias=self.value(e.args[1]), mult=self.value(e.args[2]),
                           zp=int(e.args[3].value), lo=lo, hi=hi))
+        elif e.fn == "requant_fma":
+            lo, hi = self.dst_range
+            emit(isa.make("VREQUANTZ", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
+                          zp=int(e.args[2].value), lo=lo, hi=hi))
+        elif e.fn == "add_fbgemm":
+            y = self.value(e.args[1])
+            if not isinstance(y, View):
+                raise CodegenError(f"{self.stmt.location}: add_fbgemm() of a constant")
+            s_a, off_a, s_b, off_b, inv = (float(np.float32(c.value)) for c in e.args[2:7])
+            emit(isa.make("VADDQF", dst=dst, a=x, b=y, s_a=s_a, off_a=off_a, s_b=s_b, off_b=off_b, inv=inv,
+                          zp=int(e.args[7].value)))
         elif e.fn == "rshift_round":
             emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
         else:

@@ -330,44 +330,55 @@ class _Lowering:
             raise SpecError(f"broadcasting add of {list(a.shape)} and {list(b.shape)} (only equal shapes)")
         if y.dtype != "uint8":
             raise SpecError("quantized add of non-quint8 tensors")
-        if self.engine != "qnnpack":
-            raise SpecError(f"quantized add under {self.engine} is not supported yet")
-        p = numerics.add_params(a.scale, a.zp, b.scale, b.zp, y.scale)
-        if self.fuse_add(node, relu, p, y, (a_node, a, p.a_mult, b, p.b_mult), (b_node, b, p.b_mult, a, p.a_mult)):
+        combine = self.add_rule(node, a, b, y)
+        if self.fuse_add(node, relu, combine, y, (a_node, a, b, False), (b_node, b, a, True)):
             return
         ix = idx(axes(len(y.shape)))
-        natural = NATURAL[y.dtype]
 
         def body(lo, hi):
-            fixed = (f"rshift_round(A[{ix}] * {p.a_mult} + B[{ix}] * {p.b_mult} {_signed(p.zp_product)}, {p.shift})"
-                     f" {_signed(y.zp)}")
-            return [f"Y[{ix}] = clamp({fixed}, {lo}, {hi})"]
+            return [f"Y[{ix}] = clamp({combine(f'A[{ix}]', f'B[{ix}]')}, {lo}, {hi})"]
         lo = y.zp if relu else 0
         self.add(Layer(node.name, module_path(node), "add",
                        [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")], body, lo, 255,
                        fusable=True, epilogue=["relu"] if relu else []), y)
 
-    def fuse_add(self, node: fx.Node, relu: bool, p, y: Value, *operands) -> bool:
+    def add_rule(self, node: fx.Node, a: Value, b: Value, y: Value):
+        """(expression of A, expression of B) -> the quantized sum before its final clamp, as the
+        model's engine computes it."""
+        if self.engine == "qnnpack":
+            p = numerics.add_params(a.scale, a.zp, b.scale, b.zp, y.scale)
+            return lambda ea, eb: (f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
+                                   f"{p.shift}) {_signed(y.zp)}")
+        ra, rb = (self.results[n] for n in node.args[:2])
+        same = ra.is_contiguous() == rb.is_contiguous()
+        scalar = numerics.fbgemm_add_scalar_mask(int(np.prod(y.shape)), torch.get_num_threads(), same)
+        if scalar.any():
+            raise SpecError(f"quantized add under {self.engine}: {int(scalar.sum())} of {scalar.size} elements take "
+                            "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
+                            "whole (a multiple of 64 elements, one thread's share, equal layouts) are supported")
+        p = numerics.fbgemm_add_params(a.scale, a.zp, b.scale, b.zp, y.scale, y.zp)
+        consts = ", ".join(f32(v) for v in (p.s_a, p.offset_a, p.s_b, p.offset_b, p.inv_out))
+        return lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {y.zp})"
+
+    def fuse_add(self, node: fx.Node, relu: bool, combine, y: Value, *operands) -> bool:
         """Fold a residual add into the conv or linear layer just before it when that layer
         produces one of its operands for the add alone: the epilogue requantizes, then adds the
-        other operand with qnnpack's fixed-point rule, and the conv's output never goes to DRAM."""
+        other operand, and the conv's output never goes to DRAM."""
         producer = self.layers[-1] if self.layers else None
         if producer is None or producer.op not in ("conv2d", "depthwise", "grouped", "linear"):
             return False
-        for arg, mine, m_mine, other, m_other in operands:
+        for arg, mine, other, second in operands:
             if self.producer.get(mine.name) is not producer or len(arg.users) != 1 or \
                     producer.output.value != mine.buffer or other.buffer == mine.buffer:
                 continue
             out = producer.output
             old_body, plo, phi = producer.body, producer.lo, producer.hi
 
-            def body(lo, hi, old_body=old_body, plo=plo, phi=phi, m_mine=m_mine, m_other=m_other):
+            def body(lo, hi, old_body=old_body, plo=plo, phi=phi, second=second):
                 *stmts, last = old_body(plo, phi)
                 lhs, expr = last.split(" = ", 1)
-                ix = lhs[lhs.index("[") + 1:-1]
-                fixed = (f"rshift_round({expr} * {m_mine} + R[{ix}] * {m_other} {_signed(p.zp_product)}, "
-                         f"{p.shift}) {_signed(y.zp)}")
-                return stmts + [f"{lhs} = clamp({fixed}, {lo}, {hi})"]
+                r = f"R[{lhs[lhs.index('[') + 1:-1]}]"
+                return stmts + [f"{lhs} = clamp({combine(r, expr) if second else combine(expr, r)}, {lo}, {hi})"]
             producer.body = body
             producer.ports = [q for q in producer.ports if q.role != "output"] + [
                 Port("R", out.shape, other.dtype, "input", other.zp, other.buffer),
@@ -403,17 +414,28 @@ class _Lowering:
         if h % oh or w % ow:
             raise SpecError(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: only sizes that divide")
         kh, kw = h // oh, w // ow
-        if self.engine != "qnnpack":
-            raise SpecError(f"adaptive_avg_pool2d under {self.engine} is not supported yet")
-        mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
         xz = f" - {x.zp}" if x.zp else ""
+        if self.engine != "qnnpack" and (oh, ow) != (1, 1):
+            raise SpecError(f"adaptive_avg_pool2d to {oh}x{ow} under {self.engine} (only to 1x1)")
+        if self.engine == "qnnpack":
+            mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
+            result = f"requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
+        elif self.results[node.args[0]].is_contiguous():  # fbgemm's NCHW kernel: zero points never enter
+            mult = numerics.fbgemm_avgpool_multiplier(kh, kw, channels_last=False)
+            xz, result = "", f"requant(ACC[n, c, h, w], {f32(mult)}, 0)"
+        else:  # channels-last: the zero point inside one fused multiply-add, on 8-channel vectors
+            if c % 8:
+                raise SpecError(f"adaptive_avg_pool2d under {self.engine} of {c} channels: fbgemm rounds the last "
+                                f"{c % 8} differently; only multiples of 8 are supported")
+            mult = numerics.fbgemm_avgpool_multiplier(kh, kw, True, x.scale, y.scale)
+            result = f"requant_fma(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
 
         def body(lo, hi):  # the explicit zero: linked layers share DRAM, nothing starts at zero
             return ["ACC[n, c, h, w] = 0",
                     {"stmt": f"ACC[n, c, h, w] += X[n, c, {affine((kh, 'h'), (1, 'i'))}, "
                              f"{affine((kw, 'w'), (1, 'j'))}]{xz}",
                      "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
-                    f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"]
+                    f"Y[n, c, h, w] = {result}"]
         self.add(Layer(node.name, module_path(node), "adaptive_avg_pool2d",
                        [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
 
@@ -435,7 +457,7 @@ class _Lowering:
             return ["ACC[n, c, h, w] = 0",
                     {"stmt": f"ACC[n, c, h, w] += X[n, c, {rows}, {cols}]{xz}",
                      "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
-                    f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"]
+                    f"Y[n, c, h, w] = {result}"]
         self.add(Layer(node.name, module_path(node), "avg_pool2d",
                        [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
 

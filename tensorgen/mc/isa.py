@@ -153,6 +153,19 @@ def _vrequantf(state: MachineState, a) -> None:
     state.write(a["dst"], y)
 
 
+def _vaddqf(state: MachineState, a) -> None:
+    # fbgemm's vectorised quantized add; the zero points enter only through the offsets
+    f = np.float32
+    y = arith.add_fbgemm(state.read(a["a"]), state.read(a["b"]), f(a["s_a"]), 0, f(a["off_a"]), f(a["s_b"]), 0,
+                         f(a["off_b"]), f(a["inv"]), a["zp"], 0, 255)
+    state.write(a["dst"], y)
+
+
+def _vrequantz(state: MachineState, a) -> None:
+    y = arith.avgpool_fbgemm(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"])
+    state.write(a["dst"], y)
+
+
 def _vquant(state: MachineState, a) -> None:
     x = state.read(a["a"]).astype(np.float32)
     state.write(a["dst"], arith.quantize(x, np.float32(a["inv_scale"]), a["zp"], a["lo"], a["hi"]))
@@ -268,6 +281,17 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    "dst = clamp(rint(f32(f32(a) + bias) * mult) + zp, lo, hi) with float32 views `bias` and "
                    "`mult` (per output channel, broadcast): fbgemm's per-channel requantization with a "
                    "float bias (NUMERICS.md), each float32 operation rounded once.", _vrequantf, _vector_cost),
+    InstructionDef("VADDQF", 0x3F, "EX",
+                   (("dst", "view"), ("a", "view"), ("b", "view"), ("s_a", "f32"), ("off_a", "f32"),
+                    ("s_b", "f32"), ("off_b", "f32"), ("inv", "f32"), ("zp", "u8")),
+                   "dst = clamp(rint(f32(c * inv)) + zp, 0, 255) with c = f32(fma(s_a, a, off_a) + "
+                   "fma(s_b, b, off_b)): the quantized add of PyTorch's x86/fbgemm engine "
+                   "(vectorised path; off = f32(s * -zero point)).", _vaddqf, _vector_cost),
+    InstructionDef("VREQUANTZ", 0x40, "EX",
+                   (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32"), ("lo", "i32"), ("hi", "i32")),
+                   "dst = clamp(rint(fma(f32(a), scale, zp)), lo, hi): requantization with the zero point "
+                   "added inside one fused multiply-add (fbgemm's average pooling on channels-last data).",
+                   _vrequantz, _vector_cost),
     InstructionDef("VSHRR", 0x3B, "EX", _BIN,
                    "dst = a >> (b or imm) rounding half away from zero (asr plus one when the remainder "
                    "exceeds half; negative values round down on ties), shift clamped to [0, 31]: the "

@@ -175,6 +175,17 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(torch.float32)
         scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
         return torch.clamp(torch.round(scaled).to(torch.int64) + int(args[3]), lo, hi)
+    if e.fn in ("requant_fma", "add_fbgemm"):  # float rules of fbgemm with fused multiply-adds, which
+        # torch has no operator for: the accelerator's own arithmetic, itself pinned against
+        # PyTorch's quantized kernels in tests/frontend/test_numerics_x86.py
+        from tensorgen.mc import arith
+
+        f = [np.float32(a) for a in args[1:]]
+        if e.fn == "requant_fma":
+            lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
+            return torch.from_numpy(arith.avgpool_fbgemm(wrap32(x).numpy(), f[0], int(args[2]), lo, hi))
+        y = torch.as_tensor(args[1]).numpy()
+        return torch.from_numpy(arith.add_fbgemm(x.numpy(), y, f[1], 0, f[2], f[3], 0, f[4], f[5], int(args[7]), 0, 255))
     if e.fn == "rshift_round":  # qnnpack's rounding: asr, plus one when the remainder exceeds half
         shift = torch.clamp(torch.as_tensor(args[1]), 0, 31)
         mask = (torch.ones_like(shift) << shift) - 1

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from tensorgen.errors import SpecError
-from tensorgen.ir.core import BINOPS, CONST_ARGS, FUNCTIONS, TENSOR_ARGS, Access, Affine, BinOp, Call, Const, Expr, Read
+from tensorgen.ir.core import BINOPS, CONST_ARGS, FUNCTIONS, TENSOR_ARGS, TWO_OPERANDS, Access, Affine, BinOp, Call, Const, Expr, Read
 
 _BINOP_NAMES = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.RShift: ">>", ast.LShift: "<<"}
 
@@ -139,6 +139,8 @@ def _expr(node: ast.AST, loc: _Locator) -> Expr:
         args = tuple(_expr(a, loc) for a in node.args)
         if fn in CONST_ARGS and not all(isinstance(a, Const) for a in args[1:]):
             raise SpecError(f"{loc.at(node)}: {CONST_ARGS[fn]}")
+        if fn in TWO_OPERANDS and not all(isinstance(a, Const) for a in args[2:]):
+            raise SpecError(f"{loc.at(node)}: {TWO_OPERANDS[fn]}")
         if fn in TENSOR_ARGS and not (all(isinstance(a, Read) for a in args[1:-1]) and isinstance(args[-1], Const)):
             raise SpecError(f"{loc.at(node)}: {TENSOR_ARGS[fn]}")
         return Call(fn, args)

@@ -140,8 +140,8 @@ CASES = [
          r"shape mismatch: index 'i' ranges over 4 \(C dimension 0\) but over 3 in B dimension 0"),
     # --- statements: functions, operators, ranges, roles
     case("unknown-function", stmt("C[i, j] = @sigmoid(A[i, 0])"),
-         r"unknown function 'sigmoid' \(expected one of clamp, dequantize, int32, int8, max, min, "
-         r"quantize, relu, requant, requant_fbgemm, rshift_round, uint8\)"),
+         r"unknown function 'sigmoid' \(expected one of add_fbgemm, clamp, dequantize, int32, int8, max, "
+         r"min, quantize, relu, requant, requant_fbgemm, requant_fma, rshift_round, uint8\)"),
     case("wrong-arity", stmt("C[i, j] = @relu(A[i, 0], 1)"), r"relu\(\) takes 1 argument\(s\)"),
     case("unsupported-operator", stmt("C[i, j] += @A[i, k] / B[k, j]"),
          r"unsupported expression 'A\[i, k\] / B\[k, j\]'"),
