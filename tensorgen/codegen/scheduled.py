@@ -35,6 +35,28 @@ def compile_scheduled(program: Program, target: Target, schedule: Schedule) -> C
     return Compiled(binary, (), useful_macs(program))
 
 
+def vector_profile(program: Program, stmt: Statement) -> tuple[int, int]:
+    """(vector instructions, int32 temporaries) that `stmt` lowers to over one block of its
+    instances: what the instruction selection itself emits, so that a cost model cannot drift
+    from it. Each instruction costs the vector unit's setup plus the block over its lanes."""
+
+    class _Count:
+        def __init__(self) -> None:
+            self.code: list = []
+
+        def emit(self, ins) -> None:
+            self.code.append(ins)
+
+    def view(dtype: str) -> View:
+        return View("spad", dtype, LoopAffine.make(0), (1,), (1,))
+
+    counter = _Count()
+    expr = VectorExpr(counter, program, stmt, lambda acc: view(program.tensor(acc.tensor).dtype),
+                      lambda slot: view("int32"))
+    expr.statement()
+    return len(counter.code), expr.next_slot
+
+
 class _Lowering:
     def __init__(self, program: Program, target: Target, schedule: Schedule) -> None:
         self.program, self.target, self.schedule = program, target, schedule
@@ -59,8 +81,10 @@ class _Lowering:
         top = {"spad": 0, "acc": 0}
         self.buf: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]] = {}  # mem, base, origin, size
         self.written = {s.lhs.tensor for s in self.program.statements}
+        self.stored = set(self.written)  # staged tensors whose buffers are stored after each stage
         self.loop_stages = {}  # tensor -> (position, statements, mem, base, offset, size)
         self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
+        self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
         self.double: set[str] = set()  # loop-staged tensors with two buffers
         explicit = {st.tensor: st for st in self.schedule.stages}
         for st in self.schedule.stages:
@@ -75,8 +99,7 @@ class _Lowering:
             mem = explicit[t.name].memory if t.name in explicit else ("acc" if t.name in on_array else "spad")
             self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), box.size)
             top[mem] += _align(int(np.prod(box.size)) * t.itemsize)
-            if box.fresh:
-                self.fresh.add(t.name)
+            self._note_fresh(t, box)
         self.temp_base = top["spad"]
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
             need = top[mem]
@@ -101,16 +124,27 @@ class _Lowering:
             raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not one affine function "
                                f"of the loops (at the edges of a skewed tile?); stage it elsewhere")
         self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), box.size)
-        if box.fresh:
-            self.fresh.add(t.name)
+        self._note_fresh(t, box)
         top[st.memory] += _align(int(np.prod(box.size)) * t.itemsize) * (2 if st.double_buffered else 1)
         if st.double_buffered:
             self.double.add(t.name)
 
-    def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], pieces=None) -> tuple[LoopAffine, ...]:
-        pos, stmts, mem, base, offset, size = self.loop_stages[tensor]
-        if pieces is not None:  # the AST statements under a node: their schedules fix elided dims
-            stmts = pieces
+    def _note_fresh(self, t, box) -> None:
+        """A buffer whose boxes no other iteration meets starts as zeros, not loaded; it is not
+        even zeroed when every element is written before it is read (and, if it is stored,
+        every element of the box is written). A temporary in such a buffer never leaves the chip."""
+        if not box.fresh:
+            return
+        self.fresh.add(t.name)
+        if t.role == "none":
+            self.stored.discard(t.name)
+        if not self.schedule.initial_value_read(t.name) and (t.name not in self.stored or box.covered):
+            self.unfilled.add(t.name)
+
+    def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
+        """The origin of `tensor`'s box in the iteration of its staging loop that the AST `node`
+        runs in: schedule dimensions that are not loops around it are constants there."""
+        offset = self.loop_stages[tensor][4]
         origin = []
         for const, coefs in offset:
             value = LoopAffine.make(const)
@@ -119,21 +153,19 @@ class _Lowering:
                 if f"c{k}" in env:
                     value = value + env[f"c{k}"].scale(c)
                 else:
-                    value = value + self._dim_constant(stmts, k) * c
+                    value = value + self._dim_constant(node, k) * c
             origin.append(value)
         return tuple(origin)
 
-    def _dim_constant(self, stmts, k: int) -> int:
-        values = set()
-        for name in stmts:
-            rng = (self.piece_maps.get(name) or self.schedule._state.maps[name]).range()
-            lo, hi = rng.dim_min(k), rng.dim_max(k)
-            if not (lo.is_cst() and hi.is_cst()) or _cst(lo) != _cst(hi):
-                raise CodegenError(f"schedule dimension {k} is neither a loop nor a constant around a staged tensor")
-            values.add(_cst(lo))
-        if len(values) != 1:
-            raise CodegenError(f"schedule dimension {k} differs between the statements of a stage")
-        return values.pop()
+    def _dim_constant(self, node, k: int) -> int:
+        """The value of schedule dimension `k` in every instance the AST `node` runs."""
+        points = None
+        for p in _points_under(node, self.points):
+            points = p if points is None else points.union(p)
+        lo, hi = points.dim_min(k), points.dim_max(k)
+        if not (lo.is_cst() and hi.is_cst()) or _cst(lo) != _cst(hi):
+            raise CodegenError(f"schedule dimension {k} is neither a loop nor a constant around a staged tensor")
+        return _cst(lo)
 
     def _bands(self) -> list[tuple[str, tuple[int, ...], frozenset[str]]]:
         """(kind, schedule positions, statements) of every vectorized or tensorized band."""
@@ -169,16 +201,26 @@ class _Lowering:
         schedule = self._separated()
         stage_dims = sorted({p for p, *_ in self.loop_stages.values()})
         if stage_dims:
-            # one loop per staging dimension, partial iterations included, so that the DMAs of a
-            # stage wrap every iteration (isl would otherwise peel a last partial one out of it)
+            # the iterations of a staging loop that differ (a last, partial one) are separated from
+            # it whole, every piece of every statement in them together: they are staged alone
             n = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
             dims = ", ".join(f"d{i}" for i in range(n))
             build = build.set_options(isl.UnionMap(
-                "{ " + "; ".join(f"[{dims}] -> atomic[{p}]" for p in stage_dims) + " }"))
+                "{ " + "; ".join(f"[{dims}] -> separate[{p}]" for p in stage_dims) + " }"))
+        self.points: list[isl.Set] = []  # per AST statement: the schedule points it runs
+
+        def note_points(node, build):
+            executed = build.get_schedule().get_map_list().get_at(0)
+            name = executed.get_tuple_name(isl.dim_type.in_)
+            self.points.append(self.piece_maps[name].intersect_domain(executed.domain()).range())
+            return node.set_annotation(isl.Id(f"points{len(self.points) - 1}"))
+
+        build, handle = build.set_at_each_domain(note_points)
         ast = build.node_from_schedule_map(schedule)
+        del handle
         self._walk(ast, {}, {})
         for name in self.buf:
-            if name in self.written:
+            if name in self.stored:
                 self._dma("STORE", name)
 
     def _separated(self) -> isl.UnionMap:
@@ -208,22 +250,39 @@ class _Lowering:
         return out
 
     def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
-        missing = self._peeled_stages(node, env)
-        if missing:
-            # an iteration of a staging loop that isl peeled out of its loop: stage it here
-            pieces = _statements_under(node)
+        self._walk_nodes([node], env, band)
+
+    def _walk_nodes(self, nodes: list, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
+        """Sibling nodes in order. An iteration of a staging loop that isl peeled out of its loop
+        is staged around the run of siblings that make it up (isl may emit it as several, one
+        per piece of a statement): one load before them, one store after."""
+        i = 0
+        while i < len(nodes):
+            missing = self._peeled_stages(nodes[i], env)
+            if not missing:
+                self._walk_node(nodes[i], env, band)
+                i += 1
+                continue
+            origins = self._peeled_origins(nodes[i], missing, env)
+            j = i + 1
+            while j < len(nodes) and self._peeled_stages(nodes[j], env) == missing and \
+                    self._peeled_origins(nodes[j], missing, env) == origins:
+                j += 1
             saved = {t: self.active.get(t) for t in missing}
             for t in missing:
                 _, _, mem, base, _, size = self.loop_stages[t]
-                self.active[t] = (mem, base, self._stage_origin(t, env, pieces), size)
+                self.active[t] = (mem, base, origins[t], size)
                 self._dma("LOAD", t)
-            self._walk_node(node, env, band)
+            for node in nodes[i:j]:
+                self._walk_node(node, env, band)
             for t in missing:
-                if t in self.written:
+                if t in self.stored:
                     self._dma("STORE", t)
                 self.active[t] = saved[t]
-            return
-        self._walk_node(node, env, band)
+            i = j
+
+    def _peeled_origins(self, node, missing: list[str], env) -> dict[str, tuple[LoopAffine, ...]]:
+        return {t: self._stage_origin(t, env, node) for t in missing}
 
     def _peeled_stages(self, node, env) -> list[str]:
         t = node.get_type()
@@ -237,9 +296,7 @@ class _Lowering:
     def _walk_node(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
         t = node.get_type()
         if t == isl.ast_node_type.block:
-            children = node.block_get_children()
-            for i in range(children.n_ast_node()):
-                self._walk(children.get_at(i), env, band)
+            self._walk_nodes(_block_children(node), env, band)
         elif t == isl.ast_node_type.for_:
             self._for(node, env, band)
         elif t == isl.ast_node_type.if_:
@@ -303,11 +360,11 @@ class _Lowering:
         saved = {t: self.active.get(t) for t in here}
         for t in here:
             _, _, mem, base, _, size = self.loop_stages[t]
-            self.active[t] = (mem, base, self._stage_origin(t, env), size)
+            self.active[t] = (mem, base, self._stage_origin(t, env, node), size)
             self._dma("LOAD", t)
         self._walk(node.for_get_body(), env, band)
         for t in here:
-            if t in self.written:
+            if t in self.stored:
                 self._dma("STORE", t)
             self.active[t] = saved[t]
 
@@ -332,7 +389,7 @@ class _Lowering:
         are drained at its end, so the loop leaves no token behind."""
         em, here = self.em, self._staged_here(node, pos)
         loads = [t for t in here if t not in self.fresh]
-        stores = [t for t in here if t in self.written]
+        stores = [t for t in here if t in self.stored]
         em.emit(isa.make("SYNC", queue=1))  # leave the serial chain on EX with everything done
         code = em.code
         sync = lambda q, wait=(), signal=(): code.append(  # noqa: E731
@@ -348,7 +405,8 @@ class _Lowering:
             for t in here:
                 _, _, mem, base, _, size = self.loop_stages[t]
                 nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
-                self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, {**env, name: value}), size)
+                self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, {**env, name: value}, node),
+                                  size)
             if loads:
                 sync("LD", wait=["EX"])
                 for t in loads:
@@ -359,7 +417,7 @@ class _Lowering:
             em.queue, em.fresh_block = "EX", True
             for t in here:
                 if t in self.fresh:
-                    self._dma_raw("LOAD", t)  # the zero fill, on EX
+                    self._dma_raw("LOAD", t)  # the zero fill, on EX (if any)
             self._walk(node.for_get_body(), {**env, name: value}, band)
             if em.queue != "EX":
                 raise CodegenError("a double-buffered loop's body must run on the compute queue only")
@@ -396,8 +454,9 @@ class _Lowering:
         before = self.em.queue, len(self.em.code)
         self.em.queue = {"LOAD": "LD", "STORE": "ST"}[kind] if not (kind == "LOAD" and tensor in self.fresh) else "EX"
         self._dma(kind, tensor)
-        assert len(self.em.code) == before[1] + 1
-        self.em.code[-1] = self.em.code[-1].with_tokens(wait=set(), signal=set())
+        assert len(self.em.code) in (before[1], before[1] + 1)
+        if len(self.em.code) > before[1]:
+            self.em.code[-1] = self.em.code[-1].with_tokens(wait=set(), signal=set())
         self.em.queue = before[0]
 
     def _dma(self, kind: str, tensor: str) -> None:
@@ -405,7 +464,8 @@ class _Lowering:
         t = self.program.tensor(tensor)
         view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
         if kind == "LOAD" and tensor in self.fresh:
-            self.em.emit(isa.make("VFILL", dst=view, imm=0))  # starts as zeros and no other box meets it
+            if tensor not in self.unfilled:
+                self.em.emit(isa.make("VFILL", dst=view, imm=0))  # starts as zeros and no other box meets it
             return
         box = Box(self.index[tensor], tuple(origin), size)
         self.em.emit(isa.make(kind, dst=view, src=box) if kind == "LOAD" else isa.make(kind, dst=box, src=view))
@@ -468,7 +528,7 @@ class _Lowering:
 
     def _matmul(self, stmt: Statement, values, band) -> None:
         mp = mac_mapping(self.program, stmt)
-        if mp is None or len(band) < 3:
+        if mp is None or not band:
             raise CodegenError(f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band")
         acc = self._view(stmt.lhs, values, band)
         a, b = self._view(mp.a, values, band), self._view(mp.b, values, band)
@@ -480,15 +540,19 @@ class _Lowering:
             if role is None:
                 raise CodegenError(f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul")
             role.append(slot)
-        if len(n) != 1 or len(k) != 1 or not ms:
+        # isl emits no loop for a band loop of one iteration (a single row of M): it is a slot of size 1
+        ms, n, k = ms or [None], n or [None], k or [None]
+        if len(n) != 1 or len(k) != 1:
             raise CodegenError(f"tensorize: the band of {stmt.name} is not (m.., n, k) of a matmul")
         (n,), (k,) = n, k
-        if acc.shape[k] > self.target.rows or acc.shape[n] > self.target.cols:
-            raise CodegenError(f"tensorize: K={acc.shape[k]} N={acc.shape[n]} exceeds the "
-                               f"{self.target.rows}x{self.target.cols} array; split first")
 
-        def pick(v: View, *slots: int) -> View:
-            return View(v.mem, v.dtype, v.base, tuple(v.shape[x] for x in slots), tuple(v.strides[x] for x in slots))
+        def pick(v: View, *slots: int | None) -> View:
+            return View(v.mem, v.dtype, v.base, tuple(1 if x is None else v.shape[x] for x in slots),
+                        tuple(0 if x is None else v.strides[x] for x in slots))
+
+        if pick(a, k).shape[0] > self.target.rows or pick(b, n).shape[0] > self.target.cols:
+            raise CodegenError(f"tensorize: K={pick(a, k).shape[0]} N={pick(b, n).shape[0]} exceeds the "
+                               f"{self.target.rows}x{self.target.cols} array; split first")
 
         self.em.emit(isa.make("MATMUL", acc=pick(acc, *ms, n), a=pick(a, *ms, k), b=pick(b, k, n), accumulate=1,
                               a_zp=mp.a_zp, b_zp=mp.b_zp))
@@ -523,6 +587,33 @@ def _uniform_pieces(points: isl.Set, positions: list[int]) -> tuple[list[isl.Set
                 rest = todo if rest is None else rest.union(todo)
         pieces = done
     return pieces, rest
+
+
+def _block_children(node) -> list:
+    """The children of a block, with nested blocks flattened (they run in sequence all the same)."""
+    children = node.block_get_children()
+    out = []
+    for i in range(children.n_ast_node()):
+        child = children.get_at(i)
+        out += _block_children(child) if child.get_type() == isl.ast_node_type.block else [child]
+    return out
+
+
+def _points_under(node, points: list) -> list:
+    """The schedule points of the AST statements under `node` (noted as their annotations)."""
+    t = node.get_type()
+    if t == isl.ast_node_type.user:
+        return [points[int(node.get_annotation().get_name()[len("points"):])]]
+    if t == isl.ast_node_type.for_:
+        return _points_under(node.for_get_body(), points)
+    if t == isl.ast_node_type.if_:
+        out = _points_under(node.if_get_then_node(), points)
+        return out + _points_under(node.if_get_else_node(), points) if node.if_has_else_node() else out
+    if t == isl.ast_node_type.block:
+        return [p for child in _block_children(node) for p in _points_under(child, points)]
+    if t == isl.ast_node_type.mark:
+        return _points_under(node.mark_get_node(), points)
+    return []
 
 
 def _statements_under(node) -> frozenset[str]:

@@ -21,6 +21,7 @@ Example (matmul `C[i, j] += A[i, k] * B[k, j]`)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import islpy as isl
 
@@ -55,6 +56,8 @@ class StagedBox:
     offset: tuple  # per dimension: (constant, {"d<k>": coefficient}) over schedule dimensions
     size: tuple[int, ...]
     fresh: bool  # the buffer starts as zeros: no load needed
+    covered: bool = False  # fresh, and every element of the box inside the tensor is written in its
+    # iteration (so that the buffer need not be zeroed) by a program that reads no initial value of it
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,13 @@ class Schedule:
             raise ScheduleError(f"{prim}: {viol.sentence()}", detail=str(umap))
         self._state = state
         self.trace.append(call)
+
+    def check(self) -> None:
+        """Check the whole schedule against the dependences at once: for a schedule built with
+        `checked=False`, whose primitives skipped their own checks (only the final order matters)."""
+        viol = find_violation(self.program, self.union_map())
+        if viol is not None:
+            raise ScheduleError(f"the schedule: {viol.sentence()}", detail=str(self.union_map()))
 
     def _copy(self) -> _State:
         s = self._state
@@ -418,23 +428,39 @@ class Schedule:
                 raise ScheduleError(f"{prim}: {name} has loops inside the band; the band must be innermost")
         return min(positions), max(positions) + 1
 
-    def vectorize(self, loop: Loop) -> None:
-        """Run the iterations of the innermost `loop` at once on the vector unit.
+    def vectorize(self, loop: Loop, *more: Loop) -> None:
+        """Run the iterations of the innermost `loop` at once on the vector unit; with `more`
+        (the loops nested inside `loop`, in order, innermost last), the iterations of all of
+        them as one multi-dimensional vector, which pays the vector unit's setup once.
 
         Before::                        After ``vectorize(w)``::
 
             for h: for w in 0..56:          for h:
                 Y[h, w] = f(X[h, w])            Y[h, 0:56] = f(X[h, 0:56])   # one vector op
+
+                                        After ``vectorize(h, w)``::
+
+                                            Y[0:H, 0:56] = f(X[0:H, 0:56])   # one vector op
         """
-        prim = f"vectorize({getattr(loop, 'name', loop)})"
-        lo, hi = self._innermost_band((loop,), prim)
-        lid, _, stmts = self._resolve(loop, prim, modify=False)
+        loops = (loop, *more)
+        prim = f"vectorize({', '.join(str(getattr(l, 'name', l)) for l in loops)})"
+        found = [self._resolve(l, prim, modify=False) for l in loops]
+        if more:
+            stmts = found[0][2]
+            nest = [p for p, row in enumerate(self._state.dims) if row[next(iter(stmts))] is not None]
+            ranks = [nest.index(p) if p in nest else -1 for _, p, _ in found]
+            if any(st != stmts for _, _, st in found) or ranks != list(range(ranks[0], ranks[0] + len(loops))):
+                raise ScheduleError(f"{prim}: give distinct loops of the same statements, each directly "
+                                    f"inside the one before")
+        lo, hi = self._innermost_band(loops, prim)
+        stmts = found[0][2]
         viol = find_violation(self.program, self.union_map(), lo, hi, stmts)
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
-        self.vectorized.append(loop.name)
-        self._annotated[lid] = "vectorized"
-        self.trace.append(f"s.vectorize(s.loop({loop.name!r}))")
+        for (lid, _, _), l in zip(found, loops):
+            self.vectorized.append(l.name)
+            self._annotated[lid] = "vectorized"
+        self.trace.append(f"s.vectorize({', '.join(f's.loop({l.name!r})' for l in loops)})")
 
     def tensorize(self, m: Loop | tuple[Loop, ...], n: Loop, k: Loop) -> None:
         """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n].
@@ -540,7 +566,7 @@ class Schedule:
         pos, stmts = -1, frozenset(self._all_statements())
         if loop:
             _, pos, stmts = self._resolve(self.loop(loop), "stage", False)
-        image = None
+        image = written = None
         for st in self.program.statements:
             if st.name not in stmts:
                 continue
@@ -554,13 +580,36 @@ class Schedule:
                     continue
                 # the staged box includes the padding halo: the DMA fills it, so it takes space
                 rel = prefix.reverse().apply_range(poly.access_map(st, acc))
-                image = union_aligned(image, rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range())
+                part = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range()
+                image = union_aligned(image, part)
+                if acc is st.lhs:
+                    written = union_aligned(written, part)
         if image is None or image.is_empty():
             return None
         offset, size = rectangular_hull(image)
         fresh = None not in offset and t.role in ("output", "none") and \
             self._boxes_disjoint(tensor, pos, offset, size, image)
-        return StagedBox(tuple(offset), tuple(size), fresh)
+        # (only asked where it decides something: a stored buffer whose initial zeros nothing reads)
+        covered = fresh and written is not None and t.role != "none" and not self.initial_value_read(tensor) \
+            and self._box_covered(t, pos, offset, size, image, written)
+        return StagedBox(tuple(offset), tuple(size), fresh, covered)
+
+    def initial_value_read(self, tensor: str) -> bool:
+        """Whether some instance reads an element of `tensor` before any statement writes it
+        (a `+=` of a tensor that starts as zeros): only then must a fresh buffer be zeroed."""
+        return _reads_initial_value(self.program, tensor)
+
+    def _box_covered(self, t, pos: int, offset, size, image: isl.Set, written: isl.Set) -> bool:
+        """Whether, in every iteration, the writes cover the box (within the tensor's bounds)."""
+        dims = [f"d{k}" for k in range(pos + 1)]
+        cons = []
+        for d, ((const, coefs), n) in enumerate(zip(offset, size)):
+            lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
+            cons.append(f"{lo} <= e{d} < {lo} + {n} and 0 <= e{d} < {t.shape[d]}")
+        elems = ", ".join(f"e{d}" for d in range(len(size)))
+        box = isl.Set(f"[{', '.join(dims)}] -> {{ {t.name}[{elems}] : {' and '.join(cons)} }}")
+        box = box.align_params(image.get_space()).intersect_params(image.params())
+        return box.is_subset(written.align_params(box.get_space()))
 
     def _boxes_disjoint(self, tensor: str, pos: int, offset, size, image: isl.Set) -> bool:
         if pos < 0:
@@ -589,6 +638,23 @@ class Schedule:
                                  f"{', double-buffered' if st.double_buffered else ''})" for st, b in live)
                 raise CapacityError(f"{prim}: {mem} holds {total} B but has {caps[mem]} B "
                                     f"({total - caps[mem]} B over): {what}")
+
+
+@lru_cache(maxsize=256)
+def _reads_initial_value(program: Program, tensor: str) -> bool:
+    reads = isl.UnionMap("{ }")
+    for stmt in program.statements:
+        # `+=` and `max=` read the element they update
+        accs = stmt.reads + ([stmt.lhs] if stmt.op != "=" else [])
+        for acc in accs:
+            if acc.tensor == tensor:
+                m = poly.access_map(stmt, acc).intersect_range(poly.tensor_box(program.tensor(tensor)))
+                reads = reads.union(isl.UnionMap.from_map(m))
+    if reads.is_empty():
+        return False
+    flow = (isl.UnionAccessInfo.from_sink(reads).set_must_source(poly.accesses(program, "write"))
+            .set_schedule_map(poly.schedule_map(program)).compute_flow())
+    return not flow.get_may_no_source().is_empty()
 
 
 def _const_at(state: _State, statements, pos: int) -> int | None:

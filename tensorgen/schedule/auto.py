@@ -1,13 +1,15 @@
 """The automatic scheduler: a small, explainable search over schedules, costed analytically.
 
-For a contraction `Y += A * B` that maps onto the MAC array it builds the schedule skeleton
-(N and K blocked by the array, M streamed), then searches the loop order of the outer loops and
-the staging level of every tensor (which memory holds which footprint at which loop) under the
-target's capacities, minimising a cost model of the generated microcode: DMA setup plus bytes
-over DRAM bandwidth for every staged footprint load and store, and M + fill cycles for every
-MATMUL. The lowering serialises its queues, so the model adds these up. A contraction on the
-vector unit (depthwise) gets the same search with a vectorized output row. Anything else falls
-back to the always-legal default schedule, with the reason.
+It takes a layer (layer.py): one contraction `ACC += A * B`, on the MAC array or the vector unit
+(depthwise), optionally with the init of its accumulator before it and element-wise statements
+after it (bias, requantization, ReLU, clamps). For the contraction it builds the schedule
+skeleton (N and K blocked by the array, M streamed), and the init and epilogue are fused with
+each output tile: the accumulator tile lives on chip ('acc' for the MAC array) from its init
+before the reduction loops to its epilogue after them, and only the (int8) output is stored.
+It then searches the loop order of the outer loops and the staging level of every tensor
+(which memory holds which footprint at which loop) under the target's capacities, with double
+buffering of the innermost staging loop, minimising a cost model (cost.py) of the generated
+microcode. Anything else falls back to the always-legal default schedule, with the reason.
 """
 
 from __future__ import annotations
@@ -17,29 +19,19 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from tensorgen.errors import CapacityError, ScheduleError
-from tensorgen.ir.core import BinOp, Program, Read, Statement
+from tensorgen.codegen.scheduled import vector_profile
+from tensorgen.errors import CapacityError, CodegenError, ScheduleError
+from tensorgen.ir.core import Program, Statement
 from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
 from tensorgen.schedule.kernel import mac_mapping, out_indices
+from tensorgen.schedule.layer import Geometry, Layer, Skeleton, build_skeleton, recognise
 from tensorgen.target import Target
 
-TIME_BUDGET_S = 0.8
+# CPU seconds, not wall-clock time: the choice must not depend on what else the machine runs
+TIME_BUDGET_S = 1.5
 
-
-@dataclass(frozen=True)
-class Candidate:
-    order: tuple[str, ...]  # outer loops (outside the band), outermost first
-    stages: tuple[tuple[str, str | None], ...]  # tensor -> loop name or None (whole program)
-    dma_cycles: int
-    compute_cycles: int
-    dram_bytes: int
-    spad_bytes: int
-    acc_bytes: int
-    pipelined: bool = False  # the innermost staging loop double-buffers its inputs
-
-    @property
-    def cycles(self) -> int:
-        return self.dma_cycles + self.compute_cycles
+__all__ = ["Candidate", "Plan", "auto_schedule"]
 
 
 @dataclass
@@ -49,6 +41,12 @@ class Plan:
     considered: list[Candidate] = field(default_factory=list)
     reason: str = ""  # why the default schedule is used instead, if it is
     search_s: float = 0.0
+    layer: Layer | None = None
+    fused_at: str | None = None  # the innermost tile loop the init and epilogue are fused at
+    loop_names: dict[str, str] = field(default_factory=dict)  # the search's loop names -> the schedule's
+
+    def _name(self, loop: str | None) -> str:
+        return self.loop_names.get(loop, loop) if loop else "the program"
 
     def explain(self, target: Target) -> str:
         from tensorgen.schedule.files import render
@@ -63,24 +61,39 @@ class Plan:
                  f"searched {len(self.considered)} candidates "
                  f"in {self.search_s * 1e3:.0f} ms",
                  f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
-                 f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B",
-                 "staging (tensor: the loop whose iterations each hold one footprint):"]
+                 f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B"]
+        if self.layer is not None and self.layer.others:
+            lines += self._fusion_lines()
+        lines.append("staging (tensor: the loop whose iterations each hold one footprint):")
         for tensor, loop in c.stages:
-            lines.append(f"  {tensor} at {loop or 'the program'}")
+            lines.append(f"  {tensor} at {self._name(loop)}")
         if c.pipelined:
-            lines.append("  the innermost staging loop double-buffers its inputs: their loads overlap compute")
+            lines.append("  the innermost staging loop double-buffers its tensors: their loads and stores overlap "
+                         "compute")
         lines.append("neighbours (one choice changed):")
         for other in self._neighbours():
-            diff = [f"{t}: {a or 'program'} -> {b or 'program'}" for (t, a), (_, b) in zip(c.stages, other.stages)
+            diff = [f"{t}: {self._name(a)} -> {self._name(b)}" for (t, a), (_, b) in zip(c.stages, other.stages)
                     if a != b]
             if other.order != c.order:
-                diff.append(f"order {' '.join(other.order)}")
+                diff.append(f"order {' '.join(self._name(x) for x in other.order)}")
             if other.pipelined != c.pipelined:
                 diff.append("double-buffered" if other.pipelined else "single-buffered")
-            cost = "over capacity" if other.cycles == math.inf else \
+            cost_text = "over capacity" if other.cycles == math.inf else \
                 f"{other.cycles} cycles ({other.cycles / c.cycles:.2f}x)"
-            lines.append(f"  {', '.join(diff)}: {cost}")
+            lines.append(f"  {', '.join(diff)}: {cost_text}")
         return "\n".join(lines)
+
+    def _fusion_lines(self) -> list[str]:
+        layer, c = self.layer, self.chosen
+        init = f"{layer.init.name} (init)" if layer.init else None
+        epi = f"{', '.join(s.name for s in layer.epilogue)} (epilogue)" if layer.epilogue else None
+        where = f"each iteration of {self.fused_at}" if self.fused_at else "the whole program"
+        temps = [t for t, _ in c.stages if t != layer.accumulator and self.schedule.program.tensor(t).role == "none"]
+        return [f"fused: {' and '.join(x for x in (init, epi) if x)} with the contraction "
+                f"{layer.contraction.name}, on {where}: {layer.accumulator}"
+                f"{' and ' + ', '.join(temps) if temps else ''} never {'leave' if temps else 'leaves'} the chip",
+                f"  their vector instructions: {c.vector_cycles} cycles over the {c.vector_loops} innermost loops "
+                f"of a tile"]
 
     def _neighbours(self) -> list[Candidate]:
         c = self.chosen
@@ -95,18 +108,20 @@ class Plan:
 
 def auto_schedule(program: Program, target: Target) -> Plan:
     t0 = time.perf_counter()
-    if len(program.statements) != 1 or program.shared_loops:
-        return Plan(None, None, reason="the automatic scheduler handles single-statement contractions only")
-    stmt = program.statements[0]
+    cpu0 = time.process_time()
+    layer = recognise(program)
+    if isinstance(layer, str):
+        return Plan(None, None, reason=layer)
     try:
-        plan = _search(program, target, stmt, t0)
-    except (ScheduleError, CapacityError) as err:
+        plan = _search(program, target, layer, cpu0)
+    except (ScheduleError, CapacityError, CodegenError) as err:
         return Plan(None, None, reason=f"no schedule in the search space fits ({err})")
     plan.search_s = time.perf_counter() - t0
     return plan
 
 
-def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Plan:
+def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan:
+    stmt = layer.contraction
     mp = mac_mapping(program, stmt)
     if mp is not None and (mp.n is None or mp.m is None):
         mp = None  # a matrix-vector shape (depthwise): one array column is slower than the vector unit
@@ -116,65 +131,136 @@ def _search(program: Program, target: Target, stmt: Statement, t0: float) -> Pla
         band_kind = "array"
         m = mp.m
         blocks = [(mp.n, target.cols), (mp.k, target.rows)]
-    elif stmt.op == "+=" and isinstance(stmt.rhs, BinOp) and stmt.rhs.op == "*" and \
-            all(isinstance(x, Read) for x in (stmt.rhs.lhs, stmt.rhs.rhs)):
+    else:
         band_kind = "vector"
         m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
         blocks = []
-    else:
-        return Plan(None, None, reason="not a contraction the MAC array or the vector unit takes")
-
-    tensors = list(dict.fromkeys([stmt.lhs.tensor] + [a.tensor for a in stmt.reads]))
+    tensors = layer.tensors()
+    profiles = {s.name: vector_profile(program, s) for s in layer.statements
+                if s is not stmt or band_kind == "vector"}
     considered: list[Candidate] = []
     best: tuple[Candidate, tuple] | None = None
-    for shape in _shapes(stmt, out, reds, mp, m, blocks, band_kind):
+    acc_rows = max(1, target.acc.bytes // (4 * target.cols))
+    vector_elements = max(target.lanes, target.spad.bytes // 32)  # eight int32 buffers of a vector band fit
+    for shape in _shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others), vector_elements):
         blocks_f, order_options, m_loops, band = shape
         for order in order_options:
-            if time.perf_counter() - t0 > TIME_BUDGET_S and best is not None:
+            if time.process_time() - cpu0 > TIME_BUDGET_S and best is not None:
                 break
-            s = _skeleton(program, target, blocks_f, order + tuple(band), checked=False)
-            trips = {name: _trips(s, name) for name in order}
-            levels = [None] + list(order)
-            boxes = {(t, lv): s.staged_box(t, lv) for t in tensors for lv in levels}
-            sizes = {key: (math.prod(b.size) * program.tensor(key[0]).itemsize if b else 0, bool(b and b.fresh))
-                     for key, b in boxes.items()}
-            rows = math.prod(_trips(s, x) for x in m_loops)
-            per_band = rows + target.fill_cycles if band_kind == "array" else \
-                target.vector_setup_cycles + -(-rows // target.lanes)
-            compute = per_band * math.prod(trips.values())
-            ragged = _ragged(stmt, blocks_f)
-            for choice in itertools.product(levels, repeat=len(tensors)):
+            sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
+            probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, band_kind, profiles)
+            levels = [_levels(program, layer, sk, order, t) for t in tensors]
+            for choice in itertools.product(*levels):
                 for pipeline in (False, True):
-                    cand = _cost(program, target, tensors, choice, order, trips, sizes, compute, band_kind,
-                                 pipeline, ragged)
+                    cand = cost(probe, target, tensors, choice, pipeline)
                     considered.append(cand)
                     if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
                                                     (best[0].cycles, best[0].dram_bytes)):
                         best = (cand, shape)
     if best is None:
         raise CapacityError("every staging choice overflows a memory")
-    cand, (blocks_f, _, m_loops, band) = best
-    final = _skeleton(program, target, blocks_f, cand.order + tuple(band))
+    cand, shape = best
+    return _realise(program, target, layer, cand, shape, band_kind, considered)
+
+
+def _realise(program: Program, target: Target, layer: Layer, cand: Candidate, shape, band_kind: str,
+             considered: list[Candidate]) -> Plan:
+    """The schedule of the chosen candidate: its skeleton, built unchecked like the probes and then
+    checked once against the dependences; its stages and double buffers; its vector and MAC bands."""
+    blocks_f, _, m_loops, band = shape
+    stmt = layer.contraction
+    final = build_skeleton(program, target, layer, blocks_f, cand.order, band, checked=False)
+    s = final.schedule
+    s.check()
     for tensor, level in cand.stages:
         mem = "acc" if (band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
-        final.stage(tensor, final.loop(level) if level else None, mem)
+        s.stage(tensor, final.loops[level] if level else None, mem)
     if cand.pipelined:
         inner = max((lv for _, lv in cand.stages if lv), key=cand.order.index)
         for tensor, level in cand.stages:
             if level == inner:
-                final.double_buffer(tensor)
+                s.double_buffer(tensor)
+    for other in layer.others:
+        own = final.own[other.name]
+        if cand.vector_loops:
+            s.vectorize(*own[len(own) - cand.vector_loops:])
     if band_kind == "array":
-        final.tensorize(tuple(final.loop(x) for x in m_loops), *(final.loop(x) for x in band[len(m_loops):]))
+        s.tensorize(tuple(final.loops[x] for x in m_loops), *(final.loops[x] for x in band[len(m_loops):]))
     else:
-        final.vectorize(final.loop(m))
-    return Plan(final, cand, considered)
+        s.vectorize(*(final.loops[x] for x in band))
+    fused_at = final.loops[final.fused[-1]].name if final.fused else None
+    names = {x: loop.name for x, loop in final.loops.items()}
+    return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names)
 
 
-def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str):
+def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str) -> list[str | None]:
+    """Where `tensor` may be staged: at a loop that encloses every statement accessing it.
+    A temporary of a fused layer lives in the innermost tile loop: nothing is gained higher."""
+    written = {s.lhs.tensor for s in layer.statements}
+    if layer.others and tensor in written and program.tensor(tensor).role == "none":
+        return [sk.fused[-1] if sk.fused else None]
+    if any(s is not layer.contraction for s in layer.accessing(tensor)):
+        return [None] + list(sk.fused)
+    return [None] + list(order)
+
+
+def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks, order, m_loops, band,
+           kind: str, profiles) -> Probe:
+    stmt = layer.contraction
+    geo = Geometry.of(stmt, blocks)
+    s = sk.schedule
+    written = {x.lhs.tensor for x in layer.statements}
+    stored = {t for t in written if program.tensor(t).role != "none"}
+    sizes: dict[tuple[str, str | None], Footprint | None] = {}
+    for t in layer.tensors():
+        tensor = program.tensor(t)
+        for lv in _levels(program, layer, sk, order, t):
+            box = s.staged_box(t, sk.loops[lv].name if lv else None)
+            if box is None:
+                sizes[(t, lv)] = Footprint(0, 0, False, False)
+                continue
+            elements = math.prod(box.size)
+            fill = box.fresh and (s.initial_value_read(t) or (t in stored and not box.covered))
+            temp = t in written and tensor.role == "none"
+            sizes[(t, lv)] = None if temp and not box.fresh else \
+                Footprint(elements * tensor.itemsize, elements, box.fresh, fill)
+    if kind == "array":
+        band_cycles = sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
+        band_temps = 0
+    else:
+        instructions, slots = profiles[stmt.name]
+        blocks_v = geo.blocks(list(order), band)
+        band_cycles = instructions * sum(n * vector_cycles(target, e) for n, e in blocks_v)
+        band_temps = slots * _align(4 * max(e for _, e in blocks_v))
+    tile_work = [(0, 0)]
+    if layer.others:
+        own = sk.own_names
+        tile_work = []
+        for v in range(len(own) + 1):
+            blocks_t = geo.blocks(list(sk.fused) + own[:len(own) - v], own[len(own) - v:])
+            cycles = sum(profiles[x.name][0] * sum(n * vector_cycles(target, e) for n, e in blocks_t)
+                         for x in layer.others)
+            temps = max(profiles[x.name][1] for x in layer.others) * _align(4 * max(e for _, e in blocks_t))
+            tile_work.append((cycles, temps))
+    memory = {t: "spad" for t in layer.tensors()}
+    if kind == "array":
+        memory[stmt.lhs.tensor] = "acc"
+    return Probe(tuple(order), sk.fused, {x: geo.trips[x] for x in order}, sizes, band_cycles, band_temps,
+                 tile_work, _ragged(stmt, blocks), memory, written, stored)
+
+
+def _align(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows: int, fused: bool,
+            vector_elements: int):
     """(blocks to split, loop orders outside the band, the band's M loops, the band) to try.
 
     On the MAC array, N and K are blocked by the array; M streams: the M index alone, or with
-    a block of a second output index (image rows) so that more rows share one fill."""
+    a block of a second output index (image rows) so that more rows share one fill. Rows of
+    M: up to 256, and no more than `acc_rows`, the rows of an accumulator tile that fit; in a
+    fused layer, where that tile must stay on chip, M itself is blocked by `acc_rows` if need be."""
     def split_name(name: str, size: int, part: str) -> str:
         return f"{name}_{part}" if stmt.extent(name) > size else name
 
@@ -185,16 +271,23 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str):
     base_out = [i for i in out if i not in (m, mp.n if mp else None)]
     if kind == "vector":
         yield blocks, [tuple(base_out + others_red)], [m], [m]
+        yield from _vector_bands(stmt, out, others_red, vector_elements)
         return
     m2 = max((i for i in base_out if stmt.extent(i) > 1), key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
              default=None)
     factors = {1}
-    if m2 is not None and stmt.extent(m) < 256:
+    fill_rows = min(256, acc_rows)
+    m_split = fused and stmt.extent(m) > acc_rows
+    if m_split:
+        blocks = blocks + [(m, acc_rows)]
+        base_out = base_out + [f"{m}_o"]
+        m, m2 = f"{m}_i", None
+    elif m2 is not None and stmt.extent(m) < fill_rows:
         # rows of M up to 256 per fill; half as many when the accumulators or the budget are tight
-        widest = max(1, min(stmt.extent(m2), 256 // stmt.extent(m)))
+        widest = max(1, min(stmt.extent(m2), fill_rows // stmt.extent(m)))
         factors = {widest, max(1, widest // 2)}
     n, cols = blocks[0]
-    if m2 is None and stmt.extent(n) > 2 * cols:
+    if m2 is None and not m_split and stmt.extent(n) > 2 * cols:
         # a super-block of N columns whose accumulators stay on chip, so that each block of A
         # (M x K) is loaded once per super-block instead of once per column block
         yield from _super_blocks(stmt, blocks, base_out, others_red, m, k_outer)
@@ -213,6 +306,29 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str):
         yield blocks_f, orders, m_loops, m_loops + inner
 
 
+def _vector_bands(stmt: Statement, out, others_red, cap: int):
+    """Vector bands of two and three output indices (the widest ones), which pay the vector
+    unit's setup once for many rows; the outermost of them blocked when the band would hold
+    more than `cap` elements."""
+    wide = sorted((i for i in out if stmt.extent(i) > 1), key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
+                  reverse=True)
+    for count in (2, 3):
+        if len(wide) < count:
+            return
+        band = sorted(wide[:count], key=stmt.indices.index)
+        rest = [i for i in out if i not in band]
+        blocks = []
+        inner = math.prod(stmt.extent(i) for i in band[1:])
+        if inner * stmt.extent(band[0]) > cap:
+            if inner > cap:
+                return
+            f = cap // inner
+            blocks = [(band[0], f)]
+            rest.append(f"{band[0]}_o")
+            band = [f"{band[0]}_i"] + band[1:]
+        yield blocks, [tuple(rest + others_red)], band, band
+
+
 def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_outer):
     (n, cols), (k, rows) = blocks
     for columns in (4 * cols, 8 * cols):
@@ -224,22 +340,6 @@ def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_out
         orders = [tuple(head + others_out + k_outer + [f"{n}_i_o"] + others_red),
                   tuple(others_out + head + k_outer + [f"{n}_i_o"] + others_red)]
         yield split, list(dict.fromkeys(orders)), [m], [m] + inner
-
-
-def _skeleton(program: Program, target: Target, blocks, order: tuple[str, ...], checked: bool = True) -> Schedule:
-    s = Schedule(program, target, checked)
-    for name, size in blocks:
-        if _trips(s, name) > size:
-            s.split(s.loop(name), size)
-    s.reorder(*(s.loop(x) for x in order))
-    return s
-
-
-def _trips(s: Schedule, loop: str) -> int:
-    """Iterations of `loop` (the widest, for loops with varying bounds)."""
-    lid, pos, stmts = s._resolve(s.loop(loop), "auto", False)
-    rng = s._state.maps[next(iter(stmts))].range()
-    return int(rng.dim_max(pos).max_val().to_python() - rng.dim_min(pos).min_val().to_python()) + 1
 
 
 def _ragged(stmt: Statement, blocks) -> set[str]:
@@ -257,64 +357,3 @@ def _ragged(stmt: Statement, blocks) -> set[str]:
             ragged.add(f"{name}_o")
             varies.add(f"{name}_i")
     return ragged
-
-
-def _cost(program, target, tensors, choice, order, trips, sizes, compute, kind, pipeline=False,
-          ragged=frozenset()) -> Candidate:
-    """The cycles of the microcode the lowering emits for this choice. Serialized: every DMA and
-    every band instruction adds up. With `pipeline`, the innermost staging loop holds only
-    inputs, with two buffers each, and its loads overlap its compute: per pass of the loop,
-    l + e + (n - 1) * max(l, e) for loads l and compute e per iteration over n iterations."""
-    spad = acc = 0
-    dma = dram = 0
-    lhs = program.statements[0].lhs.tensor
-    depth = {lv: order.index(lv) for lv in order}
-    inner = max((lv for lv in choice if lv), key=depth.get, default=None)
-    at_inner = [t for t, lv in zip(tensors, choice) if lv == inner and lv is not None]
-    if pipeline and (inner is None or trips[inner] < 2 or any(o in ragged for o in order[: depth[inner] + 1])):
-        return Candidate(tuple(order), tuple(zip(tensors, choice)), math.inf, compute, 0, 0, 0, pipelined=True)
-    overlapped = 0  # cycles of the pipelined loads, per iteration of the staging loop
-    stored = fill = channel = 0  # the same for a pipelined output: store, zero fill, DRAM transfers
-    for tensor, level in zip(tensors, choice):
-        nbytes, fresh = sizes[(tensor, level)]
-        count = math.prod(trips[o] for o in order[: order.index(level) + 1]) if level else 1
-        transfers = 1
-        piped = pipeline and tensor in at_inner
-        if tensor == lhs:  # outputs are stored, and loaded (partial sums) unless they start as zeros
-            if piped and not fresh:
-                return Candidate(tuple(order), tuple(zip(tensors, choice)), math.inf, compute, 0, 0, 0,
-                                 pipelined=True)
-            if fresh:
-                elements = nbytes // program.tensor(tensor).itemsize
-                cost = target.vector_setup_cycles + -(-elements // target.lanes)
-                if piped:
-                    fill += cost
-                else:
-                    dma += count * cost
-            else:
-                transfers = 2
-        one = target.dma_setup_cycles + -(-nbytes // target.dram_bytes_per_cycle)
-        if piped:
-            channel += -(-nbytes // target.dram_bytes_per_cycle)
-            if tensor == lhs:
-                stored += one
-            else:
-                overlapped += one
-        else:
-            dma += count * transfers * one
-        dram += count * transfers * nbytes
-        copies = 2 if pipeline and tensor in at_inner else 1
-        if kind == "array" and tensor == lhs:
-            acc += copies * nbytes
-        else:
-            spad += copies * (-(-nbytes // 16) * 16)
-    if pipeline:
-        outer = math.prod(trips[o] for o in order[: depth[inner]])
-        n = trips[inner]
-        e = compute / (outer * n) + fill
-        step = max(overlapped, e, stored, channel)
-        total = outer * (overlapped + e + stored + (n - 1) * step)
-        dma += int(round(total - compute))
-    fits = spad <= target.spad.bytes and acc <= target.acc.bytes
-    return Candidate(tuple(order), tuple(zip(tensors, choice)), dma if fits else math.inf, compute, dram,
-                     spad, acc, pipelined=pipeline)

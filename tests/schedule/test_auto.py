@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tensorgen.codegen.scheduled import compile_scheduled
-from tensorgen.driver import Job, compile_auto, random_inputs, run_and_compare
+from tensorgen.driver import Job, compile_auto, compile_default, random_inputs, run_and_compare
 from tensorgen.errors import CapacityError
 from tensorgen.schedule.auto import auto_schedule
 from tensorgen.schedule.files import render, replay
@@ -67,7 +67,7 @@ def test_programs_outside_the_search_space_fall_back_to_the_default() -> None:
     program = load_program(ROOT / "examples" / "rnn_cell.yaml")
     result = compile_auto(program, load_target("tg1"))
     assert result.plan.schedule is None
-    assert "single-statement" in result.plan.explain(load_target("tg1"))
+    assert "recurrences" in result.plan.explain(load_target("tg1"))
     cmp, _ = run_and_compare(Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1))
     assert cmp.exact
 
@@ -78,3 +78,101 @@ def test_a_target_too_small_for_any_tile_is_a_capacity_error(tmp_path: Path) -> 
                      .replace("bytes: 2048", "bytes: 16"))
     with pytest.raises(CapacityError, match=r"does not fit target micro"):
         compile_auto(parse_program(SMALL_CONV), load_target(str(small)))
+
+
+# -- fused layers: init + contraction + element-wise epilogue -------------------------------------
+
+LAYERS = Path(__file__).parent / "layers"
+
+
+def _dma_tensors(binary) -> set[str]:
+    """The tensors that some LOAD or STORE moves between DRAM and the chip."""
+    out = set()
+    for ins in binary.code:
+        if ins.mnemonic in ("LOAD", "STORE"):
+            box = ins.arg("src") if ins.mnemonic == "LOAD" else ins.arg("dst")
+            out.add(binary.tensors[box.tensor].name)
+    return out
+
+
+def _check_layer(path: Path, target_name: str):
+    program = load_program(path)
+    result = _check(program, target_name)
+    plan = result.plan
+    assert plan.layer is not None and plan.layer.others, "the init and epilogue must be fused"
+    temporaries = {t.name for t in program.tensors if t.role == "none"}
+    assert not temporaries & _dma_tensors(result.compiled.binary), "a temporary went to DRAM"
+    return result
+
+
+@pytest.mark.parametrize("name", ["resnet_conv3x3_q", "proj1x1s2_q", "linear_q", "depthwise3x3s2_q",
+                                  "stem7x7s2_q", "classifier_q"])
+def test_quantized_layers_on_tg1(name: str) -> None:
+    _check_layer(LAYERS / f"{name}.yaml", "tg1")
+
+
+@pytest.mark.parametrize("name", ["depthwise3x3s2_q",
+                                  pytest.param("resnet_conv3x3_q", marks=pytest.mark.slow),
+                                  pytest.param("proj1x1s2_q", marks=pytest.mark.slow),
+                                  pytest.param("linear_q", marks=pytest.mark.slow),
+                                  pytest.param("stem7x7s2_q", marks=pytest.mark.slow)])
+def test_quantized_layers_on_tiny(name: str) -> None:
+    _check_layer(LAYERS / f"{name}.yaml", "tiny")
+
+
+def test_fused_layer_beats_the_default_schedule_and_explains_itself() -> None:
+    program = load_program(ROOT / "examples" / "conv_bias_relu_requant.yaml")
+    tg1 = load_target("tg1")
+    result = _check_layer(ROOT / "examples" / "conv_bias_relu_requant.yaml", "tg1")
+    _, default = run_and_compare(Job(program, tg1, compile_default(program, tg1)), random_inputs(program, 7))
+    _, auto = run_and_compare(Job(program, tg1, result.compiled), random_inputs(program, 7))
+    assert auto.stats.cycles < default.stats.cycles
+    text = result.plan.explain(tg1)
+    assert "fused: S0 (init) and S2 (epilogue) with the contraction S1" in text
+    assert "ACC never leaves the chip" in text
+    # the accumulator tile lives in the accumulator SRAM, and the explanation replays
+    assert "s.stage('ACC'" in text and "'acc')" in text
+    again = replay(render(result.plan.schedule), program, tg1)
+    assert again.trace == result.plan.schedule.trace
+
+
+def test_a_plain_contraction_with_a_zero_point() -> None:
+    program = parse_program("""tensorgen: 1
+tensors:
+  X: {shape: [1, 40, 6, 6], dtype: uint8, role: input, pad: 9}
+  W: {shape: [20, 40, 3, 3], dtype: int8, role: input}
+  Y: {shape: [1, 20, 6, 6], dtype: int32, role: output}
+statements:
+  - Y[n, k, h, w] += (X[n, c, h + r - 1, w + s - 1] - 9) * (W[k, c, r, s] - 1)
+""")
+    result = _check(program, "tg1")
+    assert result.plan.layer is not None and not result.plan.layer.others
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("""tensorgen: 1
+tensors:
+  A: {shape: [8, 8], dtype: int8, role: input}
+  T: {shape: [8, 8], dtype: int32}
+  C: {shape: [8, 8], dtype: int32, role: output}
+statements:
+  - T[i, j] += A[i, k] * A[k, j]
+  - C[i, j] += T[i, k] * A[k, j]
+""", "one contraction"),
+    ("""tensorgen: 1
+tensors:
+  A: {shape: [8, 8], dtype: int8, role: input}
+  T: {shape: [8, 8], dtype: int32}
+  C: {shape: [8, 8], dtype: int32, role: output}
+statements:
+  - T[i, j] += A[i, k] * A[k, j]
+  - C[i, j] = T[j, i]
+""", "not point-wise"),
+])
+def test_programs_that_are_not_layers_fall_back_with_the_reason(text: str, reason: str) -> None:
+    program = parse_program(text)
+    result = compile_auto(program, load_target("tg1"))
+    assert result.plan.schedule is None
+    assert reason in result.plan.reason
+    cmp, _ = run_and_compare(Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1))
+    assert cmp.exact

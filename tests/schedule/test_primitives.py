@@ -117,6 +117,33 @@ def test_vectorize() -> None:
     _exact(s)
 
 
+def test_vectorize_several_loops_as_one_vector() -> None:
+    s = Schedule(parse_program(MATMUL), TG1)
+    _refused(s, lambda: s.vectorize(s.loop("i"), s.loop("k")),
+             r"^vectorize\(i, k\): give distinct loops of the same statements, each directly inside the one before$")
+    s.reorder(s.loop("k"), s.loop("i"), s.loop("j"))
+    s.vectorize(s.loop("i"), s.loop("j"))
+    assert s.trace[-1] == "s.vectorize(s.loop('i'), s.loop('j'))"
+    code = compile_scheduled(s.program, TG1, s).binary.code
+    # one VMAC of 10 x 9 lanes per k
+    assert [ins.arg("dst").shape for ins in code if ins.mnemonic == "VMAC"] == [(10, 9)]
+    _exact(s)
+
+
+def test_a_peeled_staging_iteration_in_several_pieces_is_staged_once() -> None:
+    # j = 53 = 3 * 16 + 5: isl peels the last iteration of j_o and emits it as two nests
+    # (full and partial blocks of k); C's buffer must span both, zeroed and stored once
+    s = Schedule(load_program(ROOT / "examples" / "matmul_odd.yaml"), TG1)
+    s.split(s.loop("j"), 16)
+    s.split(s.loop("k"), 16)
+    s.reorder(s.loop("j_o"), s.loop("k_o"), s.loop("i"), s.loop("j_i"), s.loop("k_i"))
+    s.stage("C", s.loop("j_o"), "acc")
+    s.tensorize(s.loop("i"), s.loop("j_i"), s.loop("k_i"))
+    code = compile_scheduled(s.program, TG1, s).binary.code
+    assert sum(ins.mnemonic == "STORE" for ins in code) == 2  # in the loop, and the peeled iteration
+    _exact(s)
+
+
 def test_tensorize() -> None:
     s = Schedule(parse_program(MATMUL))
     _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j"), s.loop("j")),

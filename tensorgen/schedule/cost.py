@@ -1,0 +1,164 @@
+"""The automatic scheduler's cost model: the cycles of the microcode the lowering emits.
+
+Every DMA costs its setup plus its bytes over DRAM bandwidth; every MATMUL its M rows plus
+the array's fill; every vector instruction the vector unit's setup plus its elements over the
+lanes (how many instructions a statement takes comes from the instruction selection itself).
+The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
+loads and stores overlap its compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tensorgen.target import Target
+
+ALIGN = 16  # the lowering's buffer alignment, in bytes
+
+
+@dataclass(frozen=True)
+class Candidate:
+    order: tuple[str, ...]  # outer loops (outside the band), outermost first
+    stages: tuple[tuple[str, str | None], ...]  # tensor -> loop name or None (whole program)
+    dma_cycles: int
+    compute_cycles: int
+    dram_bytes: int
+    spad_bytes: int
+    acc_bytes: int
+    pipelined: bool = False  # the innermost staging loop double-buffers its inputs
+    vector_cycles: int = 0  # of compute_cycles: the init and epilogue on the vector unit
+    vector_loops: int = 0  # how many of the innermost loops of a tile the init and epilogue vectorize
+
+    @property
+    def cycles(self) -> int:
+        return self.dma_cycles + self.compute_cycles
+
+
+@dataclass(frozen=True)
+class Footprint:
+    nbytes: int
+    elements: int
+    fresh: bool  # starts as zeros (no load)
+    fill: bool  # ... and must be zeroed, because some element is read before it is written
+
+
+@dataclass
+class Probe:
+    """What one loop nest (blocks and loop order) offers the choices of staging levels."""
+
+    order: tuple[str, ...]
+    fused: tuple[str, ...]  # the tile loops shared by every statement of a fused layer
+    trips: dict[str, int]
+    sizes: dict[tuple[str, str | None], Footprint | None]  # None: a temporary that would leave the chip
+    band_cycles: int  # the contraction's MATMULs or vector instructions
+    band_temps: int  # bytes of int32 temporaries the contraction's vector instructions need
+    tile_work: list[tuple[int, int]]  # per number of vectorized tile loops: (cycles, temporary bytes)
+    ragged: set[str] = field(default_factory=set)
+    memory: dict[str, str] = field(default_factory=dict)  # tensor -> "spad" or "acc"
+    written: set[str] = field(default_factory=set)
+    stored: set[str] = field(default_factory=set)  # written tensors whose buffers are stored
+    table: dict = field(default_factory=dict)  # (tensor, level) -> _Staged, filled by cost()
+
+
+def vector_cycles(target: Target, elements: int) -> int:
+    return target.vector_setup_cycles + -(-elements // target.lanes)
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """What staging one tensor at one level costs, precomputed once per probe."""
+
+    count: int  # iterations of the level (buffers filled)
+    written: bool
+    fresh: bool
+    fill: int  # cycles of one zero fill (0: none)
+    transfers: int  # DMAs per iteration: load, store, or both
+    one: int  # cycles of one DMA
+    channel: int  # cycles of one DMA's bytes on the DRAM channel
+    nbytes: int
+    footprint: int  # bytes taken in its memory
+    in_acc: bool
+
+
+def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _Staged | None:
+    key = (tensor, level)
+    if key not in probe.table:
+        fp = probe.sizes[key]
+        if fp is None:
+            probe.table[key] = None
+        else:
+            order = probe.order
+            count = math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
+            written = tensor in probe.written
+            transfers = (0 if tensor not in probe.stored else 1 if fp.fresh else 2) if written else 1
+            channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
+            probe.table[key] = _Staged(count, written, fp.fresh, vector_cycles(target, fp.elements) if fp.fill else 0,
+                                       transfers, target.dma_setup_cycles + channel, channel, fp.nbytes,
+                                       _align(fp.nbytes), probe.memory.get(tensor) == "acc")
+    return probe.table[key]
+
+
+def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeline: bool = False) -> Candidate:
+    """The cycles of the microcode the lowering emits for staging each tensor at its level in
+    `choice`. Serialized: every DMA and every compute instruction adds up. With `pipeline`, the
+    innermost staging loop has two buffers of each of its tensors, and its loads and stores
+    overlap its compute: per pass of the loop, l + e + s + (n - 1) * max(l, e, s) for loads l,
+    compute e and stores s per iteration over n iterations (a last, partial iteration that isl
+    peels off runs alone: l + e + s)."""
+    order, trips = probe.order, probe.trips
+    stages = tuple(zip(tensors, choice))
+    inner = max((lv for lv in choice if lv), key=order.index, default=None)
+    refused = Candidate(order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
+    # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
+    peeled = pipeline and inner in probe.ragged
+    if pipeline and (inner is None or trips[inner] - peeled < 2):
+        return refused
+    spad = acc = dma = dram = 0
+    overlapped = stored = fill = channel = 0  # per iteration of a pipelined loop
+    for tensor, level in stages:
+        st = _staged(probe, target, tensor, level)
+        if st is None:
+            return refused
+        piped = pipeline and level == inner
+        if piped and st.written and not st.fresh:
+            return refused
+        if piped:
+            fill += st.fill
+            if st.transfers:
+                channel += st.channel
+                if st.written:
+                    stored += st.one
+                else:
+                    overlapped += st.one
+        else:
+            dma += st.count * (st.fill + st.transfers * st.one)
+        dram += st.count * st.transfers * st.nbytes
+        if st.in_acc:
+            acc += st.footprint * (2 if piped else 1)
+        else:
+            spad += st.footprint * (2 if piped else 1)
+    # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
+    room = target.spad.bytes - spad
+    options = [(v, work) for v, work in enumerate(probe.tile_work) if max(work[1], probe.band_temps) <= room]
+    if not options or acc > target.acc.bytes:
+        return refused
+    v, (tile, temps) = options[-1]
+    spad += max(temps, probe.band_temps)
+    compute = probe.band_cycles + tile
+    if pipeline:
+        depth = order.index(inner)
+        outer = math.prod(trips[o] for o in order[:depth])
+        n = trips[inner]
+        in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
+        e = in_loop / (outer * n) + fill
+        step = max(overlapped, e, stored, channel)
+        total = outer * (overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)) + \
+            (compute - in_loop)
+        dma += int(round(total - compute))
+    return Candidate(order, stages, dma, compute, dram, spad, acc, pipelined=pipeline, vector_cycles=tile,
+                     vector_loops=v)
