@@ -11,7 +11,7 @@ import numpy as np
 
 from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
-from tensorgen.errors import CodegenError
+from tensorgen.errors import CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
 from tensorgen.schedule.api import Schedule
@@ -61,7 +61,12 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
     plan = auto_schedule(program, target)
     if plan.schedule is None:
         return AutoResult(compile_default(program, target), plan)
-    return AutoResult(compile_scheduled(program, target, plan.schedule), plan)
+    try:
+        return AutoResult(compile_scheduled(program, target, plan.schedule), plan)
+    except (CodegenError, ScheduleError) as err:  # a gap in the general backend: never worse than default
+        plan.reason = f"the chosen schedule did not lower ({err})"
+        plan.schedule = None
+        return AutoResult(compile_default(program, target), plan)
 
 
 def compile_default(program: Program, target: Target) -> Compiled:

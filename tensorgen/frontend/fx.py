@@ -457,7 +457,7 @@ class _Lowering:
             return ["ACC[n, c, h, w] = 0",
                     {"stmt": f"ACC[n, c, h, w] += X[n, c, {rows}, {cols}]{xz}",
                      "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
-                    f"Y[n, c, h, w] = {result}"]
+                    f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"]
         self.add(Layer(node.name, module_path(node), "avg_pool2d",
                        [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
 
