@@ -89,9 +89,12 @@ def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, 
     name -> the name the tensor table shows (what `tensorgen run` reads and writes)."""
     buffers = dict(buffers)
     lifetimes: dict[str, tuple[int, int]] = {}
+    used = [_referenced(layer.binary) for layer in layers]
     for i, layer in enumerate(layers):
-        for t in layer.binary.tensors:
+        for k, t in enumerate(layer.binary.tensors):
             name = layer.bindings.get(t.name)
+            if name is None and k not in used[i]:
+                continue  # a temporary the layer keeps on chip: no DRAM at all
             if name is None:  # a temporary the layer spilled: private to it
                 name = f"{layer.name}/{t.name}"
                 buffers[name] = Buffer(name, t.nbytes, "temp")
@@ -116,7 +119,10 @@ def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, 
     ranges = []
     for i, layer in enumerate(layers):
         index = []
-        for t in layer.binary.tensors:
+        for k, t in enumerate(layer.binary.tensors):
+            if t.name not in layer.bindings and k not in used[i]:
+                index.append(-1)  # never addressed
+                continue
             name = layer.bindings.get(t.name, f"{layer.name}/{t.name}")
             b = buffers[name]
             role = b.role
@@ -160,6 +166,11 @@ def _intern(entries: list[TensorEntry], entry: TensorEntry) -> int:
                 return i
     entries.append(entry)
     return len(entries) - 1
+
+
+def _referenced(binary: Binary) -> set[int]:
+    """The tensors a binary's DMAs address."""
+    return {v.tensor for ins in binary.code for _, v in ins.args if isinstance(v, Box)}
 
 
 def _rebind(ins: isa.Instruction, index: list[int]) -> isa.Instruction:
