@@ -144,14 +144,17 @@ def cmd_check_model(args) -> int:
 
     from tensorgen.model import check_model
 
-    cm = _compile_model(args)
-    _print_model_table(cm)
-    trials = []
-    for item in args.input or []:
+    given = []
+    for item in args.input or []:  # read before compiling: a bad path fails fast
         try:
-            trials.append((item, (torch.from_numpy(np.load(item, allow_pickle=False).astype(np.float32)),)))
+            given.append((item, (torch.from_numpy(np.load(item, allow_pickle=False).astype(np.float32)),)))
         except (OSError, ValueError, EOFError) as err:
             raise TensorgenError(f"--input {item}: cannot load ({err})") from None
+    if not given and args.trials < 1:
+        raise TensorgenError("--trials 0 without --input: nothing to check")
+    cm = _compile_model(args)
+    _print_model_table(cm)
+    trials = list(given)
     for trial in range(args.trials):
         gen = torch.Generator().manual_seed(args.seed + trial)
         trials.append((f"seed {args.seed + trial}", tuple(torch.randn(x.shape, generator=gen)
@@ -179,6 +182,8 @@ def cmd_check(args) -> int:
 
     if is_model(args.op):
         return cmd_check_model(args)
+    if args.trials < 1:
+        raise TensorgenError(f"--trials {args.trials}: at least one trial")
     t0 = time.perf_counter()
     job = compile_file(args.op, args.target, args.schedule)
     compile_s = time.perf_counter() - t0
