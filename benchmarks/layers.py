@@ -245,3 +245,14 @@ LAYERS: tuple[Layer, ...] = (
     *_mobilenet_v2(),
     *_bert_base(),
 )
+
+
+# Reduced variants of suite layers for benchmarks/exhaustive.py, which simulates every candidate
+# of the automatic scheduler's search space: up to 2,744 of them for a 3x3 convolution, and a
+# BERT matmul or a 56x56 depthwise conv takes seconds per simulation. Same operator forms, loop
+# structure and (for the matmul) K = 4N proportions, with smaller extents; not part of the suite.
+SMALL_VARIANTS: tuple[Layer, ...] = (
+    Layer("resnet18_conv3x3_small", Conv2d(32, 32, 28, 3, pad=1), network="ResNet-18"),
+    Layer("mbv2_dw3x3s1_small", Conv2d(32, 32, 28, 3, pad=1, depthwise=True), network="MobileNetV2"),
+    Layer("bert_ffn_down_small", Matmul(128, 256, 1024), network="BERT-base"),
+)

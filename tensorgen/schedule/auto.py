@@ -24,14 +24,14 @@ from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
-from tensorgen.schedule.kernel import mac_mapping, out_indices
+from tensorgen.schedule.kernel import MacMapping, mac_mapping, out_indices
 from tensorgen.schedule.layer import Geometry, Layer, Skeleton, build_skeleton, recognise
 from tensorgen.target import Target
 
 # CPU seconds, not wall-clock time: the choice must not depend on what else the machine runs
 TIME_BUDGET_S = 1.5
 
-__all__ = ["Candidate", "Plan", "auto_schedule"]
+__all__ = ["Candidate", "Plan", "Space", "auto_schedule"]
 
 
 @dataclass
@@ -120,74 +120,124 @@ def auto_schedule(program: Program, target: Target) -> Plan:
     return plan
 
 
+@dataclass
+class Space:
+    """The automatic scheduler's search space for one layer: loop nests (a shape: the splits, the
+    band and its M loops; and a loop order outside the band), each with a choice of staging level
+    per tensor and of double buffering. `nests` lists the loop nests, `costed` costs every choice
+    of one nest, `schedule` builds the schedule of a candidate; the search and the exhaustive
+    benchmark (benchmarks/exhaustive.py) both go through these."""
+
+    program: Program
+    target: Target
+    layer: Layer
+    band_kind: str  # "array" (the MAC array) or "vector" (the vector unit)
+    mapping: MacMapping | None  # the contraction's MAC-array mapping, on the array
+    shapes: list[tuple]  # (blocks, loop orders outside the band, the band's M loops, the band)
+    profiles: dict
+
+    @staticmethod
+    def of(program: Program, target: Target, layer: Layer) -> Space:
+        stmt = layer.contraction
+        mp = mac_mapping(program, stmt)
+        if mp is not None and (mp.n is None or mp.m is None):
+            mp = None  # a matrix-vector shape (depthwise): one array column is slower than the vector unit
+        out = out_indices(program, stmt)
+        reds = [i for i in stmt.indices if i not in out]
+        if mp is not None:
+            band_kind = "array"
+            m = mp.m
+            blocks = [(mp.n, target.cols), (mp.k, target.rows)]
+        else:
+            band_kind = "vector"
+            m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
+            blocks = []
+        profiles = {s.name: vector_profile(program, s) for s in layer.statements
+                    if s is not stmt or band_kind == "vector"}
+        acc_rows = max(1, target.acc.bytes // (4 * target.cols))
+        vector_elements = max(target.lanes, target.spad.bytes // 32)  # eight int32 buffers of a vector band fit
+        shapes = list(_shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others),
+                              vector_elements))
+        return Space(program, target, layer, band_kind, mp, shapes, profiles)
+
+    def peak_macs_per_cycle(self) -> float:
+        """The most useful MACs per cycle the contraction's unit can do: the vector unit's lanes,
+        or the array's rows x cols times the share of them that the extents of the contraction's
+        K and N indices fill (7 taps on 16 rows fill 7/16 of them). Fills are not counted."""
+        target = self.target
+        if self.band_kind == "vector":
+            return float(target.lanes)
+        stmt = self.layer.contraction
+
+        def share(index: str, size: int) -> float:
+            extent = stmt.extent(index)
+            return extent / (-(-extent // size) * size)
+
+        return target.rows * target.cols * share(self.mapping.k, target.rows) * share(self.mapping.n, target.cols)
+
+    def nests(self):
+        """(shape, order) of every loop nest, in the order the search visits them."""
+        for shape in self.shapes:
+            for order in shape[1]:
+                yield shape, order
+
+    def costed(self, shape, order) -> list[Candidate]:
+        """Every staging and double-buffer choice of one loop nest, costed; those that overflow
+        a memory or cannot double-buffer cost math.inf cycles."""
+        blocks_f, _, m_loops, band = shape
+        program, target, layer = self.program, self.target, self.layer
+        tensors = layer.tensors()
+        sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
+        probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, self.band_kind, self.profiles)
+        levels = [_levels(program, layer, sk, order, t) for t in tensors]
+        return [cost(probe, target, tensors, choice, pipeline)
+                for choice in itertools.product(*levels) for pipeline in (False, True)]
+
+    def schedule(self, cand: Candidate, shape) -> tuple[Schedule, Skeleton]:
+        """The schedule of `cand` (a candidate of `shape`): its skeleton, built unchecked like the
+        probes and then checked once against the dependences; its stages and double buffers; its
+        vector and MAC bands."""
+        blocks_f, _, m_loops, band = shape
+        layer = self.layer
+        stmt = layer.contraction
+        final = build_skeleton(self.program, self.target, layer, blocks_f, cand.order, band, checked=False)
+        s = final.schedule
+        s.check()
+        for tensor, level in cand.stages:
+            mem = "acc" if (self.band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
+            s.stage(tensor, final.loops[level] if level else None, mem)
+        if cand.pipelined:
+            inner = max((lv for _, lv in cand.stages if lv), key=cand.order.index)
+            for tensor, level in cand.stages:
+                if level == inner:
+                    s.double_buffer(tensor)
+        for other in layer.others:
+            own = final.own[other.name]
+            if cand.vector_loops:
+                s.vectorize(*own[len(own) - cand.vector_loops:])
+        if self.band_kind == "array":
+            s.tensorize(tuple(final.loops[x] for x in m_loops), *(final.loops[x] for x in band[len(m_loops):]))
+        else:
+            s.vectorize(*(final.loops[x] for x in band))
+        return s, final
+
+
 def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan:
-    stmt = layer.contraction
-    mp = mac_mapping(program, stmt)
-    if mp is not None and (mp.n is None or mp.m is None):
-        mp = None  # a matrix-vector shape (depthwise): one array column is slower than the vector unit
-    out = out_indices(program, stmt)
-    reds = [i for i in stmt.indices if i not in out]
-    if mp is not None:
-        band_kind = "array"
-        m = mp.m
-        blocks = [(mp.n, target.cols), (mp.k, target.rows)]
-    else:
-        band_kind = "vector"
-        m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
-        blocks = []
-    tensors = layer.tensors()
-    profiles = {s.name: vector_profile(program, s) for s in layer.statements
-                if s is not stmt or band_kind == "vector"}
+    space = Space.of(program, target, layer)
     considered: list[Candidate] = []
     best: tuple[Candidate, tuple] | None = None
-    acc_rows = max(1, target.acc.bytes // (4 * target.cols))
-    vector_elements = max(target.lanes, target.spad.bytes // 32)  # eight int32 buffers of a vector band fit
-    for shape in _shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others), vector_elements):
-        blocks_f, order_options, m_loops, band = shape
-        for order in order_options:
-            if time.process_time() - cpu0 > TIME_BUDGET_S and best is not None:
-                break
-            sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
-            probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, band_kind, profiles)
-            levels = [_levels(program, layer, sk, order, t) for t in tensors]
-            for choice in itertools.product(*levels):
-                for pipeline in (False, True):
-                    cand = cost(probe, target, tensors, choice, pipeline)
-                    considered.append(cand)
-                    if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
-                                                    (best[0].cycles, best[0].dram_bytes)):
-                        best = (cand, shape)
+    for shape, order in space.nests():
+        if time.process_time() - cpu0 > TIME_BUDGET_S and best is not None:
+            break
+        for cand in space.costed(shape, order):
+            considered.append(cand)
+            if cand.cycles != math.inf and (best is None or (cand.cycles, cand.dram_bytes) <
+                                            (best[0].cycles, best[0].dram_bytes)):
+                best = (cand, shape)
     if best is None:
         raise CapacityError("every staging choice overflows a memory")
     cand, shape = best
-    return _realise(program, target, layer, cand, shape, band_kind, considered)
-
-
-def _realise(program: Program, target: Target, layer: Layer, cand: Candidate, shape, band_kind: str,
-             considered: list[Candidate]) -> Plan:
-    """The schedule of the chosen candidate: its skeleton, built unchecked like the probes and then
-    checked once against the dependences; its stages and double buffers; its vector and MAC bands."""
-    blocks_f, _, m_loops, band = shape
-    stmt = layer.contraction
-    final = build_skeleton(program, target, layer, blocks_f, cand.order, band, checked=False)
-    s = final.schedule
-    s.check()
-    for tensor, level in cand.stages:
-        mem = "acc" if (band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
-        s.stage(tensor, final.loops[level] if level else None, mem)
-    if cand.pipelined:
-        inner = max((lv for _, lv in cand.stages if lv), key=cand.order.index)
-        for tensor, level in cand.stages:
-            if level == inner:
-                s.double_buffer(tensor)
-    for other in layer.others:
-        own = final.own[other.name]
-        if cand.vector_loops:
-            s.vectorize(*own[len(own) - cand.vector_loops:])
-    if band_kind == "array":
-        s.tensorize(tuple(final.loops[x] for x in m_loops), *(final.loops[x] for x in band[len(m_loops):]))
-    else:
-        s.vectorize(*(final.loops[x] for x in band))
+    s, final = space.schedule(cand, shape)
     fused_at = final.loops[final.fused[-1]].name if final.fused else None
     names = {x: loop.name for x, loop in final.loops.items()}
     return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names)
