@@ -121,6 +121,9 @@ def enumerate_layer(layer: Layer, target: Target, seed: int = 0) -> dict:
         "max_model_error": max(model_errors),  # |model / simulated - 1| over the simulated candidates
         "exhaustive_s": exhaustive_s,
         "auto_search_s": plan.search_s,
+        "auto_bit_exact": auto_exact,
+        "inexact": sum(not exact for _, _, _, exact in runs),  # candidates whose outputs differ: compiler bugs
+        "inexact_examples": [d for _, _, d, exact in runs if not exact][:5],
         "all_bit_exact": auto_exact and all(exact for _, _, _, exact in runs),
         "error": None,
     }
@@ -157,11 +160,13 @@ def render(report: dict) -> Table:
             f"{r['candidates']:,}", f"{r['fitting']:,}", f"{r['simulated']:,}",
             f"{r['exhaustive_s']:.1f}", f"{r['auto_search_s']:.2f}",
             f"{r['exhaustive_s'] / r['auto_search_s']:.0f}x", f"{r['max_model_error']:.1%}",
-            "[green]yes[/green]" if r["all_bit_exact"] else "[red]no[/red]")
+            "[green]yes[/green]" if r["all_bit_exact"] else
+            f"[red]no[/red] ({r['inexact']}; auto {'yes' if r['auto_bit_exact'] else 'no'})")
     table.caption = ("auto/best: simulated cycles of the automatic choice / of the fastest candidate; rank: 1 + "
                      "candidates simulated faster than auto; candidates: the whole space, fit: accepted by the "
                      "cost model, simulated: of those, lowered and run; speed-up: exhaustive s / auto s; "
-                     "max model err: |model/simulated - 1| over the simulated candidates")
+                     "max model err: |model/simulated - 1| over the simulated candidates; bit-exact: every "
+                     "candidate (else how many are not, and whether auto is)")
     return table
 
 
@@ -202,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["error"] is None:
             console.print(f"{r['name']}: best {r['best']}\n{' ' * len(r['name'])}  auto {r['auto']}")
+            for example in r["inexact_examples"]:
+                console.print(f"{' ' * len(r['name'])}  [red]not bit-exact[/red] {example}")
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(report, indent=2) + "\n").encode())

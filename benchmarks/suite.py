@@ -20,6 +20,13 @@ What each number is (per layer):
 - roofline_attainment = max(macs / peak MACs per cycle, dram_compulsory / DRAM
   bytes per cycle) / cycles; 1.0 is the physical limit. `roofline_bound` names the
   larger term;
+- unit_ceiling: the roofline attainment the layer would have at its unit's useful
+  peak (no array fills, no DMA stalls): for a depthwise conv, on the vector unit's
+  lanes (16 MACs per cycle on tg1, not the array's 256); on the MAC array, the share
+  of its rows and columns that the contraction's K and N extents fill (the stem's 7
+  window taps on 16 rows). It is the explanation of a low attainment: a layer far
+  below 1.0 whose attainment is near its ceiling is bound by its mapping, not by
+  its schedule;
 - dram_lower_bound: for a matmul, max(2*M*N*K/sqrt(S) + M*N words, compulsory):
   the communication bound of Kwasniewski et al. (SC'19) with S = the scratchpad's
   bytes (int8 words), input words counted as one byte and the M*N outputs at their
@@ -73,6 +80,8 @@ from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import Access, Affine, Program, Statement
 from tensorgen.mc.binary import decode, encode
 from tensorgen.reference.torch_ref import evaluate
+from tensorgen.schedule.auto import Space
+from tensorgen.schedule.layer import recognise
 from tensorgen.sim.machine import Stats, simulate
 from tensorgen.spec.loader import parse_program
 from tensorgen.target import Target, load_target
@@ -179,7 +188,7 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         "name": layer.name,
         "network": layer.network,
         "description": layer.op.describe(),
-        **performance(layer, program, compiled.macs, result.stats, target),
+        **performance(layer, program, compiled.macs, result.stats, target, unit_peak(program, target)),
         "schedule": options.schedule if model_cycles is not None or options.schedule == "default" else "default",
         "model_cycles": model_cycles,
         "model_over_sim": model_cycles / result.stats.cycles if model_cycles else None,
@@ -200,11 +209,26 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
     }
 
 
-def performance(layer: Layer, program: Program, macs: int, stats: Stats, target: Target) -> dict:
-    """The simulated run against its physical limits: roofline and DRAM lower bound."""
+def unit_peak(program: Program, target: Target) -> tuple[str, float] | None:
+    """(the unit, its most useful MACs per cycle) for a layer the automatic scheduler takes:
+    the vector unit's lanes for a depthwise conv, the share of the MAC array that the
+    contraction's K and N extents fill (auto.Space.peak_macs_per_cycle); None otherwise."""
+    layer = recognise(program)
+    if isinstance(layer, str):
+        return None
+    space = Space.of(program, target, layer)
+    return space.band_kind, space.peak_macs_per_cycle()
+
+
+def performance(layer: Layer, program: Program, macs: int, stats: Stats, target: Target,
+                unit: tuple[str, float] | None = None) -> dict:
+    """The simulated run against its physical limits: roofline and DRAM lower bound; and the
+    ceiling of the roofline attainment that the unit the layer runs on sets (`unit`)."""
     compulsory, compulsory_exact = compulsory_bytes(program)
     compute_cycles = macs / target.peak_macs_per_cycle
     memory_cycles = compulsory / target.dram_bytes_per_cycle
+    roofline = max(compute_cycles, memory_cycles)
+    ceiling = roofline / max(macs / unit[1], memory_cycles) if unit else None
     io_bound = layer.op.io_lower_bound(target)
     if io_bound is not None and io_bound > compulsory:
         lower_bound, bound_kind = io_bound, "matmul_io"
@@ -214,8 +238,10 @@ def performance(layer: Layer, program: Program, macs: int, stats: Stats, target:
         "macs": macs,
         "cycles": stats.cycles,
         "utilization": macs / (stats.cycles * target.peak_macs_per_cycle),
-        "roofline_attainment": max(compute_cycles, memory_cycles) / stats.cycles,
+        "roofline_attainment": roofline / stats.cycles,
         "roofline_bound": "compute" if compute_cycles >= memory_cycles else "memory",
+        "unit": unit[0] if unit else None,
+        "unit_ceiling": ceiling,  # the roofline attainment at the unit's useful peak (no fills, no DMA stalls)
         "dram_bytes": stats.dram_bytes,
         "dram_read_bytes": stats.dram_read_bytes,
         "dram_write_bytes": stats.dram_write_bytes,
@@ -252,6 +278,9 @@ def summarize(rows: list[dict]) -> dict:
         "geomean_utilization": _geomean([r["utilization"] for r in ran]),
         "geomean_sim_over_torch": _geomean([r["sim_over_torch"] for r in ran]),
         "geomean_dram_over_lower_bound": _geomean([r["dram_over_lower_bound"] for r in ran]),
+        # the layers below half the roofline, each with the ceiling its unit sets (the explanation)
+        "below_half": [{"name": r["name"], "roofline_attainment": r["roofline_attainment"], "unit": r.get("unit"),
+                        "unit_ceiling": r.get("unit_ceiling")} for r in ran if r["roofline_attainment"] < 0.5],
         "total_macs": sum(r["macs"] for r in ran),
         "total_cycles": sum(r["cycles"] for r in ran),
         "total_compile_s": sum(r["compile_s"] for r in ran),
@@ -310,22 +339,28 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _ceiling(row: dict) -> str:
+    if row.get("unit_ceiling") is None:
+        return "-"
+    return f"{row['unit_ceiling']:.1%}{' v' if row['unit'] == 'vector' else ''}"
+
+
 def render(report: dict) -> Table:
     table = Table(title=f"tensorgen layer suite on {report['target']}", title_justify="left")
-    for header in ("layer", "MACs", "cycles", "model", "util", "roofline", "DRAM B", "lower bd B", "DRAM/lb",
+    for header in ("layer", "MACs", "cycles", "model", "util", "roofline", "ceiling", "DRAM B", "lower bd B", "DRAM/lb",
                    "compile s", "sim s", "torch s", "sim/torch", "bit-exact"):
         table.add_column(header, justify="left" if header == "layer" else "right")
     for r in report["layers"]:
         if r["error"] is not None:
             error = escape(r["error"].splitlines()[0][:60])
-            table.add_row(r["name"], f"[red]{error}[/red]", *[""] * 11, "[red]no[/red]")
+            table.add_row(r["name"], f"[red]{error}[/red]", *[""] * 12, "[red]no[/red]")
             continue
         bound = "m" if r["roofline_bound"] == "memory" else "c"
         table.add_row(
             r["name"], f"{r['macs']:,}", f"{r['cycles']:,}",
             f"{r['model_over_sim']:.3f}x" if r.get("model_over_sim") else r.get("schedule", "-"),
             f"{r['utilization']:.1%}",
-            f"{r['roofline_attainment']:.1%} {bound}", f"{r['dram_bytes']:,}",
+            f"{r['roofline_attainment']:.1%} {bound}", _ceiling(r), f"{r['dram_bytes']:,}",
             f"{r['dram_lower_bound']:,}", f"{r['dram_over_lower_bound']:.2f}x",
             f"{r['compile_s']:.2f}", f"{r['sim_s']:.2f}", f"{r['torch_s']:.4f}",
             f"{r['sim_over_torch']:.0f}x",
@@ -336,13 +371,14 @@ def render(report: dict) -> Table:
     table.add_row(
         f"geomean / total ({s['layers']})", f"{s['total_macs']:,}", f"{s['total_cycles']:,}", "",
         _fmt(s["geomean_utilization"], ".1%"), _fmt(s["geomean_roofline_attainment"], ".1%"),
-        "", "", _fmt(s["geomean_dram_over_lower_bound"], ".2f") + "x", f"{s['total_compile_s']:.2f}",
+        "", "", "", _fmt(s["geomean_dram_over_lower_bound"], ".2f") + "x", f"{s['total_compile_s']:.2f}",
         f"{s['total_sim_s']:.2f}", f"{s['total_torch_s']:.4f}",
         _fmt(s["geomean_sim_over_torch"], ".0f") + "x",
         "[green]all[/green]" if s["all_bit_exact"] else "[red]not all[/red]",
     )
     table.caption = ("model: the cost model's cycles / simulated cycles (or the schedule used when there is no "
                      "model); roofline: max(compute, compulsory DRAM) cycles / cycles, c|m: which one; "
+                     "ceiling: the roofline at the useful peak of the unit the layer runs on (v: vector unit); "
                      "lower bd: matmul I/O bound or compulsory traffic; sim, torch: median wall "
                      "times; last row: totals, and geomeans of ratios")
     return table
@@ -404,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
     # a wide table: do not let a pipe's default of 80 columns fold it
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(render(report))
+    for low in report["summary"]["below_half"]:
+        ceiling = low["unit_ceiling"]
+        why = "no ceiling known" if ceiling is None else \
+            f"{low['unit']} unit ceiling {ceiling:.1%}: {low['roofline_attainment'] / ceiling:.0%} of it attained"
+        console.print(f"below 50%: {low['name']} at {low['roofline_attainment']:.1%} ({why})")
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(report, indent=2) + "\n").encode())

@@ -156,7 +156,10 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
         n = trips[inner]
         in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
         e = in_loop / (outer * n) + fill
-        step = max(overlapped, e, stored, channel)
+        # the loads of one iteration and the stores of an earlier one start together, when the
+        # compute frees their buffers, and share the DRAM channel: they serialize (overlapped +
+        # stored >= channel), and overlap only the compute
+        step = max(e, overlapped + stored)
         total = outer * (overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)) + \
             (compute - in_loop)
         dma += int(round(total - compute))

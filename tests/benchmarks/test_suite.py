@@ -41,6 +41,8 @@ def test_tiny_matmul_row(tiny_report):
     assert row["bit_exact"] is True and row["torch_matches_reference"] is True
     assert row["macs"] == 16**3
     assert 0 < row["roofline_attainment"] <= 1.0
+    # no schedule beats the useful peak of the unit the layer runs on
+    assert row["unit"] == "array" and row["roofline_attainment"] <= row["unit_ceiling"] <= 1.0
     # no schedule beats compulsory traffic: A and B read once (int8), C written once (int32)
     assert row["dram_lower_bound"] >= 16 * 16 * 2 + 16 * 16 * 4
     assert row["dram_bytes"] >= row["dram_lower_bound"]
@@ -50,6 +52,9 @@ def test_report_is_json_with_summary(tiny_report):
     report = json.loads(json.dumps(tiny_report))
     assert report["target"] == "tiny"
     assert SUMMARY_KEYS <= report["summary"].keys()
+    assert report["summary"]["below_half"] == [
+        {k: r[k] for k in ("name", "roofline_attainment", "unit", "unit_ceiling")}
+        for r in report["layers"] if r["roofline_attainment"] < 0.5]
     assert report["summary"]["all_bit_exact"] is True
     suite.render(report)  # the table renders from the JSON alone
 
