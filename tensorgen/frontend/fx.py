@@ -22,6 +22,7 @@ from torch import fx, nn
 from tensorgen.errors import SpecError
 from tensorgen.frontend import numerics
 from tensorgen.frontend.layers import Layer, Port, affine, axes, clamp, f32, idx
+from tensorgen.frontend.rules import add_rule, bias_array, conv_requant, weights
 
 QDTYPES = {torch.quint8: "uint8", torch.qint8: "int8"}
 NATURAL = {"uint8": (0, 255), "int8": (-128, 127)}
@@ -212,8 +213,8 @@ class _Lowering:
         y = self.result_value(node)
         if getattr(mod, "padding_mode", "zeros") != "zeros":
             raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
-        wq, s_w, w_zp = _weight(mod.weight())
-        rq = self.requant(x, s_w, y, _np_bias(mod.bias(), wq.shape[0]))
+        wq, s_w, w_zp = weights(mod.weight())
+        rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), wq.shape[0]))
         (sh, sw), (ph, pw), (dh, dw), g = mod.stride, mod.padding, mod.dilation, mod.groups
         n, c, _, _ = x.shape
         k = y.shape[1]
@@ -261,8 +262,8 @@ class _Lowering:
     def linear(self, node: fx.Node, mod) -> None:
         x = self.value_of(node.args[0])
         y = self.result_value(node)
-        wq, s_w, w_zp = _weight(mod.weight())
-        rq = self.requant(x, s_w, y, _np_bias(mod.bias(), wq.shape[0]))
+        wq, s_w, w_zp = weights(mod.weight())
+        rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), wq.shape[0]))
         rows = int(np.prod(x.shape[:-1]))
         o, i = wq.shape
         relu = "ReLU" in type(mod).__name__
@@ -280,25 +281,6 @@ class _Lowering:
         lo, hi = (y.zp, natural[1]) if relu else natural
         self.add(Layer(node.name, module_path(node), "linear", ports, body, lo, hi, fusable=True,
                        epilogue=["relu"] if relu else []), y)
-
-    def requant(self, x: Value, s_w, y: Value, bias: np.ndarray) -> Requant:
-        """The requantization of a conv or linear layer under the model's engine."""
-        if self.engine == "qnnpack":
-            if np.ndim(s_w):
-                raise SpecError("per-channel weights under qnnpack are not supported yet "
-                                "(the default qnnpack qconfig quantizes weights per tensor)")
-            b_q = numerics.quantize_bias(bias, x.scale, s_w).astype(np.int32)
-            return Requant([Port("B", b_q.shape, "int32", "input", 0, None, b_q)],
-                           multiplier=float(numerics.requant_multiplier(x.scale, s_w, y.scale)))
-        if not np.ndim(s_w):
-            raise SpecError(f"per-tensor weights under {self.engine} are not supported yet "
-                            f"(the default {self.engine} qconfig quantizes weights per channel)")
-        p = numerics.fbgemm_requant_params(x.scale, s_w, y.scale, per_channel=True)
-        # fbgemm adds RN(b / atws) to the float accumulator: a float32 constant per channel
-        bf = (bias.astype(np.float32) / np.asarray(p.atws, np.float32)).astype(np.float32)
-        cm = np.broadcast_to(np.asarray(p.cm, np.float32), bf.shape).copy()
-        return Requant([Port("BF", bf.shape, "float32", "input", 0, None, bf),
-                        Port("CM", cm.shape, "float32", "input", 0, None, cm)])
 
     # -- element-wise ------------------------------------------------------------------------
     def clamp_op(self, node: fx.Node, kind: str, lo_f: float | None, hi_f: float | None) -> None:
@@ -336,7 +318,9 @@ class _Lowering:
             raise SpecError(f"broadcasting add of {list(a.shape)} and {list(b.shape)} (only equal shapes)")
         if y.dtype != "uint8":
             raise SpecError("quantized add of non-quint8 tensors")
-        combine = self.add_rule(node, a, b, y)
+        ra, rb = (self.results[n] for n in node.args[:2])
+        combine = add_rule(self.engine, (a.scale, a.zp), (b.scale, b.zp), (y.scale, y.zp), y.shape,
+                           ra.is_contiguous() == rb.is_contiguous())
         if self.fuse_add(node, relu, combine, y, (a_node, a, b, False), (b_node, b, a, True)):
             return
         ix = idx(axes(len(y.shape)))
@@ -347,24 +331,6 @@ class _Lowering:
         self.add(Layer(node.name, module_path(node), "add",
                        [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")], body, lo, 255,
                        fusable=True, epilogue=["relu"] if relu else []), y)
-
-    def add_rule(self, node: fx.Node, a: Value, b: Value, y: Value):
-        """(expression of A, expression of B) -> the quantized sum before its final clamp, as the
-        model's engine computes it."""
-        if self.engine == "qnnpack":
-            p = numerics.add_params(a.scale, a.zp, b.scale, b.zp, y.scale)
-            return lambda ea, eb: (f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
-                                   f"{p.shift}) {_signed(y.zp)}")
-        ra, rb = (self.results[n] for n in node.args[:2])
-        same = ra.is_contiguous() == rb.is_contiguous()
-        scalar = numerics.fbgemm_add_scalar_mask(int(np.prod(y.shape)), torch.get_num_threads(), same)
-        if scalar.any():
-            raise SpecError(f"quantized add under {self.engine}: {int(scalar.sum())} of {scalar.size} elements take "
-                            "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
-                            "whole (a multiple of 64 elements, one thread's share, equal layouts) are supported")
-        p = numerics.fbgemm_add_params(a.scale, a.zp, b.scale, b.zp, y.scale, y.zp)
-        consts = ", ".join(f32(v) for v in (p.s_a, p.offset_a, p.s_b, p.offset_b, p.inv_out))
-        return lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {y.zp})"
 
     def fuse_add(self, node: fx.Node, relu: bool, combine, y: Value, *operands) -> bool:
         """Fold a residual add into the conv or linear layer just before it when that layer
@@ -512,59 +478,8 @@ class _Lowering:
                        lambda lo, hi: stmts), y)
 
 
-@dataclass(frozen=True)
-class Requant:
-    """Bias and requantization of a conv/linear layer: qnnpack's int32 bias and one float32
-    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel."""
-
-    ports: list[Port]
-    multiplier: float | None = None
-
-    def init(self, channel: str) -> str:
-        return f"B[{channel}]" if any(p.name == "B" for p in self.ports) else "0"
-
-    def plus(self, offset: np.ndarray) -> Requant:
-        """The same with an integer `offset` per channel added to the accumulator's start."""
-        ports = [p for p in self.ports if p.name != "B"]
-        old = next((p.const for p in self.ports if p.name == "B"), np.zeros(offset.shape, np.int64))
-        b = (old.astype(np.int64) + offset).astype(np.int32)  # int32 wrap, like the accumulator
-        return Requant([Port("B", b.shape, "int32", "input", 0, None, b), *ports], self.multiplier)
-
-    def expr(self, acc: str, channel: str, zp: int) -> str:
-        if self.multiplier is not None:
-            return f"requant({acc}, {f32(self.multiplier)}, {zp})"
-        return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
-
-    def grouped(self, g: int, kg: int) -> Requant:
-        return Requant([Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg)) for p in self.ports],
-                       self.multiplier)
-
-
-def _signed(c: int) -> str:
-    return f"+ {c}" if c >= 0 else f"- {-c}"
-
-
 def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
-
-
-def _weight(w: torch.Tensor) -> tuple[np.ndarray, float | np.ndarray, int]:
-    """int8 weights, their scale (an array per output channel if so quantized), zero point."""
-    wq = w.int_repr().numpy().astype(np.int8)
-    if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        return wq, float(w.q_scale()), int(w.q_zero_point())
-    if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric) and w.q_per_channel_axis() == 0:
-        zps = w.q_per_channel_zero_points().numpy()
-        if zps.any():
-            raise SpecError("per-channel weights with non-zero zero points")
-        return wq, w.q_per_channel_scales().numpy().astype(np.float64), 0
-    raise SpecError(f"weights quantized {w.qscheme()} along axis {w.q_per_channel_axis()}")
-
-
-def _np_bias(bias: torch.Tensor | None, n: int) -> np.ndarray:
-    if bias is None:
-        return np.zeros(n, np.float32)
-    return bias.detach().numpy().astype(np.float32)
 
 
 def _max_pool_module(lw: _Lowering, node: fx.Node, mod: nn.MaxPool2d) -> None:

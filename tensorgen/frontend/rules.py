@@ -1,0 +1,105 @@
+"""The arithmetic of each quantized engine as op.yaml expressions: how a conv or linear layer
+requantizes and how a quantized add rounds, under qnnpack (the golden path) and x86/fbgemm.
+The parameters come from tensorgen.frontend.numerics, whose rules tests pin against PyTorch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tensorgen.errors import SpecError
+from tensorgen.frontend import numerics
+from tensorgen.frontend.layers import Port, f32
+
+
+@dataclass(frozen=True)
+class Requant:
+    """Bias and requantization of a conv/linear layer: qnnpack's int32 bias and one float32
+    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel."""
+
+    ports: list[Port]
+    multiplier: float | None = None
+
+    def init(self, channel: str) -> str:
+        return f"B[{channel}]" if any(p.name == "B" for p in self.ports) else "0"
+
+    def plus(self, offset: np.ndarray) -> Requant:
+        """The same with an integer `offset` per channel added to the accumulator's start."""
+        ports = [p for p in self.ports if p.name != "B"]
+        old = next((p.const for p in self.ports if p.name == "B"), np.zeros(offset.shape, np.int64))
+        b = (old.astype(np.int64) + offset).astype(np.int32)  # int32 wrap, like the accumulator
+        return Requant([Port("B", b.shape, "int32", "input", 0, None, b), *ports], self.multiplier)
+
+    def expr(self, acc: str, channel: str, zp: int) -> str:
+        if self.multiplier is not None:
+            return f"requant({acc}, {f32(self.multiplier)}, {zp})"
+        return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
+
+    def grouped(self, g: int, kg: int) -> Requant:
+        return Requant([Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg)) for p in self.ports],
+                       self.multiplier)
+
+
+def conv_requant(engine: str, s_in: float, s_w, s_out: float, bias: np.ndarray) -> Requant:
+    """The bias and requantization of a conv or linear layer under `engine`."""
+    if engine == "qnnpack":
+        if np.ndim(s_w):
+            raise SpecError("per-channel weights under qnnpack are not supported yet "
+                            "(the default qnnpack qconfig quantizes weights per tensor)")
+        b_q = numerics.quantize_bias(bias, s_in, s_w).astype(np.int32)
+        return Requant([Port("B", b_q.shape, "int32", "input", 0, None, b_q)],
+                       multiplier=float(numerics.requant_multiplier(s_in, s_w, s_out)))
+    if not np.ndim(s_w):
+        raise SpecError(f"per-tensor weights under {engine} are not supported yet "
+                        f"(the default {engine} qconfig quantizes weights per channel)")
+    p = numerics.fbgemm_requant_params(s_in, s_w, s_out, per_channel=True)
+    # fbgemm adds RN(b / atws) to the float accumulator: a float32 constant per channel
+    bf = (bias.astype(np.float32) / np.asarray(p.atws, np.float32)).astype(np.float32)
+    cm = np.broadcast_to(np.asarray(p.cm, np.float32), bf.shape).copy()
+    return Requant([Port("BF", bf.shape, "float32", "input", 0, None, bf),
+                    Port("CM", cm.shape, "float32", "input", 0, None, cm)])
+
+
+def add_rule(engine: str, a: tuple[float, int], b: tuple[float, int], y: tuple[float, int],
+             shape: tuple[int, ...], same_layout: bool) -> Callable[[str, str], str]:
+    """(expression of A, expression of B) -> their quantized sum before its final clamp, as
+    `engine` computes it; a, b, y are (scale, zero point)."""
+    (s_a, zp_a), (s_b, zp_b), (s_y, zp_y) = a, b, y
+    if engine == "qnnpack":
+        p = numerics.add_params(s_a, zp_a, s_b, zp_b, s_y)
+        return lambda ea, eb: (f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
+                               f"{p.shift}) {_signed(zp_y)}")
+    scalar = numerics.fbgemm_add_scalar_mask(int(np.prod(shape)), torch.get_num_threads(), same_layout)
+    if scalar.any():
+        raise SpecError(f"quantized add under {engine}: {int(scalar.sum())} of {scalar.size} elements take "
+                        "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
+                        "whole (a multiple of 64 elements, one thread's share, equal layouts) are supported")
+    p = numerics.fbgemm_add_params(s_a, zp_a, s_b, zp_b, s_y, zp_y)
+    consts = ", ".join(f32(v) for v in (p.s_a, p.offset_a, p.s_b, p.offset_b, p.inv_out))
+    return lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {zp_y})"
+
+
+def weights(w: torch.Tensor) -> tuple[np.ndarray, float | np.ndarray, int]:
+    """int8 weights, their scale (an array per output channel if so quantized), zero point."""
+    wq = w.int_repr().numpy().astype(np.int8)
+    if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return wq, float(w.q_scale()), int(w.q_zero_point())
+    if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric) and w.q_per_channel_axis() == 0:
+        zps = w.q_per_channel_zero_points().numpy()
+        if zps.any():
+            raise SpecError("per-channel weights with non-zero zero points")
+        return wq, w.q_per_channel_scales().numpy().astype(np.float64), 0
+    raise SpecError(f"weights quantized {w.qscheme()} along axis {w.q_per_channel_axis()}")
+
+
+def bias_array(bias: torch.Tensor | None, n: int) -> np.ndarray:
+    if bias is None:
+        return np.zeros(n, np.float32)
+    return bias.detach().numpy().astype(np.float32)
+
+
+def _signed(c: int) -> str:
+    return f"+ {c}" if c >= 0 else f"- {-c}"
