@@ -263,19 +263,22 @@ class _Lowering:
                 self._walk_node(nodes[i], env, band)
                 i += 1
                 continue
-            origins = self._peeled_origins(nodes[i], missing, env)
+            # the outermost level first: its iteration may span siblings that differ deeper (a
+            # loop of full iterations of an inner staging loop, then that loop's peeled one)
+            level = min(self.loop_stages[t][0] for t in missing)
+            outer = [t for t in missing if self.loop_stages[t][0] == level]
+            origins = self._peeled_origins(nodes[i], outer, env)
             j = i + 1
-            while j < len(nodes) and self._peeled_stages(nodes[j], env) == missing and \
-                    self._peeled_origins(nodes[j], missing, env) == origins:
+            while j < len(nodes) and set(outer) <= set(self._peeled_stages(nodes[j], env)) and \
+                    self._peeled_origins(nodes[j], outer, env) == origins:
                 j += 1
-            saved = {t: self.active.get(t) for t in missing}
-            for t in missing:
+            saved = {t: self.active.get(t) for t in outer}
+            for t in outer:
                 _, _, mem, base, _, size = self.loop_stages[t]
                 self.active[t] = (mem, base, origins[t], size)
                 self._dma("LOAD", t)
-            for node in nodes[i:j]:
-                self._walk_node(node, env, band)
-            for t in missing:
+            self._walk_nodes(nodes[i:j], env, band)  # stages the deeper levels among them
+            for t in outer:
                 if t in self.stored:
                     self._dma("STORE", t)
                 self.active[t] = saved[t]
