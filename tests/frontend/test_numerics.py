@@ -15,7 +15,7 @@ those tests keep activations in [0, 127] (and one test shows the mismatch beyond
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -37,18 +37,6 @@ X_SAFE_MAX = 127  # largest activation for which fbgemm's int16 pair sums cannot
 
 
 # -- fixtures and helpers --------------------------------------------------------------------
-
-
-@pytest.fixture
-def engine() -> Iterator[Callable[[str], None]]:
-    """Select torch's quantized engine for one test; the previous engine comes back after."""
-    saved = torch.backends.quantized.engine
-
-    def use(name: str) -> None:
-        torch.backends.quantized.engine = name
-
-    yield use
-    torch.backends.quantized.engine = saved
 
 
 def qtensor(q: np.ndarray, scale: float, zp: int) -> torch.Tensor:

@@ -36,18 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def engine() -> Iterator[Callable[[str], None]]:
-    """Select torch's quantized engine for one test; the previous engine comes back after."""
-    saved = torch.backends.quantized.engine
-
-    def use(name: str) -> None:
-        torch.backends.quantized.engine = name
-
-    yield use
-    torch.backends.quantized.engine = saved
-
-
-@pytest.fixture
 def threads() -> Iterator[Callable[[int], None]]:
     """Set torch's intra-op thread count for one test; restored after."""
     saved = torch.get_num_threads()
