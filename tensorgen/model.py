@@ -146,10 +146,10 @@ def check_model(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> tuple[Co
 
 def _first_bad_layer(cm: CompiledModel, inputs) -> str:
     """Each layer alone on PyTorch's own values at its inputs: the first whose output differs."""
-    from tensorgen.frontend.fx import _record
+    from tensorgen.frontend.fx import record
 
     with quantized_engine(cm.engine):
-        results = {n.name: r for n, r in _record(cm.qmodel, inputs).items()}
+        results = {n.name: r for n, r in record(cm.qmodel, inputs).items()}
     latest = {}  # buffer -> the model value it holds when the next layer runs
     for layer, binary in zip(cm.graph.layers, cm.layer_binaries):
         feed = {}

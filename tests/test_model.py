@@ -71,14 +71,14 @@ def test_x86_models_bit_exact_within_fbgemms_condition(name):
     channels-last average pooling. fbgemm sums uint8 x int8 pairs in saturating int16, so PyTorch
     computes an exact dot product only while activations stay <= 127, which the x86 qconfig's
     reduce_range gives inputs inside the calibrated range: the test checks that condition."""
-    from tensorgen.frontend.fx import _record
+    from tensorgen.frontend.fx import record
 
     cm = compiled(name, engine="x86")
     assert any(p.name == "BF" for layer in cm.graph.layers for p in layer.ports)
     for seed in (0, 1, 2):
         x = random_input(cm, seed, spread=0.5)  # inside the calibrated range
         with quantized_engine("x86"):
-            acts = [r.int_repr() for n, r in _record(cm.qmodel, x).items()
+            acts = [r.int_repr() for n, r in record(cm.qmodel, x).items()
                     if isinstance(r, torch.Tensor) and r.is_quantized and r.dtype == torch.quint8]
         assert max(int(a.max()) for a in acts) <= 127  # the condition holds for these inputs
         cmp, _ = check_model(cm, x)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from tensorgen.errors import CodegenError
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
@@ -187,7 +185,3 @@ def _short(layer: str, tensor: str, i: int) -> str:
 
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
-
-
-def const_bytes(array: np.ndarray) -> bytes:
-    return np.ascontiguousarray(array).tobytes()

@@ -60,11 +60,12 @@ class Graph:
 
 def lower_graph(gm: fx.GraphModule, example_inputs: tuple[torch.Tensor, ...], engine: str = "qnnpack") -> Graph:
     """`engine`: the quantized engine whose kernels' rounding the layers reproduce."""
-    results = _record(gm, example_inputs)
+    results = record(gm, example_inputs)
     return _Lowering(gm, results, engine).run()
 
 
-def _record(gm: fx.GraphModule, example_inputs) -> dict[fx.Node, object]:
+def record(gm: fx.GraphModule, example_inputs) -> dict[fx.Node, object]:
+    """Every node's result when PyTorch runs `gm` on `example_inputs`."""
     results: dict[fx.Node, object] = {}
 
     class Recorder(fx.Interpreter):
@@ -133,12 +134,6 @@ class _Lowering:
             raise SpecError(f"produces a {r.dtype} tensor")
         self.values[node.name] = v
         return v
-
-    def constant(self, arg):
-        if isinstance(arg, fx.Node):
-            r = self.results[arg]
-            return r.item() if isinstance(r, torch.Tensor) and r.numel() == 1 else r
-        return arg
 
     def add(self, layer: Layer, out: Value) -> None:
         self.layers.append(layer)
