@@ -20,7 +20,7 @@ from tensorgen.ir import poly
 from tensorgen.ir.core import Access, Program, Statement
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
-from tensorgen.mc.operands import Bound, Box, LoopAffine, View
+from tensorgen.mc.operands import ITEMSIZE, Bound, Box, LoopAffine, View
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.kernel import mac_mapping
 from tensorgen.target import Target
@@ -87,6 +87,7 @@ class _Lowering:
         self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
         self.double: set[str] = set()  # loop-staged tensors with two buffers
         explicit = {st.tensor: st for st in self.schedule.stages}
+        self.layouts = {st.tensor: st.layout for st in self.schedule.stages if st.layout is not None}
         for st in self.schedule.stages:
             if st.loop:
                 self._plan_loop_stage(st, top)
@@ -173,8 +174,8 @@ class _Lowering:
         for name in self.schedule.vectorized:
             _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize", False)
             out.append(("vector", (pos,), stmts))
-        for ms, n, k in self.schedule.tensorized:
-            found = [self.schedule._resolve(self.schedule.loop(x), "tensorize", False) for x in (*ms, n, k)]
+        for ms, n, ks in self.schedule.tensorized:
+            found = [self.schedule._resolve(self.schedule.loop(x), "tensorize", False) for x in (*ms, n, *ks)]
             out.append(("array", tuple(p for _, p, _ in found), found[0][2]))
         return out
 
@@ -465,7 +466,7 @@ class _Lowering:
     def _dma(self, kind: str, tensor: str) -> None:
         mem, base, origin, size = self.active[tensor]
         t = self.program.tensor(tensor)
-        view = View(mem, t.dtype, LoopAffine.make(base), size, _row_major(size))
+        view = View(mem, t.dtype, LoopAffine.make(base), size, self._strides(tensor, size))
         if kind == "LOAD" and tensor in self.fresh:
             if tensor not in self.unfilled:
                 self.em.emit(isa.make("VFILL", dst=view, imm=0))  # starts as zeros and no other box meets it
@@ -508,7 +509,7 @@ class _Lowering:
             raise CodegenError(f"{acc.tensor} is accessed outside the loop it is staged at")
         mem, base, origin, size = self.active[acc.tensor]
         t = self.program.tensor(acc.tensor)
-        strides = _row_major(size)
+        strides = self._strides(acc.tensor, size)
         addr = LoopAffine.make(base)
         for d, sub in enumerate(acc.index):
             elem = LoopAffine.make(sub.const) + origin[d].scale(-1)
@@ -529,6 +530,17 @@ class _Lowering:
         shape = tuple(n for _, (_, n) in sorted(band.items(), key=lambda kv: kv[1][0]))
         return View(mem, t.dtype, base_aff, shape, tuple(lane_strides))
 
+    def _strides(self, tensor: str, size: tuple[int, ...]) -> tuple[int, ...]:
+        """Element strides of a buffer of `tensor` holding a box of `size`: row-major in the
+        order its stage's layout gives (the tensor's own order by default)."""
+        order = self.layouts.get(tensor, tuple(range(len(size))))
+        strides = [0] * len(size)
+        step = 1
+        for d in reversed(order):
+            strides[d] = step
+            step *= size[d]
+        return tuple(strides)
+
     def _matmul(self, stmt: Statement, values, band) -> None:
         mp = mac_mapping(self.program, stmt)
         if mp is None or not band:
@@ -544,21 +556,52 @@ class _Lowering:
                 raise CodegenError(f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul")
             role.append(slot)
         # isl emits no loop for a band loop of one iteration (a single row of M): it is a slot of size 1
-        ms, n, k = ms or [None], n or [None], k or [None]
-        if len(n) != 1 or len(k) != 1:
-            raise CodegenError(f"tensorize: the band of {stmt.name} is not (m.., n, k) of a matmul")
-        (n,), (k,) = n, k
+        ms, n = ms or [None], n or [None]
+        if len(n) != 1:
+            raise CodegenError(f"tensorize: the band of {stmt.name} is not (m.., n, k..) of a matmul")
+        (n,) = n
 
         def pick(v: View, *slots: int | None) -> View:
             return View(v.mem, v.dtype, v.base, tuple(1 if x is None else v.shape[x] for x in slots),
                         tuple(0 if x is None else v.strides[x] for x in slots))
 
-        if pick(a, k).shape[0] > self.target.rows or pick(b, n).shape[0] > self.target.cols:
-            raise CodegenError(f"tensorize: K={pick(a, k).shape[0]} N={pick(b, n).shape[0]} exceeds the "
-                               f"{self.target.rows}x{self.target.cols} array; split first")
+        a_k, b_k, depth = _coalesced_k(a, b, k)
+        if depth is None:
+            raise CodegenError(f"tensorize: the K loops of {stmt.name} are not one run of addresses in both "
+                               f"operands' buffers (strides {[a.strides[x] for x in k]} and "
+                               f"{[b.strides[x] for x in k]}); stage them with a layout that makes them one")
+        if pick(b, n).shape[0] > self.target.cols:
+            raise CodegenError(f"tensorize: N={pick(b, n).shape[0]} exceeds the {self.target.cols} columns of "
+                               f"the array; split first")
+        if len(k) == 1 and depth > self.target.rows:
+            raise CodegenError(f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first")
+        acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
+        # several K loops are one run of addresses: cut it into MATMULs of at most `rows` rows each
+        for lo in range(0, depth, self.target.rows):
+            rows = min(self.target.rows, depth - lo)
+            a_part = View(a_v.mem, a_v.dtype, a_v.base + lo * a_k * ITEMSIZE[a_v.dtype],
+                          a_v.shape[:-1] + (rows,), a_v.strides[:-1] + (a_k,))
+            b_part = View(b_v.mem, b_v.dtype, b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
+                          (rows,) + b_v.shape[1:], (b_k,) + b_v.strides[1:])
+            self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=1,
+                                  a_zp=mp.a_zp, b_zp=mp.b_zp))
 
-        self.em.emit(isa.make("MATMUL", acc=pick(acc, *ms, n), a=pick(a, *ms, k), b=pick(b, k, n), accumulate=1,
-                              a_zp=mp.a_zp, b_zp=mp.b_zp))
+
+def _coalesced_k(a: View, b: View, k: list[int | None]) -> tuple[int, int, int | None]:
+    """The element strides in `a` and `b` of the run of addresses the K slots `k` make together,
+    and its length; length None when they do not make one run in both (a slot's stride must be
+    the next inner slot's stride times its extent, in both operands)."""
+    slots = [x for x in k if x is not None]
+    if not slots:
+        return 0, 0, 1
+    order = sorted(slots, key=lambda x: (abs(a.strides[x]), abs(b.strides[x])))
+    inner = order[0]
+    sa, sb, depth = a.strides[inner], b.strides[inner], a.shape[inner]
+    for x in order[1:]:
+        if a.strides[x] != sa * depth or b.strides[x] != sb * depth:
+            return sa, sb, None
+        depth *= a.shape[x]
+    return sa, sb, depth
 
 
 def _uniform_pieces(points: isl.Set, positions: list[int]) -> tuple[list[isl.Set], isl.Set | None]:

@@ -20,7 +20,7 @@ Example (matmul `C[i, j] += A[i, k] * B[k, j]`)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import islpy as isl
@@ -66,6 +66,7 @@ class Stage:
     loop: str  # loop name, or "" for the whole program
     memory: str
     double_buffered: bool = False
+    layout: tuple[int, ...] | None = None  # the buffer's dimension order, outermost first (None: the tensor's)
 
 
 @dataclass
@@ -89,7 +90,7 @@ class Schedule:
         self.stages: list[Stage] = []
         self.unrolled: dict[str, int | None] = {}
         self.vectorized: list[str] = []
-        self.tensorized: list[tuple[str, str, str]] = []
+        self.tensorized: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = []  # (m loops, n, k loops)
         self._next_id = 0
         self._annotated: dict[int, str] = {}
         self._state = self._original()
@@ -462,10 +463,14 @@ class Schedule:
             self._annotated[lid] = "vectorized"
         self.trace.append(f"s.vectorize({', '.join(f's.loop({l.name!r})' for l in loops)})")
 
-    def tensorize(self, m: Loop | tuple[Loop, ...], n: Loop, k: Loop) -> None:
+    def tensorize(self, m: Loop | tuple[Loop, ...], n: Loop, k: Loop | tuple[Loop, ...]) -> None:
         """Map the innermost band (m, n, k) onto the MAC array: acc[m, n] += a[m, k] * b[k, n].
         `m` may be several adjacent loops (outer first): all of them stream through the array as
         one long M, which amortises its fill (a 7x7 image is M = 49, not 7 rows of 7).
+        `k` may be several loops too (outer first), when the staged layouts of both operands make
+        them one run of addresses (a 7x7 kernel's columns and 3 channels, channels innermost, are
+        21 consecutive bytes: `stage(..., layout=...)`); the lowering then cuts that run into
+        MATMULs of at most the array's rows each, so 21 taps fill 16 + 5 rows instead of 7 + 7 + 7.
 
         Before::                                    After ``tensorize(i, j_i, k_i)``::
 
@@ -473,7 +478,8 @@ class Schedule:
                 C[i, j] += A[i, k] * B[k, j]                    MATMUL C[:, j_o] += A[:, k_o] @ B[k_o, j_o]
         """
         ms = tuple(m) if isinstance(m, (tuple, list)) else (m,)
-        loops = (*ms, n, k)
+        ks = tuple(k) if isinstance(k, (tuple, list)) else (k,)
+        loops = (*ms, n, *ks)
         prim = f"tensorize({', '.join(getattr(l, 'name', str(l)) for l in loops)})"
         found = [self._resolve(l, prim, modify=False) for l in loops]
         stmt = next(iter(found[0][2]))
@@ -485,15 +491,22 @@ class Schedule:
         viol = find_violation(self.program, self.union_map(), lo, hi, found[0][2])
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
-        self.tensorized.append((tuple(l.name for l in ms), n.name, k.name))
+        self.tensorized.append((tuple(l.name for l in ms), n.name, tuple(l.name for l in ks)))
         for lid, _, _ in found:
             self._annotated[lid] = "tensorized"
-        m_text = f"s.loop({ms[0].name!r})" if len(ms) == 1 else f"({', '.join(f's.loop({l.name!r})' for l in ms)})"
-        self.trace.append(f"s.tensorize({m_text}, s.loop({n.name!r}), s.loop({k.name!r}))")
 
-    def stage(self, tensor: str, at: Loop | None, memory: str = "spad") -> None:
+        def group(xs: tuple[Loop, ...]) -> str:
+            return f"s.loop({xs[0].name!r})" if len(xs) == 1 else f"({', '.join(f's.loop({l.name!r})' for l in xs)})"
+
+        self.trace.append(f"s.tensorize({group(ms)}, s.loop({n.name!r}), {group(ks)})")
+
+    def stage(self, tensor: str, at: Loop | None, memory: str = "spad",
+              layout: tuple[int, ...] | None = None) -> None:
         """Keep the footprint of `tensor` that the iterations of `at` touch in `memory` (the DMAs
-        in and out are implied); `at=None` stages what the whole program touches.
+        in and out are implied); `at=None` stages what the whole program touches. `layout` orders
+        the buffer's dimensions, outermost first (a permutation of the tensor's; default: the
+        tensor's own order): the DMA transposes on the way, e.g. `(0, 2, 3, 1)` keeps an NCHW
+        tile channels-last on chip.
 
         Before::                        After ``stage("B", k_o, "spad")``::
 
@@ -509,15 +522,24 @@ class Schedule:
             raise ScheduleError(f"{prim}: no tensor {tensor}") from None
         if memory not in MEMORIES:
             raise ScheduleError(f"{prim}: memory must be one of {', '.join(MEMORIES)}")
+        rank = len(self.program.tensor(tensor).shape)
+        if layout is not None:
+            layout = tuple(int(d) for d in layout)
+            if sorted(layout) != list(range(rank)):
+                raise ScheduleError(f"{prim}: layout must order the {rank} dimensions of {tensor} "
+                                    f"(a permutation of 0..{rank - 1}), got {layout}")
+            if layout == tuple(range(rank)):
+                layout = None
         if at is not None:
             self._resolve(at, prim, modify=False)
-        self.stages.append(Stage(tensor, "" if at is None else at.name, memory))
+        self.stages.append(Stage(tensor, "" if at is None else at.name, memory, layout=layout))
         try:
             self._check_capacity(prim)
         except CapacityError:
             self.stages.pop()
             raise
-        self.trace.append(f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r})")
+        more = f", layout={layout}" if layout is not None else ""
+        self.trace.append(f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r}{more})")
 
     def double_buffer(self, tensor: str) -> None:
         """Give a staged tensor two buffers so the DMA of the next block can overlap this one's
@@ -534,7 +556,7 @@ class Schedule:
         if idx is None:
             raise ScheduleError(f"{prim}: stage {tensor} first")
         st = self.stages[idx]
-        self.stages[idx] = Stage(st.tensor, st.loop, st.memory, True)
+        self.stages[idx] = replace(st, double_buffered=True)
         try:
             self._check_capacity(prim)
         except CapacityError:

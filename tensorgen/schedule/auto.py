@@ -135,6 +135,7 @@ class Space:
     mapping: MacMapping | None  # the contraction's MAC-array mapping, on the array
     shapes: list[tuple]  # (blocks, loop orders outside the band, the band's M loops, the band)
     profiles: dict
+    fold: KFold | None = None  # a second reduction index folded into the array's K, and the layouts that allow it
 
     @staticmethod
     def of(program: Program, target: Target, layer: Layer) -> Space:
@@ -144,10 +145,12 @@ class Space:
             mp = None  # a matrix-vector shape (depthwise): one array column is slower than the vector unit
         out = out_indices(program, stmt)
         reds = [i for i in stmt.indices if i not in out]
+        fold = None
         if mp is not None:
             band_kind = "array"
             m = mp.m
             blocks = [(mp.n, target.cols), (mp.k, target.rows)]
+            fold = KFold.of(program, stmt, mp, target)
         else:
             band_kind = "vector"
             m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
@@ -157,8 +160,8 @@ class Space:
         acc_rows = max(1, target.acc.bytes // (4 * target.cols))
         vector_elements = max(target.lanes, target.spad.bytes // 32)  # eight int32 buffers of a vector band fit
         shapes = list(_shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others),
-                              vector_elements))
-        return Space(program, target, layer, band_kind, mp, shapes, profiles)
+                              vector_elements, [fold.index] if fold else []))
+        return Space(program, target, layer, band_kind, mp, shapes, profiles, fold)
 
     def peak_macs_per_cycle(self) -> float:
         """The most useful MACs per cycle the contraction's unit can do: the vector unit's lanes,
@@ -169,11 +172,11 @@ class Space:
             return float(target.lanes)
         stmt = self.layer.contraction
 
-        def share(index: str, size: int) -> float:
-            extent = stmt.extent(index)
+        def share(extent: int, size: int) -> float:
             return extent / (-(-extent // size) * size)
 
-        return target.rows * target.cols * share(self.mapping.k, target.rows) * share(self.mapping.n, target.cols)
+        depth = stmt.extent(self.mapping.k) * (stmt.extent(self.fold.index) if self.fold else 1)
+        return target.rows * target.cols * share(depth, target.rows) * share(stmt.extent(self.mapping.n), target.cols)
 
     def nests(self):
         """(shape, order) of every loop nest, in the order the search visits them."""
@@ -188,7 +191,8 @@ class Space:
         program, target, layer = self.program, self.target, self.layer
         tensors = layer.tensors()
         sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
-        probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, self.band_kind, self.profiles)
+        probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, self.band_kind, self.profiles,
+                       self.fold.matmuls if self.fold else 1)
         levels = [_levels(program, layer, sk, order, t) for t in tensors]
         return [cost(probe, target, tensors, choice, pipeline)
                 for choice in itertools.product(*levels) for pipeline in (False, True)]
@@ -203,9 +207,10 @@ class Space:
         final = build_skeleton(self.program, self.target, layer, blocks_f, cand.order, band, checked=False)
         s = final.schedule
         s.check()
+        layouts = self.fold.layouts if self.fold else {}
         for tensor, level in cand.stages:
             mem = "acc" if (self.band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
-            s.stage(tensor, final.loops[level] if level else None, mem)
+            s.stage(tensor, final.loops[level] if level else None, mem, layout=layouts.get(tensor))
         if cand.pipelined:
             inner = max((lv for _, lv in cand.stages if lv), key=cand.order.index)
             for tensor, level in cand.stages:
@@ -216,10 +221,58 @@ class Space:
             if cand.vector_loops:
                 s.vectorize(*own[len(own) - cand.vector_loops:])
         if self.band_kind == "array":
-            s.tensorize(tuple(final.loops[x] for x in m_loops), *(final.loops[x] for x in band[len(m_loops):]))
+            n, *ks = (final.loops[x] for x in band[len(m_loops):])
+            s.tensorize(tuple(final.loops[x] for x in m_loops), n, tuple(ks))
         else:
             s.vectorize(*(final.loops[x] for x in band))
         return s, final
+
+
+@dataclass(frozen=True)
+class KFold:
+    """A second reduction index folded into the MAC array's K: a 7x7 stem's 3 channels and 7
+    kernel columns are 21 consecutive bytes of each operand once both are staged channels
+    innermost, so one MATMUL of 16 rows and one of 5 do what 3 MATMULs of 7 rows did.
+
+    It applies when the array's K index (`mapping.k`) is shorter than the array's rows and
+    indexes the innermost dimension of both operands with coefficient 1, and a second reduction
+    index (`index`) is a whole dimension of its own in both: moving that dimension innermost
+    (`layouts`) makes the two indices one run of addresses. It is used only when it takes
+    fewer MATMULs (`matmuls` per block of the two, against the second index's extent)."""
+
+    index: str
+    layouts: dict[str, tuple[int, ...]]
+    matmuls: int
+
+    @staticmethod
+    def of(program: Program, stmt: Statement, mp: MacMapping, target: Target) -> KFold | None:
+        k_extent = stmt.extent(mp.k)
+        if k_extent >= target.rows:
+            return None
+
+        def dim(access, index: str) -> int | None:
+            """The one dimension of `access` that `index` moves, if its subscript is `index` alone
+            or (for `mapping.k`) has it with coefficient 1."""
+            dims = [d for d, sub in enumerate(access.index) if sub.coef(index)]
+            return dims[0] if len(dims) == 1 and access.index[dims[0]].coef(index) == 1 else None
+
+        best = None
+        for index in stmt.indices:
+            if index == mp.k or index in out_indices(program, stmt):
+                continue
+            layouts = {}
+            for access in (mp.a, mp.b):
+                d2, dk = dim(access, index), dim(access, mp.k)
+                rank = len(access.index)
+                if d2 is None or access.index[d2].bare() != index or dk != rank - 1 or access.tensor in layouts:
+                    break
+                layouts[access.tensor] = tuple(d for d in range(rank) if d != d2) + (d2,)
+            else:
+                extent = stmt.extent(index)
+                matmuls = -(-(k_extent * extent) // target.rows)
+                if matmuls < extent and (best is None or matmuls * best[1] < best[0].matmuls * extent):
+                    best = (KFold(index, layouts, matmuls), extent)
+        return best[0] if best else None
 
 
 def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan:
@@ -255,7 +308,7 @@ def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str) ->
 
 
 def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks, order, m_loops, band,
-           kind: str, profiles) -> Probe:
+           kind: str, profiles, matmuls: int = 1) -> Probe:
     stmt = layer.contraction
     geo = Geometry.of(stmt, blocks)
     s = sk.schedule
@@ -275,7 +328,7 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
             sizes[(t, lv)] = None if temp and not box.fresh else \
                 Footprint(elements * tensor.itemsize, elements, box.fresh, fill)
     if kind == "array":
-        band_cycles = sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
+        band_cycles = matmuls * sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
         band_temps = 0
     else:
         instructions, slots = profiles[stmt.name]
@@ -304,7 +357,7 @@ def _align(n: int) -> int:
 
 
 def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows: int, fused: bool,
-            vector_elements: int):
+            vector_elements: int, k_more: list[str]):
     """(blocks to split, loop orders outside the band, the band's M loops, the band) to try.
 
     On the MAC array, N and K are blocked by the array; M streams: the M index alone, or with
@@ -314,10 +367,10 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
     def split_name(name: str, size: int, part: str) -> str:
         return f"{name}_{part}" if stmt.extent(name) > size else name
 
-    inner = [split_name(n, size, "i") for n, size in blocks]
+    inner = [split_name(n, size, "i") for n, size in blocks] + k_more  # N, then K (and what folds into it)
     n_outer = [f"{n}_o" for n, size in blocks[:1] if stmt.extent(n) > size]
     k_outer = [f"{n}_o" for n, size in blocks[1:] if stmt.extent(n) > size]
-    others_red = [i for i in reds if i not in (mp.k if mp else ())]
+    others_red = [i for i in reds if i not in (mp.k if mp else ()) and i not in k_more]
     base_out = [i for i in out if i not in (m, mp.n if mp else None)]
     if kind == "vector":
         yield blocks, [tuple(base_out + others_red)], [m], [m]
@@ -340,7 +393,7 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
     if m2 is None and not m_split and stmt.extent(n) > 2 * cols:
         # a super-block of N columns whose accumulators stay on chip, so that each block of A
         # (M x K) is loaded once per super-block instead of once per column block
-        yield from _super_blocks(stmt, blocks, base_out, others_red, m, k_outer)
+        yield from _super_blocks(stmt, blocks, base_out, others_red, m, k_outer, k_more)
     for f in sorted(factors):
         blocks_f, others_out, m_loops = list(blocks), list(base_out), [m]
         if f > 1:
@@ -379,13 +432,13 @@ def _vector_bands(stmt: Statement, out, others_red, cap: int):
         yield blocks, [tuple(rest + others_red)], band, band
 
 
-def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_outer):
+def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_outer, k_more):
     (n, cols), (k, rows) = blocks
     for columns in (4 * cols, 8 * cols):
         if columns >= stmt.extent(n):
             continue
         split = [(n, columns), (f"{n}_i", cols), (k, rows)]
-        inner = [f"{n}_i_i" if columns > cols else f"{n}_i", f"{k}_i" if stmt.extent(k) > rows else k]
+        inner = [f"{n}_i_i" if columns > cols else f"{n}_i", f"{k}_i" if stmt.extent(k) > rows else k] + k_more
         head = [f"{n}_o"]
         orders = [tuple(head + others_out + k_outer + [f"{n}_i_o"] + others_red),
                   tuple(others_out + head + k_outer + [f"{n}_i_o"] + others_red)]
