@@ -135,7 +135,10 @@ class Space:
     mapping: MacMapping | None  # the contraction's MAC-array mapping, on the array
     shapes: list[tuple]  # (blocks, loop orders outside the band, the band's M loops, the band)
     profiles: dict
-    fold: KFold | None = None  # a second reduction index folded into the array's K, and the layouts that allow it
+    folds: dict[tuple[str, ...], KFold] = field(default_factory=dict)  # band -> the reduction indices it folds into K
+
+    def fold(self, band) -> KFold | None:
+        return self.folds.get(tuple(band))
 
     @staticmethod
     def of(program: Program, target: Target, layer: Layer) -> Space:
@@ -145,12 +148,13 @@ class Space:
             mp = None  # a matrix-vector shape (depthwise): one array column is slower than the vector unit
         out = out_indices(program, stmt)
         reds = [i for i in stmt.indices if i not in out]
-        fold = None
+        fold = window = None
         if mp is not None:
             band_kind = "array"
             m = mp.m
             blocks = [(mp.n, target.cols), (mp.k, target.rows)]
             fold = KFold.of(program, stmt, mp, target)
+            window = KFold.window(program, stmt, mp, target, fold)
         else:
             band_kind = "vector"
             m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
@@ -160,8 +164,13 @@ class Space:
         acc_rows = max(1, target.acc.bytes // (4 * target.cols))
         vector_elements = max(target.lanes, target.spad.bytes // 32)  # eight int32 buffers of a vector band fit
         shapes = list(_shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others),
-                              vector_elements, [fold.index] if fold else []))
-        return Space(program, target, layer, band_kind, mp, shapes, profiles, fold)
+                              vector_elements, [i for i in fold.indices if i != mp.k] if fold else []))
+        folds = {tuple(shape[3]): fold for shape in shapes} if fold else {}
+        if window is not None and stmt.extent(window.m) <= acc_rows:
+            shape = _window_shape(stmt, out, reds, mp, window, target)
+            shapes.append(shape)
+            folds[tuple(shape[3])] = window
+        return Space(program, target, layer, band_kind, mp, shapes, profiles, folds)
 
     def peak_macs_per_cycle(self) -> float:
         """The most useful MACs per cycle the contraction's unit can do: the vector unit's lanes,
@@ -175,7 +184,7 @@ class Space:
         def share(extent: int, size: int) -> float:
             return extent / (-(-extent // size) * size)
 
-        depth = stmt.extent(self.mapping.k) * (stmt.extent(self.fold.index) if self.fold else 1)
+        depth = max([stmt.extent(self.mapping.k)] + [f.depth(stmt) for f in self.folds.values()])
         return target.rows * target.cols * share(depth, target.rows) * share(stmt.extent(self.mapping.n), target.cols)
 
     def nests(self):
@@ -191,9 +200,9 @@ class Space:
         program, target, layer = self.program, self.target, self.layer
         tensors = layer.tensors()
         sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
-        probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, self.band_kind, self.profiles,
-                       self.fold.matmuls if self.fold else 1)
-        levels = [_levels(program, layer, sk, order, t) for t in tensors]
+        fold = self.fold(band)
+        probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, self.band_kind, self.profiles, fold)
+        levels = [_levels(program, layer, sk, order, t, fold) for t in tensors]
         return [cost(probe, target, tensors, choice, pipeline)
                 for choice in itertools.product(*levels) for pipeline in (False, True)]
 
@@ -207,7 +216,8 @@ class Space:
         final = build_skeleton(self.program, self.target, layer, blocks_f, cand.order, band, checked=False)
         s = final.schedule
         s.check()
-        layouts = self.fold.layouts if self.fold else {}
+        fold = self.fold(band)
+        layouts = fold.layouts if fold else {}
         for tensor, level in cand.stages:
             mem = "acc" if (self.band_kind == "array" and tensor == stmt.lhs.tensor) else "spad"
             s.stage(tensor, final.loops[level] if level else None, mem, layout=layouts.get(tensor))
@@ -230,49 +240,103 @@ class Space:
 
 @dataclass(frozen=True)
 class KFold:
-    """A second reduction index folded into the MAC array's K: a 7x7 stem's 3 channels and 7
-    kernel columns are 21 consecutive bytes of each operand once both are staged channels
-    innermost, so one MATMUL of 16 rows and one of 5 do what 3 MATMULs of 7 rows did.
+    """Reduction indices folded into the MAC array's K with the array's K index `mapping.k`.
 
-    It applies when the array's K index (`mapping.k`) is shorter than the array's rows and
-    indexes the innermost dimension of both operands with coefficient 1, and a second reduction
-    index (`index`) is a whole dimension of its own in both: moving that dimension innermost
-    (`layouts`) makes the two indices one run of addresses. It is used only when it takes
-    fewer MATMULs (`matmuls` per block of the two, against the second index's extent)."""
+    The 7x7/2 stem's 3 channels and 7 kernel columns are 21 consecutive bytes of each operand
+    once both are staged channels innermost (`layouts`), so one MATMUL of 16 rows and one of 5
+    do what 3 MATMULs of 7 rows did (`KFold.of`). With one output column per staged block of
+    the image (`column` outside the band, `streamed` staged inside it), the block is 7 columns
+    wide and the kernel rows join the run too: 147 bytes, 10 MATMULs of up to 16 rows for 21 of
+    7, streaming the output rows `m` (`KFold.window`). The lowering checks the run of addresses
+    (tensorize over several K loops); the search weighs the MATMULs (`matmuls` per block)."""
 
-    index: str
+    indices: tuple[str, ...]  # the folded reduction indices, besides mapping.k
     layouts: dict[str, tuple[int, ...]]
     matmuls: int
+    m: str | None = None  # the M index a window fold streams (None: the mapping's)
+    column: str | None = None  # the output index a window fold keeps outside the band
+    streamed: str | None = None  # the operand staged inside `column`
+
+    def depth(self, stmt: Statement) -> int:
+        return math.prod(stmt.extent(i) for i in self.indices)
 
     @staticmethod
     def of(program: Program, stmt: Statement, mp: MacMapping, target: Target) -> KFold | None:
+        """The index whose whole dimensions, moved innermost in both operands, continue the run
+        of `mapping.k` (shorter than the array's rows, innermost with coefficient 1 in both)."""
         k_extent = stmt.extent(mp.k)
-        if k_extent >= target.rows:
+        if k_extent >= target.rows or any(_dim(acc, mp.k) != len(acc.index) - 1 for acc in (mp.a, mp.b)):
             return None
-
-        def dim(access, index: str) -> int | None:
-            """The one dimension of `access` that `index` moves, if its subscript is `index` alone
-            or (for `mapping.k`) has it with coefficient 1."""
-            dims = [d for d, sub in enumerate(access.index) if sub.coef(index)]
-            return dims[0] if len(dims) == 1 and access.index[dims[0]].coef(index) == 1 else None
-
+        out = out_indices(program, stmt)
         best = None
         for index in stmt.indices:
-            if index == mp.k or index in out_indices(program, stmt):
+            if index == mp.k or index in out or mp.a.tensor == mp.b.tensor:
+                continue
+            dims = [_dim(acc, index) for acc in (mp.a, mp.b)]
+            if None in dims or any(acc.index[d].bare() != index for acc, d in zip((mp.a, mp.b), dims)):
+                continue
+            layouts = {acc.tensor: tuple(x for x in range(len(acc.index)) if x != d) + (d,)
+                       for acc, d in zip((mp.a, mp.b), dims)}
+            extent = stmt.extent(index)
+            matmuls = -(-(k_extent * extent) // target.rows)
+            if matmuls < extent and (best is None or matmuls * best[1] < best[0].matmuls * extent):
+                best = (KFold((index,), layouts, matmuls), extent)
+        if best is None:
+            return None
+        fold = best[0]
+        return KFold((mp.k, *fold.indices), fold.layouts, fold.matmuls)
+
+    @staticmethod
+    def window(program: Program, stmt: Statement, mp: MacMapping, target: Target, fold: KFold | None) -> KFold | None:
+        """`fold` plus the kernel-row index: in the streamed operand a dimension `M*h + r`, just
+        outside the kernel-column dimension `S*w + s` of `mapping.k`; in the stationary one a
+        dimension of its own just outside `mapping.k`'s."""
+        if fold is None:
+            return None
+        a, b = mp.a, mp.b
+        out = out_indices(program, stmt)
+        dx = len(a.index) - 1
+        column = [i for i in a.index[dx].names if i in out]
+        if len(column) != 1 or len(a.index[dx].names) != 2:
+            return None
+        for index in stmt.indices:
+            if index in fold.indices or index in out:
+                continue
+            dy, db = _dim(a, index), _dim(b, index)
+            if dy is None or db is None or b.index[db].bare() != index or dy == dx:
+                continue
+            rows = [i for i in a.index[dy].names if i != index]
+            if len(rows) != 1 or rows[0] not in out or rows[0] == column[0]:
                 continue
             layouts = {}
-            for access in (mp.a, mp.b):
-                d2, dk = dim(access, index), dim(access, mp.k)
-                rank = len(access.index)
-                if d2 is None or access.index[d2].bare() != index or dk != rank - 1 or access.tensor in layouts:
+            for acc, d in ((a, dy), (b, db)):
+                lay = fold.layouts[acc.tensor]
+                if lay[-3] != d:  # the row dimension must be just outside the column's
                     break
-                layouts[access.tensor] = tuple(d for d in range(rank) if d != d2) + (d2,)
+                layouts[acc.tensor] = lay
             else:
-                extent = stmt.extent(index)
-                matmuls = -(-(k_extent * extent) // target.rows)
-                if matmuls < extent and (best is None or matmuls * best[1] < best[0].matmuls * extent):
-                    best = (KFold(index, layouts, matmuls), extent)
-        return best[0] if best else None
+                depth = fold.depth(stmt) * stmt.extent(index)
+                return KFold((*fold.indices, index), layouts, -(-depth // target.rows), rows[0], column[0], a.tensor)
+        return None
+
+
+def _dim(access, index: str) -> int | None:
+    """The one dimension of `access` whose subscript has `index`, if it has it with coefficient 1."""
+    dims = [d for d, sub in enumerate(access.index) if sub.coef(index)]
+    return dims[0] if len(dims) == 1 and access.index[dims[0]].coef(index) == 1 else None
+
+
+def _window_shape(stmt: Statement, out, reds, mp: MacMapping, fold: KFold, target: Target) -> tuple:
+    """The loop nest of a window fold: the output columns (and N blocks) outside, a band that
+    streams the output rows and folds the whole kernel window and channels into K."""
+    n, cols = mp.n, target.cols
+    split = stmt.extent(n) > cols
+    inner = [f"{n}_i" if split else n] + list(fold.indices)
+    n_outer = [f"{n}_o"] if split else []
+    others_out = [i for i in out if i not in (fold.m, n)]
+    others_red = [i for i in reds if i not in fold.indices]
+    orders = list(dict.fromkeys([tuple(others_out + n_outer + others_red), tuple(n_outer + others_out + others_red)]))
+    return [(n, cols)], orders, [fold.m], [fold.m] + inner
 
 
 def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan:
@@ -296,9 +360,13 @@ def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan
     return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names)
 
 
-def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str) -> list[str | None]:
+def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str,
+            fold: KFold | None = None) -> list[str | None]:
     """Where `tensor` may be staged: at a loop that encloses every statement accessing it.
-    A temporary of a fused layer lives in the innermost tile loop: nothing is gained higher."""
+    A temporary of a fused layer lives in the innermost tile loop: nothing is gained higher.
+    A window fold's streamed operand is one kernel-wide column: staged inside its column loop."""
+    if fold is not None and fold.column and tensor == fold.streamed:
+        return list(order[order.index(fold.column):])
     written = {s.lhs.tensor for s in layer.statements}
     if layer.others and tensor in written and program.tensor(tensor).role == "none":
         return [sk.fused[-1] if sk.fused else None]
@@ -308,7 +376,7 @@ def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str) ->
 
 
 def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks, order, m_loops, band,
-           kind: str, profiles, matmuls: int = 1) -> Probe:
+           kind: str, profiles, fold: KFold | None = None) -> Probe:
     stmt = layer.contraction
     geo = Geometry.of(stmt, blocks)
     s = sk.schedule
@@ -317,7 +385,7 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     sizes: dict[tuple[str, str | None], Footprint | None] = {}
     for t in layer.tensors():
         tensor = program.tensor(t)
-        for lv in _levels(program, layer, sk, order, t):
+        for lv in _levels(program, layer, sk, order, t, fold):
             box = s.staged_box(t, sk.loops[lv].name if lv else None)
             if box is None:
                 sizes[(t, lv)] = Footprint(0, 0, False, False)
@@ -328,7 +396,7 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
             sizes[(t, lv)] = None if temp and not box.fresh else \
                 Footprint(elements * tensor.itemsize, elements, box.fresh, fill)
     if kind == "array":
-        band_cycles = matmuls * sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
+        band_cycles = (fold.matmuls if fold else 1) * sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
         band_temps = 0
     else:
         instructions, slots = profiles[stmt.name]
