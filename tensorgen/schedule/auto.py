@@ -44,6 +44,7 @@ class Plan:
     layer: Layer | None = None
     fused_at: str | None = None  # the innermost tile loop the init and epilogue are fused at
     loop_names: dict[str, str] = field(default_factory=dict)  # the search's loop names -> the schedule's
+    fold: str = ""  # what the MAC array's K folds, if more than one index
 
     def _name(self, loop: str | None) -> str:
         return self.loop_names.get(loop, loop) if loop else "the program"
@@ -62,6 +63,8 @@ class Plan:
                  f"in {self.search_s * 1e3:.0f} ms",
                  f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
                  f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B"]
+        if self.fold:
+            lines.append(self.fold)
         if self.layer is not None and self.layer.others:
             lines += self._fusion_lines()
         lines.append("staging (tensor: the loop whose iterations each hold one footprint):")
@@ -357,7 +360,13 @@ def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan
     s, final = space.schedule(cand, shape)
     fused_at = final.loops[final.fused[-1]].name if final.fused else None
     names = {x: loop.name for x, loop in final.loops.items()}
-    return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names)
+    fold = space.fold(shape[3])
+    note = "" if fold is None else (
+        f"K folds {', '.join(names.get(x, x) for x in fold.indices)}: {fold.depth(layer.contraction)} rows in "
+        f"{fold.matmuls} MATMULs of at most {target.rows}, "
+        f"{' and '.join(f'{t} staged with layout {lay}' for t, lay in fold.layouts.items())}"
+        + (f", {fold.streamed} one {names.get(fold.column, fold.column)} at a time" if fold.column else ""))
+    return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names, fold=note)
 
 
 def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str,
