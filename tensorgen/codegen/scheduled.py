@@ -10,6 +10,8 @@ staging smaller footprints at a loop is not lowered by this backend yet.
 
 from __future__ import annotations
 
+import math
+
 import islpy as isl
 import numpy as np
 
@@ -22,7 +24,7 @@ from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
 from tensorgen.mc.operands import ITEMSIZE, Bound, Box, LoopAffine, View
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.kernel import mac_mapping
+from tensorgen.schedule.kernel import mac_mapping, out_indices
 from tensorgen.target import Target
 
 BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or array band
@@ -85,6 +87,8 @@ class _Lowering:
         self.loop_stages = {}  # tensor -> (position, statements, mem, base, offset, size)
         self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
         self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
+        self.accumulated: set[str] = set()  # fresh buffers whose every element some `+=` updates
+        self.overwrite: set[str] = set()  # ... by the first MATMUL of a whole reduction: no zeros needed
         self.double: set[str] = set()  # loop-staged tensors with two buffers
         explicit = {st.tensor: st for st in self.schedule.stages}
         self.layouts = {st.tensor: st.layout for st in self.schedule.stages if st.layout is not None}
@@ -141,6 +145,29 @@ class _Lowering:
             self.stored.discard(t.name)
         if not self.schedule.initial_value_read(t.name) and (t.name not in self.stored or box.covered):
             self.unfilled.add(t.name)
+        if box.accumulated:
+            self.accumulated.add(t.name)
+
+    def _overwritten(self) -> set[str]:
+        """Fresh accumulators that need no zeros: updated only by one tensorized contraction that
+        does the whole reduction of each element in one run of its band (isl: the loops outside
+        the band are a function of the element), none of it element by element, and whose box
+        it updates whole. The first MATMUL of each run overwrites instead of accumulating."""
+        out = set()
+        for kind, positions, stmts in self.bands:
+            for name in stmts if kind == "array" else ():
+                stmt = self.by_name[name]
+                t = stmt.lhs.tensor
+                users = [x for x in self.program.statements if any(a.tensor == t for a in [x.lhs] + x.reads)]
+                if t not in self.accumulated or t in self.unfilled or users != [stmt] or stmt.op != "+=" or \
+                        f"{name}__rest" in self.piece_of:
+                    continue
+                m = self.schedule._state.maps[name]
+                first = min(positions)
+                outside = m.project_out(isl.dim_type.out, first, m.dim(isl.dim_type.out) - first)
+                if poly.access_map(stmt, stmt.lhs).reverse().apply_range(outside).is_single_valued():
+                    out.add(t)
+        return out
 
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
         """The origin of `tensor`'s box in the iteration of its staging loop that the AST `node`
@@ -195,11 +222,13 @@ class _Lowering:
     def emit(self) -> None:
         self.active = {name: (mem, base, tuple(LoopAffine.make(o) for o in origin), size)
                        for name, (mem, base, origin, size) in self.buf.items()}
+        schedule = self._separated()
+        self.overwrite = self._overwritten()
+        self.unfilled |= self.overwrite
         for name in self.buf:
             self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
         build = isl.AstBuild.from_context(isl.Set("{ : }"))
-        schedule = self._separated()
         stage_dims = sorted({p for p, *_ in self.loop_stages.values()})
         if stage_dims:
             # the iterations of a staging loop that differ (a last, partial one) are separated from
@@ -576,6 +605,10 @@ class _Lowering:
         if len(k) == 1 and depth > self.target.rows:
             raise CodegenError(f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first")
         acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
+        overwrite = stmt.lhs.tensor in self.overwrite
+        if overwrite and depth != math.prod(stmt.extent(i) for i in stmt.indices if i not in out_indices(self.program, stmt)):
+            raise CodegenError(f"tensorize: a MATMUL of {stmt.name} does part of a reduction whose accumulator "
+                               f"is not zeroed")
         # several K loops are one run of addresses: cut it into MATMULs of at most `rows` rows each
         for lo in range(0, depth, self.target.rows):
             rows = min(self.target.rows, depth - lo)
@@ -583,7 +616,7 @@ class _Lowering:
                           a_v.shape[:-1] + (rows,), a_v.strides[:-1] + (a_k,))
             b_part = View(b_v.mem, b_v.dtype, b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
                           (rows,) + b_v.shape[1:], (b_k,) + b_v.strides[1:])
-            self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=1,
+            self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=int(lo > 0 or not overwrite),
                                   a_zp=mp.a_zp, b_zp=mp.b_zp))
 
 

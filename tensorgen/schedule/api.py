@@ -58,6 +58,8 @@ class StagedBox:
     fresh: bool  # the buffer starts as zeros: no load needed
     covered: bool = False  # fresh, and every element of the box inside the tensor is written in its
     # iteration (so that the buffer need not be zeroed) by a program that reads no initial value of it
+    accumulated: bool = False  # fresh, and every element of the box inside the tensor is updated in its
+    # iteration by a program that reads its initial zeros (`+=`): a first MATMUL may overwrite them
 
 
 @dataclass(frozen=True)
@@ -612,9 +614,10 @@ class Schedule:
         fresh = None not in offset and t.role in ("output", "none") and \
             self._boxes_disjoint(tensor, pos, offset, size, image)
         # (only asked where it decides something: a stored buffer whose initial zeros nothing reads)
-        covered = fresh and written is not None and t.role != "none" and not self.initial_value_read(tensor) \
-            and self._box_covered(t, pos, offset, size, image, written)
-        return StagedBox(tuple(offset), tuple(size), fresh, covered)
+        whole = fresh and written is not None and t.role != "none" and \
+            self._box_covered(t, pos, offset, size, image, written)
+        read = self.initial_value_read(tensor)
+        return StagedBox(tuple(offset), tuple(size), fresh, whole and not read, whole and read)
 
     def initial_value_read(self, tensor: str) -> bool:
         """Whether some instance reads an element of `tensor` before any statement writes it

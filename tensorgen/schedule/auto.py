@@ -392,6 +392,11 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     written = {x.lhs.tensor for x in layer.statements}
     stored = {t for t in written if program.tensor(t).role != "none"}
     sizes: dict[tuple[str, str | None], Footprint | None] = {}
+    # a MATMUL band that does the whole reduction of its elements overwrites a fresh accumulator
+    # that only it updates: no zeros needed (the lowering's `_overwritten`)
+    out = out_indices(program, stmt)
+    whole_reduction = kind == "array" and layer.accessing(stmt.lhs.tensor) == [stmt] and \
+        not any(geo.base[x] not in out for x in order)
     for t in layer.tensors():
         tensor = program.tensor(t)
         for lv in _levels(program, layer, sk, order, t, fold):
@@ -400,7 +405,8 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
                 sizes[(t, lv)] = Footprint(0, 0, False, False)
                 continue
             elements = math.prod(box.size)
-            fill = box.fresh and (s.initial_value_read(t) or (t in stored and not box.covered))
+            fill = box.fresh and (s.initial_value_read(t) or (t in stored and not box.covered)) and \
+                not (box.accumulated and t == stmt.lhs.tensor and whole_reduction)
             temp = t in written and tensor.role == "none"
             sizes[(t, lv)] = None if temp and not box.fresh else \
                 Footprint(elements * tensor.itemsize, elements, box.fresh, fill)

@@ -104,6 +104,16 @@ def test_both_folds_of_a_stem_are_exact_and_costed(window: bool) -> None:
     # 7 x 3 = 21 rows as 16 + 5; the window fold's 7 x 7 x 3 = 147 as 9 x 16 + 3
     last = 3 if window else 5
     assert set(rows) == {16, last} and rows.count(16) == (9 if window else 1) * rows.count(last)
+    code = compiled.binary.code
+    overwrites = [i for i in code if i.mnemonic == "MATMUL" and not i.arg("accumulate")]
+    fills = [i for i in code if i.mnemonic == "VFILL"]
+    if window:
+        # each run does the whole reduction of its outputs: its first MATMUL overwrites the
+        # accumulator tile, which needs no zeros
+        assert len(overwrites) == rows.count(last) and not fills
+    else:
+        # the kernel rows run outside the band: the tile accumulates over them from zeros
+        assert not overwrites and fills
     assert abs(cand.cycles - sim.stats.cycles) <= 0.1 * sim.stats.cycles, (cand.cycles, sim.stats.cycles)
 
 
