@@ -55,6 +55,8 @@ def test_models_bit_exact_under_qnnpack(name, params):
     cm = compiled(name, **params)
     assert_bit_exact(cm)
     assert all(r.cycles > 0 for r in cm.layers)
+    # every layer, pooling, quantize and dequantize included, takes the automatic schedule
+    assert [(r.name, r.schedule) for r in cm.layers if r.schedule != "auto"] == []
 
 
 @pytest.mark.slow

@@ -56,10 +56,12 @@ def recognise(program: Program) -> Layer | str:
         return "the automatic scheduler does not take shared loops (recurrences)"
     stmts = program.statements
     updates = [s for s in stmts if s.op != "="]
-    form = ("the automatic scheduler takes one contraction ('+=' of a product), optionally after the init "
-            "of its accumulator and before element-wise statements")
-    if len(updates) != 1 or updates[0].op != "+=" or not (isinstance(updates[0].rhs, BinOp)
-                                                          and updates[0].rhs.op == "*"):
+    form = ("the automatic scheduler takes one reduction ('+=' of a product on the MAC array; '+=', 'max=' or "
+            "'min=' on the vector unit), optionally after the init of its accumulator and before element-wise "
+            "statements, or element-wise statements alone")
+    if not updates and stmts:
+        updates = [stmts[0]]  # element-wise alone: the first statement leads, the rest follow it point-wise
+    if len(updates) != 1:
         return form
     c = updates[0]
     at = stmts.index(c)

@@ -158,7 +158,7 @@ tensors:
 statements:
   - T[i, j] += A[i, k] * A[k, j]
   - C[i, j] += T[i, k] * A[k, j]
-""", "one contraction"),
+""", "one reduction"),
     ("""tensorgen: 1
 tensors:
   A: {shape: [8, 8], dtype: int8, role: input}
