@@ -201,10 +201,21 @@ class _Lowering:
         for name in self.schedule.vectorized:
             _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize", False)
             out.append(("vector", (pos,), stmts))
+        self.n_position: dict[tuple[int, ...], int] = {}  # an array band's positions -> its N loop's
         for ms, n, ks in self.schedule.tensorized:
             found = [self.schedule._resolve(self.schedule.loop(x), "tensorize", False) for x in (*ms, n, *ks)]
-            out.append(("array", tuple(p for _, p, _ in found), found[0][2]))
+            positions = tuple(p for _, p, _ in found)
+            self.n_position[positions] = positions[len(ms)]
+            out.append(("array", positions, found[0][2]))
         return out
+
+    def _declared_n(self, stmt: Statement, band) -> int | None:
+        """The band slot of the loop that tensorize named N for `stmt` (None: isl emitted no loop)."""
+        for kind, positions, stmts in self.bands:
+            if kind == "array" and stmt.name in stmts:
+                entry = band.get(f"c{self.n_position[positions]}")
+                return entry[0] if entry else None
+        return None
 
     def _banded(self, ast_name: str, band) -> bool:
         """Whether AST statement `ast_name` (a piece of a statement) runs as `band`."""
@@ -584,6 +595,8 @@ class _Lowering:
             if role is None:
                 raise CodegenError(f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul")
             role.append(slot)
+        if self._declared_n(stmt, band) in ms:  # tensorize named a loop of the usual M as N: swap the roles
+            mp, a, b, ms, n = mp.swapped(), b, a, n, ms
         # isl emits no loop for a band loop of one iteration (a single row of M): it is a slot of size 1
         ms, n = ms or [None], n or [None]
         if len(n) != 1:

@@ -32,6 +32,11 @@ class MacMapping:
     a_zp: int = 0
     b_zp: int = 0
 
+    def swapped(self) -> MacMapping:
+        """The other way round: the operand that streamed is held in the array and the other streams
+        (acc[n, m] += b[m, k] * a[k, n]): a 128-row activation matrix held, 3072 weight columns streamed."""
+        return MacMapping(self.n, self.m, self.k, self.b, self.a, self.b_zp, self.a_zp)
+
 
 def _mac_operand(e: Expr) -> tuple[Access, int] | None:
     """`X[...]` or `X[...] - zero_point`: what the MAC array's inputs accept."""

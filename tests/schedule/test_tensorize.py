@@ -1,6 +1,7 @@
-"""Folding several reduction indices into the MAC array's K: staged layouts, tensorize over a
-run of K loops, and the automatic scheduler's folds of a 7x7/2 stem (channels x kernel columns,
-and with one output column per block, the kernel rows too)."""
+"""tensorize beyond one loop per role: operands either way round, and several reduction indices
+folded into the MAC array's K (staged layouts, a run of K loops), as the automatic scheduler
+folds a 7x7/2 stem (channels x kernel columns, and with one output column per block, the
+kernel rows too)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,28 @@ def _exact(program, schedule, target=TG1):
 
 def _matmul_rows(compiled) -> list[int]:
     return [i.arg("a").shape[-1] for i in compiled.binary.code if i.mnemonic == "MATMUL"]
+
+
+def test_tensorize_holds_either_operand_in_the_array() -> None:
+    from tensorgen.schedule.api import Schedule
+
+    program = parse_program("""tensorgen: 1
+tensors:
+  A: {shape: [20, 40], dtype: int8, role: input}
+  B: {shape: [40, 70], dtype: int8, role: input}
+  C: {shape: [20, 70], dtype: int32, role: output}
+statements:
+  - C[i, j] += (A[i, k] - 3) * (B[k, j] - 5)
+""")
+    s = Schedule(program, TG1)
+    io, ii = s.split(s.loop("i"), 16)
+    ko, ki = s.split(s.loop("k"), 16)
+    s.reorder(io, ko, s.loop("j"), ii, ki)
+    s.tensorize(s.loop("j"), ii, ki)  # N = i: A is held in the array, B's 70 columns stream as M
+    compiled, _ = _exact(program, s)
+    mm = [i for i in compiled.binary.code if i.mnemonic == "MATMUL"]
+    assert {i.arg("a").shape[0] for i in mm} == {70} and {i.arg("b").shape[1] for i in mm} == {16, 4}
+    assert {(i.arg("a_zp"), i.arg("b_zp")) for i in mm} == {(5, 3)}  # the zero points swap with the roles
 
 
 def test_channels_innermost_fold_kernel_columns_and_channels_into_k() -> None:
