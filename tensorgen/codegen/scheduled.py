@@ -88,7 +88,7 @@ class _Lowering:
         self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
         self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
         self.accumulated: set[str] = set()  # fresh buffers whose every element some `+=` updates
-        self.overwrite: set[str] = set()  # ... by the first MATMUL of a whole reduction: no zeros needed
+        self.overwrite: dict[str, dict[str, int]] = {}  # ... first by a MATMUL: no zeros (reduction lower bounds)
         self.double: set[str] = set()  # loop-staged tensors with two buffers
         explicit = {st.tensor: st for st in self.schedule.stages}
         self.layouts = {st.tensor: st.layout for st in self.schedule.stages if st.layout is not None}
@@ -148,12 +148,13 @@ class _Lowering:
         if box.accumulated:
             self.accumulated.add(t.name)
 
-    def _overwritten(self) -> set[str]:
-        """Fresh accumulators that need no zeros: updated only by one tensorized contraction that
-        does the whole reduction of each element in one run of its band (isl: the loops outside
-        the band are a function of the element), none of it element by element, and whose box
-        it updates whole. The first MATMUL of each run overwrites instead of accumulating."""
-        out = set()
+    def _overwritten(self) -> dict[str, dict[str, int]]:
+        """Fresh accumulators that need no zeros, each with the lower bounds of its reductions:
+        updated only by one tensorized contraction (none of it element by element, its box
+        updated whole) whose reduction domain is a box, and whose schedule updates each element
+        first in the run of the band where every reduction index is at its lower bound (isl).
+        That run's first MATMUL overwrites instead of accumulating; the others accumulate."""
+        out = {}
         for kind, positions, stmts in self.bands:
             for name in stmts if kind == "array" else ():
                 stmt = self.by_name[name]
@@ -162,11 +163,9 @@ class _Lowering:
                 if t not in self.accumulated or t in self.unfilled or users != [stmt] or stmt.op != "+=" or \
                         f"{name}__rest" in self.piece_of:
                     continue
-                m = self.schedule._state.maps[name]
-                first = min(positions)
-                outside = m.project_out(isl.dim_type.out, first, m.dim(isl.dim_type.out) - first)
-                if poly.access_map(stmt, stmt.lhs).reverse().apply_range(outside).is_single_valued():
-                    out.add(t)
+                lower = _first_update(stmt, self.schedule._state.maps[name], out_indices(self.program, stmt))
+                if lower is not None:
+                    out[t] = lower
         return out
 
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
@@ -235,7 +234,7 @@ class _Lowering:
                        for name, (mem, base, origin, size) in self.buf.items()}
         schedule = self._separated()
         self.overwrite = self._overwritten()
-        self.unfilled |= self.overwrite
+        self.unfilled |= set(self.overwrite)
         for name in self.buf:
             self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
@@ -618,19 +617,68 @@ class _Lowering:
         if len(k) == 1 and depth > self.target.rows:
             raise CodegenError(f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first")
         acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
-        overwrite = stmt.lhs.tensor in self.overwrite
-        if overwrite and depth != math.prod(stmt.extent(i) for i in stmt.indices if i not in out_indices(self.program, stmt)):
-            raise CodegenError(f"tensorize: a MATMUL of {stmt.name} does part of a reduction whose accumulator "
-                               f"is not zeroed")
-        # several K loops are one run of addresses: cut it into MATMULs of at most `rows` rows each
+        # the run of the band where every reduction index is at its lower bound updates its
+        # elements first: its first MATMUL overwrites them (the rest accumulate)
+        lower = self.overwrite.get(stmt.lhs.tensor)
+        first = None
+        if lower is not None:
+            first = LoopAffine.make(0)
+            for index, lb in lower.items():
+                v = values[index]
+                first = first + LoopAffine.make(v.const - lb, tuple(v.coefs[:BAND_LEVEL]))
         for lo in range(0, depth, self.target.rows):
             rows = min(self.target.rows, depth - lo)
             a_part = View(a_v.mem, a_v.dtype, a_v.base + lo * a_k * ITEMSIZE[a_v.dtype],
                           a_v.shape[:-1] + (rows,), a_v.strides[:-1] + (a_k,))
             b_part = View(b_v.mem, b_v.dtype, b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
                           (rows,) + b_v.shape[1:], (b_k,) + b_v.strides[1:])
-            self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=int(lo > 0 or not overwrite),
-                                  a_zp=mp.a_zp, b_zp=mp.b_zp))
+
+            def matmul(accumulate: int) -> None:
+                self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=accumulate,
+                                      a_zp=mp.a_zp, b_zp=mp.b_zp))
+
+            if lo > 0 or first is None:
+                matmul(1)
+            elif not any(first.coefs):  # the same in every run here: no test
+                matmul(int(first.const > 0))
+            else:  # first <= 0 (it is never negative) / first >= 1
+                with self.em.block("IF", cond=Bound(((first.scale(-1), 1),))):
+                    matmul(0)
+                with self.em.block("IF", cond=Bound(((first + (-1), 1),))):
+                    matmul(1)
+
+
+def reduction_lower_bounds(stmt: Statement, out: tuple[str, ...]) -> dict[str, int] | None:
+    """The lower bound of each reduction index of `stmt` if its reductions run over the same box
+    for every output element (a convolution's window with its halo, a matmul's K), else None."""
+    dom = poly.domain(stmt)
+    reds = [d for d, i in enumerate(stmt.indices) if i not in out]
+    lower, box = {}, isl.Set.universe(dom.get_space())
+    for d in reds:
+        lo, hi = dom.dim_min(d), dom.dim_max(d)
+        if not (lo.is_cst() and hi.is_cst()):
+            return None
+        lower[stmt.indices[d]] = lb = _cst(lo)
+        box = box.lower_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(box.get_ctx(), lb)) \
+            .upper_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(box.get_ctx(), _cst(hi)))
+    projected = dom
+    for d in reds:
+        projected = projected.eliminate(isl.dim_type.set, d, 1)
+    return lower if projected.intersect(box).is_equal(dom) else None
+
+
+def _first_update(stmt: Statement, schedule: isl.Map, out: tuple[str, ...]) -> dict[str, int] | None:
+    """`reduction_lower_bounds`, if `schedule` runs, for each element, the instance at those
+    lower bounds before any other instance that updates it; else None."""
+    lower = reduction_lower_bounds(stmt, out)
+    if lower is None:
+        return None
+    at_lower = poly.domain(stmt)
+    for index, lb in lower.items():
+        at_lower = at_lower.fix_val(isl.dim_type.set, stmt.indices.index(index), isl.Val.int_from_si(at_lower.get_ctx(), lb))
+    element = poly.access_map(stmt, stmt.lhs)
+    first = element.reverse().apply_range(schedule).lexmin()
+    return lower if element.intersect_domain(at_lower).reverse().apply_range(schedule).is_equal(first) else None
 
 
 def _coalesced_k(a: View, b: View, k: list[int | None]) -> tuple[int, int, int | None]:

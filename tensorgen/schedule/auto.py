@@ -19,7 +19,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from tensorgen.codegen.scheduled import vector_profile
+from tensorgen.codegen.scheduled import reduction_lower_bounds, vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.schedule.api import Schedule
@@ -392,11 +392,10 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     written = {x.lhs.tensor for x in layer.statements}
     stored = {t for t in written if program.tensor(t).role != "none"}
     sizes: dict[tuple[str, str | None], Footprint | None] = {}
-    # a MATMUL band that does the whole reduction of its elements overwrites a fresh accumulator
-    # that only it updates: no zeros needed (the lowering's `_overwritten`)
-    out = out_indices(program, stmt)
+    # the first MATMUL of each element's reduction overwrites a fresh accumulator that only it
+    # updates, over a box of reductions: no zeros needed (the lowering's `_overwritten`)
     whole_reduction = kind == "array" and layer.accessing(stmt.lhs.tensor) == [stmt] and \
-        not any(geo.base[x] not in out for x in order)
+        reduction_lower_bounds(stmt, out_indices(program, stmt)) is not None
     for t in layer.tensors():
         tensor = program.tensor(t)
         for lv in _levels(program, layer, sk, order, t, fold):
