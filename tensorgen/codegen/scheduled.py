@@ -10,8 +10,6 @@ staging smaller footprints at a loop is not lowered by this backend yet.
 
 from __future__ import annotations
 
-import math
-
 import islpy as isl
 import numpy as np
 
@@ -88,8 +86,12 @@ class _Lowering:
         self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
         self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
         self.accumulated: set[str] = set()  # fresh buffers whose every element some `+=` updates
-        self.overwrite: dict[str, dict[str, int]] = {}  # ... first by a MATMUL: no zeros (reduction lower bounds)
+        self.first_update: dict[str, dict[str, int]] = {}  # ... first by a MATMUL: no zeros (reduction lower bounds)
         self.double: set[str] = set()  # loop-staged tensors with two buffers
+        self.first: dict = {}  # staged tensor -> FirstTouch: the iterations that zero its buffer, not load it
+        self.disjoint: set[str] = set()  # written loop-staged tensors whose boxes in a pass of the loop are disjoint
+        self.overwrite: set[str] = set()  # AST statements whose MATMULs overwrite their accumulators
+        self.no_fill: set[str] = set()  # tensors in `first` whose first iterations need no zeros
         explicit = {st.tensor: st for st in self.schedule.stages}
         self.layouts = {st.tensor: st.layout for st in self.schedule.stages if st.layout is not None}
         for st in self.schedule.stages:
@@ -130,6 +132,8 @@ class _Lowering:
                                f"of the loops (at the edges of a skewed tile?); stage it elsewhere")
         self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), box.size)
         self._note_fresh(t, box)
+        if box.disjoint_in_loop:
+            self.disjoint.add(t.name)
         top[st.memory] += _align(int(np.prod(box.size)) * t.itemsize) * (2 if st.double_buffered else 1)
         if st.double_buffered:
             self.double.add(t.name)
@@ -137,7 +141,11 @@ class _Lowering:
     def _note_fresh(self, t, box) -> None:
         """A buffer whose boxes no other iteration meets starts as zeros, not loaded; it is not
         even zeroed when every element is written before it is read (and, if it is stored,
-        every element of the box is written). A temporary in such a buffer never leaves the chip."""
+        every element of the box is written). A temporary in such a buffer never leaves the chip.
+        A buffer whose boxes meet is loaded, except in the iterations that are the first to touch
+        their box (the tensor starts as zeros): those zero it."""
+        if box.first is not None:
+            self.first[t.name] = box.first
         if not box.fresh:
             return
         self.fresh.add(t.name)
@@ -171,18 +179,55 @@ class _Lowering:
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
         """The origin of `tensor`'s box in the iteration of its staging loop that the AST `node`
         runs in: schedule dimensions that are not loops around it are constants there."""
-        offset = self.loop_stages[tensor][4]
-        origin = []
-        for const, coefs in offset:
-            value = LoopAffine.make(const)
-            for name, c in coefs.items():
-                k = int(name[1:])  # the schedule dimension d<k>
-                if f"c{k}" in env:
-                    value = value + env[f"c{k}"].scale(c)
-                else:
-                    value = value + self._dim_constant(node, k) * c
-            origin.append(value)
-        return tuple(origin)
+        return tuple(self._dims_value(const, coefs, env, node) for const, coefs in self.loop_stages[tensor][4])
+
+    def _dims_value(self, const: int, coefs: dict[str, int], env: dict[str, LoopAffine], node) -> LoopAffine:
+        """const + sum(c * d<k>) over schedule dimensions, in the loops around the AST `node`."""
+        value = LoopAffine.make(const)
+        for name, c in coefs.items():
+            k = int(name[1:])  # the schedule dimension d<k>
+            if f"c{k}" in env:
+                value = value + env[f"c{k}"].scale(c)
+            else:
+                value = value + self._dim_constant(node, k) * c
+        return value
+
+    def _guarded(self, pieces, env: dict[str, LoopAffine], node, body) -> None:
+        """`body` under each piece (a conjunction of constraints >= 0 over schedule dimensions)
+        that can hold around `node`: unguarded where the piece always holds there, in an IF
+        otherwise."""
+        for piece in pieces:
+            terms = [self._dims_value(const, coefs, env, node) for const, coefs in piece]
+            if any(not any(t.coefs) and t.const < 0 for t in terms):
+                continue
+            terms = [t for t in terms if any(t.coefs)]
+            if not terms:
+                body()
+                continue
+            with self.em.block("IF", cond=Bound(tuple((t, 1) for t in terms))):
+                body()
+
+    def _load(self, tensor: str, env: dict[str, LoopAffine], node, raw: bool = False) -> None:
+        """Load a staged buffer (or zero it, if fresh); a buffer whose iterations that are the
+        first to touch their box are known is zeroed in those and loaded in the others. `raw`:
+        without tokens (in a double-buffered loop; loads only, the zeroing is on EX)."""
+        first = self.first.get(tensor)
+        load = (lambda: self._dma_raw("LOAD", tensor)) if raw else (lambda: self._dma("LOAD", tensor))
+        if first is None:
+            load()
+            return
+        if not raw and tensor not in self.no_fill:
+            self._guarded(first.first, env, node, lambda: self._zero(tensor))
+        self._guarded(first.rest, env, node, load)
+
+    def _zero(self, tensor: str, raw: bool = False) -> None:
+        mem, base, _, size = self.active[tensor]
+        view = View(mem, self.program.tensor(tensor).dtype, LoopAffine.make(base), size, _row_major(size))
+        ins = isa.make("VFILL", dst=view, imm=0)
+        if raw:
+            self.em.code.append(ins)
+        else:
+            self.em.emit(ins)
 
     def _dim_constant(self, node, k: int) -> int:
         """The value of schedule dimension `k` in every instance the AST `node` runs."""
@@ -233,8 +278,8 @@ class _Lowering:
         self.active = {name: (mem, base, tuple(LoopAffine.make(o) for o in origin), size)
                        for name, (mem, base, origin, size) in self.buf.items()}
         schedule = self._separated()
-        self.overwrite = self._overwritten()
-        self.unfilled |= set(self.overwrite)
+        self.first_update = self._overwritten()
+        self.unfilled |= set(self.first_update)
         for name in self.buf:
             self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
@@ -266,7 +311,10 @@ class _Lowering:
     def _separated(self) -> isl.UnionMap:
         """The schedule with each banded statement split into pieces in which every band loop
         has constant bounds (full tiles, then each kind of partial tile: one vector or MATMUL
-        each); instances that fit no such piece form `S__rest` and run element by element."""
+        each); instances that fit no such piece form `S__rest` and run element by element.
+        The MATMULs that hold the first update of every element they update (of a buffer that
+        would be zeroed for them in the iterations that first touch it) form pieces `S__w<i>`
+        that overwrite their accumulators, and the buffer is not zeroed."""
         out = isl.UnionMap("{ }")
         for stmt in self.program.statements:
             m = self.schedule._state.maps[stmt.name]
@@ -275,9 +323,18 @@ class _Lowering:
                 out = out.union(isl.UnionMap.from_map(m))
                 self.piece_maps[stmt.name] = m
                 continue
-            pieces, rest = _uniform_pieces(m.range(), positions)
-            for i, piece in enumerate(pieces):
-                name = stmt.name if i == 0 else f"{stmt.name}__p{i}"
+            named = []
+            first = self._overwriting(stmt)
+            if first is not None:
+                pieces, rest = _uniform_pieces(first, positions)
+                if rest is None or rest.is_empty():
+                    named = [(f"{stmt.name}__w{i}", piece) for i, piece in enumerate(pieces)]
+                    self.overwrite.update(name for name, _ in named)
+                    self.no_fill.add(stmt.lhs.tensor)
+            points = m.range().subtract(first) if named else m.range()
+            pieces, rest = _uniform_pieces(points, positions)
+            named += [(stmt.name if i == 0 else f"{stmt.name}__p{i}", piece) for i, piece in enumerate(pieces)]
+            for name, piece in named:
                 piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
                 out = out.union(isl.UnionMap.from_map(piece_map))
                 self.piece_of[name] = stmt.name
@@ -288,6 +345,16 @@ class _Lowering:
                 self.piece_of[f"{stmt.name}__rest"] = stmt.name
                 self.piece_maps[f"{stmt.name}__rest"] = rest_map
         return out
+
+    def _overwriting(self, stmt: Statement) -> isl.Set | None:
+        """The schedule points of `stmt`'s MATMULs that may overwrite their accumulators, if its
+        buffer is zeroed only in the iterations that first touch it, and they write all of it."""
+        first = self.first.get(stmt.lhs.tensor)
+        arrays = [ps for kind, ps, stmts in self.bands if kind == "array" and stmt.name in stmts]
+        if first is None or not first.covered or len(arrays) != 1:
+            return None
+        points = self.schedule.overwriting_blocks(stmt.name, min(arrays[0]))
+        return None if points is None or points.is_empty() else points
 
     def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
         self._walk_nodes([node], env, band)
@@ -316,7 +383,7 @@ class _Lowering:
             for t in outer:
                 _, _, mem, base, _, size = self.loop_stages[t]
                 self.active[t] = (mem, base, origins[t], size)
-                self._dma("LOAD", t)
+                self._load(t, env, nodes[i])
             self._walk_nodes(nodes[i:j], env, band)  # stages the deeper levels among them
             for t in outer:
                 if t in self.stored:
@@ -404,7 +471,7 @@ class _Lowering:
         for t in here:
             _, _, mem, base, _, size = self.loop_stages[t]
             self.active[t] = (mem, base, self._stage_origin(t, env, node), size)
-            self._dma("LOAD", t)
+            self._load(t, env, node)
         self._walk(node.for_get_body(), env, band)
         for t in here:
             if t in self.stored:
@@ -418,9 +485,12 @@ class _Lowering:
 
     def _pipelined(self, node, pos: int, count: int) -> bool:
         """Whether the loop can overlap its DMAs with its compute: every tensor staged at it has
-        two buffers, and no DMA happens deeper inside (its body is pure compute)."""
+        two buffers, a tensor both loaded and stored has disjoint boxes in the loop's iterations,
+        and no DMA happens deeper inside (its body is pure compute)."""
         here = self._staged_here(node, pos)
         if count < 2 or not here or any(t not in self.double for t in here):
+            return False
+        if any(t not in self.fresh and t in self.stored and t not in self.disjoint for t in here):
             return False
         under = {self.piece_of.get(n, n) for n in _statements_under(node)}
         return not any(p > pos and stmts & under for t, (p, stmts, *_) in self.loop_stages.items())
@@ -433,6 +503,9 @@ class _Lowering:
         em, here = self.em, self._staged_here(node, pos)
         loads = [t for t in here if t not in self.fresh]
         stores = [t for t in here if t in self.stored]
+        if set(loads) & set(stores):
+            self._pipelined_ahead(node, name, lo, hi, env, band, here, loads, stores)
+            return
         em.emit(isa.make("SYNC", queue=1))  # leave the serial chain on EX with everything done
         code = em.code
         sync = lambda q, wait=(), signal=(): code.append(  # noqa: E731
@@ -492,6 +565,86 @@ class _Lowering:
         em.queue = "LD" if loads and not stores else "EX"
         em.fresh_block = True
 
+    def _pipelined_ahead(self, node, name: str, lo: int, hi: int, env, band, here, loads, stores) -> None:
+        """A double-buffered loop with a tensor that is loaded and stored (an accumulator whose
+        partial sums come back from DRAM): the loop unrolled by two, each iteration loading the
+        next one's boxes into the other buffers while it computes. A buffer is loaded once the
+        store of the iteration before has emptied it, and an iteration's stores wait for the next
+        one's loads, so that a load and a store of one tensor never overlap (their boxes differ,
+        but the simulator, like a DMA engine without address checks, orders them by tokens)."""
+        em, code = self.em, self.em.code
+        em.emit(isa.make("SYNC", queue=1))  # leave the serial chain on EX with everything done
+        sync = lambda q, wait=(), signal=(): code.append(  # noqa: E731
+            isa.make("SYNC", queue="LD EX ST".split().index(q)).with_tokens(wait=set(wait), signal=set(signal)))
+        # two credits from ST (each buffer is empty), given after the serial chain
+        for _ in range(2):
+            sync("EX", signal=["ST"])
+            sync("ST", wait=["EX"], signal=["LD", "EX"])
+        saved = {t: self.active.get(t) for t in here}
+
+        def use(value: LoopAffine, parity: int) -> dict[str, LoopAffine]:
+            at = {**env, name: value}
+            for t in here:
+                _, _, mem, base, _, size = self.loop_stages[t]
+                nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
+                self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, at, node), size)
+            return at
+
+        def load(value: LoopAffine, parity: int, guard: bool) -> None:
+            at = use(value, parity)
+            if not guard:
+                for t in loads:
+                    self._load(t, at, node, raw=True)
+                return
+            with em.block("IF", cond=Bound(((LoopAffine.make(hi) + value.scale(-1), 1),))):
+                for t in loads:
+                    self._load(t, at, node, raw=True)
+
+        sync("LD", wait=["ST"])
+        load(LoopAffine.make(lo), 0, False)
+        sync("LD", signal=["EX"])
+
+        def iteration(value: LoopAffine, parity: int, ahead: str) -> None:
+            sync("LD", wait=["ST"])
+            if ahead != "none":
+                load(value + 1, 1 - parity, ahead == "guarded")
+            sync("LD", signal=["EX", "ST"])
+            sync("EX", wait=["LD", "ST"])
+            em.queue, em.fresh_block = "EX", True
+            at = use(value, parity)
+            for t in here:
+                if t in self.fresh:
+                    self._dma_raw("LOAD", t)  # the zero fill, on EX (if any)
+                elif t in self.first and t not in self.no_fill:
+                    self._guarded(self.first[t].first, at, node, lambda t=t: self._zero(t, raw=True))
+            self._walk(node.for_get_body(), at, band)
+            if em.queue != "EX":
+                raise CodegenError("a double-buffered loop's body must run on the compute queue only")
+            sync("EX", signal=["ST"])
+            sync("ST", wait=["EX", "LD"])
+            for t in stores:
+                self._dma_raw("STORE", t)
+            sync("ST", signal=["LD", "EX"])
+
+        count = hi - lo + 1
+        head = len(code)
+        code.append(isa.make("LOOP", count=count // 2, body=0))
+        em.depth += 1
+        level = em.depth - 1
+        iteration(LoopAffine.make(lo, {level: 2}), 0, "all")
+        iteration(LoopAffine.make(lo + 1, {level: 2}), 1, "all" if count % 2 else "guarded")
+        em.depth -= 1
+        code[head] = isa.make("LOOP", count=count // 2, body=len(code) - head - 1)
+        if count % 2:
+            iteration(LoopAffine.make(hi), 0, "none")
+        for t in here:
+            self.active[t] = saved[t]
+        sync("LD", wait=["ST"])
+        sync("EX", wait=["LD"])
+        for _ in range(2):
+            sync("EX", wait=["ST"])
+        em.queue, em.fresh_block = "EX", True
+
     def _dma_raw(self, kind: str, tensor: str) -> None:
         """A DMA (or zero fill) appended without the serial token chain."""
         before = self.em.queue, len(self.em.code)
@@ -522,7 +675,7 @@ class _Lowering:
             values[index] = _expr(call.get_op_arg(i + 1), env)
         kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and self._banded(ast_name, b)}
         if "array" in kinds:
-            self._matmul(stmt, values, band)
+            self._matmul(stmt, values, band, ast_name not in self.overwrite)
             return
         shape = tuple(n for _, n in sorted(band.values())) or (1,)
 
@@ -580,7 +733,7 @@ class _Lowering:
             step *= size[d]
         return tuple(strides)
 
-    def _matmul(self, stmt: Statement, values, band) -> None:
+    def _matmul(self, stmt: Statement, values, band, accumulate: bool = True) -> None:
         mp = mac_mapping(self.program, stmt)
         if mp is None or not band:
             raise CodegenError(f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band")
@@ -619,7 +772,7 @@ class _Lowering:
         acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
         # the run of the band where every reduction index is at its lower bound updates its
         # elements first: its first MATMUL overwrites them (the rest accumulate)
-        lower = self.overwrite.get(stmt.lhs.tensor)
+        lower = self.first_update.get(stmt.lhs.tensor)
         first = None
         if lower is not None:
             first = LoopAffine.make(0)
@@ -633,11 +786,13 @@ class _Lowering:
             b_part = View(b_v.mem, b_v.dtype, b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
                           (rows,) + b_v.shape[1:], (b_k,) + b_v.strides[1:])
 
-            def matmul(accumulate: int) -> None:
-                self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=accumulate,
+            def matmul(add: int) -> None:
+                self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=add,
                                       a_zp=mp.a_zp, b_zp=mp.b_zp))
 
-            if lo > 0 or first is None:
+            if lo == 0 and not accumulate:  # a block that holds the first update of all it writes
+                matmul(0)
+            elif lo > 0 or first is None:
                 matmul(1)
             elif not any(first.coefs):  # the same in every run here: no test
                 matmul(int(first.const > 0))

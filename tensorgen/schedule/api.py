@@ -52,6 +52,21 @@ class _LoopInfo:
 
 
 @dataclass(frozen=True)
+class FirstTouch:
+    """The iterations of a staging loop whose box no earlier iteration's box meets, for a tensor
+    that starts as zeros but whose boxes meet (a `+=` accumulator staged inside a loop over
+    chunks of its reduction): in those the buffer starts as zeros instead of being loaded.
+    `first` and `rest` (the iterations that load) are disjunctions of conjunctions of
+    constraints (constant, {"d<k>": coefficient}) >= 0 over the schedule dimensions up to the
+    loop, each exact within the iterations that exist."""
+
+    first: tuple[tuple[tuple[int, dict[str, int]], ...], ...]
+    rest: tuple[tuple[tuple[int, dict[str, int]], ...], ...]
+    count: int  # how many iterations are first
+    covered: bool  # in every iteration, every element of the box inside the tensor is written
+
+
+@dataclass(frozen=True)
 class StagedBox:
     offset: tuple  # per dimension: (constant, {"d<k>": coefficient}) over schedule dimensions
     size: tuple[int, ...]
@@ -60,6 +75,9 @@ class StagedBox:
     # iteration (so that the buffer need not be zeroed) by a program that reads no initial value of it
     accumulated: bool = False  # fresh, and every element of the box inside the tensor is updated in its
     # iteration by a program that reads its initial zeros (`+=`): a first MATMUL may overwrite them
+    first: FirstTouch | None = None  # not fresh, starts as zeros: the iterations that need no load
+    disjoint_in_loop: bool = False  # not fresh, written: no two iterations of the loop with the same
+    # outer iterations meet, so a double buffer may load the next box while the last one is stored
 
 
 @dataclass(frozen=True)
@@ -570,7 +588,7 @@ class Schedule:
     def footprint_bytes(self, stage: Stage) -> int:
         """Bytes of the largest per-iteration footprint of `stage.tensor` under its loop (isl),
         padding halo included."""
-        box = self.staged_box(stage.tensor, stage.loop or None)
+        box = self.staged_box(stage.tensor, stage.loop or None, overlaps=False)
         if box is None:
             return 0
         elements = 1
@@ -578,13 +596,14 @@ class Schedule:
             elements *= n
         return elements * self.program.tensor(stage.tensor).itemsize * (2 if stage.double_buffered else 1)
 
-    def staged_box(self, tensor: str, loop: str | None) -> StagedBox | None:
+    def staged_box(self, tensor: str, loop: str | None, overlaps: bool = True) -> StagedBox | None:
         """The box a buffer of `tensor` staged at `loop` (None: the program) holds in one iteration.
 
         Its origin is affine in the schedule dimensions d0..dp up to the loop (one piece, or
         CodegenError-worthy None offsets), its size the largest over the iterations; `fresh` says
         that no iteration's box meets another's and the tensor starts as zeros (an output or a
-        temporary), so a buffer needs no load: zeros are its correct initial contents.
+        temporary), so a buffer needs no load: zeros are its correct initial contents. Boxes that
+        meet are analysed further (`first`, `disjoint_in_loop`) unless `overlaps` is False.
         """
         t = self.program.tensor(tensor)
         pos, stmts = -1, frozenset(self._all_statements())
@@ -617,7 +636,10 @@ class Schedule:
         whole = fresh and written is not None and t.role != "none" and \
             self._box_covered(t, pos, offset, size, image, written)
         read = self.initial_value_read(tensor)
-        return StagedBox(tuple(offset), tuple(size), fresh, whole and not read, whole and read)
+        first, disjoint = None, False
+        if overlaps and not fresh and written is not None and None not in offset and pos >= 0:
+            first, disjoint = self._overlaps(t, pos, offset, size, image, written)
+        return StagedBox(tuple(offset), tuple(size), fresh, whole and not read, whole and read, first, disjoint)
 
     def initial_value_read(self, tensor: str) -> bool:
         """Whether some instance reads an element of `tensor` before any statement writes it
@@ -639,17 +661,67 @@ class Schedule:
     def _boxes_disjoint(self, tensor: str, pos: int, offset, size, image: isl.Set) -> bool:
         if pos < 0:
             return True
-        dims = [f"d{k}" for k in range(pos + 1)]
-        elems = [f"e{d}" for d in range(len(size))]
-        cons = []
-        for d, ((const, coefs), n) in enumerate(zip(offset, size)):
-            lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
-            cons.append(f"{lo} <= e{d} < {lo} + {n}")
-        box = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{', '.join(elems)}] : {' and '.join(cons)} }}")
-        # the iterations (prefix values d0..dp, parameters of `image`) as a set over [d0..dp]
-        ordered = image.params().align_params(isl.Set(f"[{', '.join(dims)}] -> {{ : }}").get_space())
-        iterations = isl.Set.from_params(ordered).move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, len(dims))
+        box, iterations = _box_map(tensor, pos, offset, size, image)
         return box.intersect_domain(iterations).reverse().is_single_valued()
+
+    def _overlaps(self, t, pos: int, offset, size, image: isl.Set,
+                  written: isl.Set) -> tuple[FirstTouch | None, bool]:
+        """For boxes that meet across iterations: the iterations whose box no earlier one meets
+        (for a tensor that starts as zeros), and whether the boxes of one pass of the loop (its
+        outer iterations fixed) are disjoint."""
+        box, iterations = _box_map(t.name, pos, offset, size, image)
+        box = box.intersect_domain(iterations)
+        meets = box.apply_range(box.reverse())  # iteration -> the iterations whose boxes share an element
+        dims = [f"d{k}" for k in range(pos + 1)]
+        other = [f"{d}'" for d in dims]
+        same = " and ".join([f"{a} = {b}" for a, b in zip(dims[:-1], other[:-1])] + [f"{dims[-1]} != {other[-1]}"])
+        in_pass = isl.Map(f"{{ [{', '.join(dims)}] -> [{', '.join(other)}] : {same} }}")
+        disjoint = meets.intersect(in_pass).is_empty()
+        if t.role not in ("output", "none"):
+            return None, disjoint
+        first = iterations.subtract(meets.intersect(isl.Map.lex_gt(iterations.get_space())).domain())
+        if first.is_empty():
+            return None, disjoint
+        pieces = _constraint_pieces(first, iterations), _constraint_pieces(iterations.subtract(first), iterations)
+        if None in pieces:
+            return None, disjoint
+        covered = self._box_covered(t, pos, offset, size, image, written)
+        return FirstTouch(pieces[0], pieces[1], int(first.count_val().to_python()), covered), disjoint
+
+    def _prefix(self, statement: str, pos: int) -> isl.Map:
+        """{ S[i] -> [d0..d<pos>] }: the schedule of `statement` up to dimension `pos`."""
+        sched = self._state.maps[statement]
+        prefix = sched.project_out(isl.dim_type.out, pos + 1, sched.dim(isl.dim_type.out) - pos - 1)
+        for k in range(pos + 1):
+            prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
+        return prefix
+
+    def overwriting_blocks(self, statement: str, depth: int) -> isl.Set | None:
+        """For a `+=` statement that alone accesses its tensor, which starts as zeros: the
+        schedule points of its blocks (instances that share the schedule dimensions before
+        `depth`: one MATMUL of a band that starts there) that update only elements whose first
+        update they hold, provided every instance that reads an initial value lies in such a
+        block. Such a block may overwrite its elements instead of adding to them, and a buffer
+        need not be zeroed for it. None when some initial value is read elsewhere."""
+        stmt = next(st for st in self.program.statements if st.name == statement)
+        tensor = self.program.tensor(stmt.lhs.tensor)
+        if stmt.op != "+=" or tensor.role not in ("output", "none") or depth < 1 or any(
+                a.tensor == tensor.name for st in self.program.statements for a in [st.lhs] + st.reads
+                if st is not stmt) or any(a.tensor == tensor.name for a in stmt.reads):
+            return None
+        initial = _initial_readers(self.program, tensor.name).intersect(
+            isl.UnionSet.from_set(poly.domain(stmt))).extract_set(poly.domain(stmt).get_space())
+        if initial.is_empty():
+            return None
+        block = self._prefix(statement, depth - 1)  # { S[i] -> [d0..d<depth-1>] }
+        lhs = poly.access_map(stmt, stmt.lhs).intersect_domain(poly.domain(stmt))
+        updates = block.reverse().apply_range(lhs)  # block -> the elements it updates
+        firsts = block.intersect_domain(initial).reverse().apply_range(lhs)  # ... whose first update it holds
+        overwriting = updates.domain().subtract(updates.subtract(firsts).domain())
+        instances = block.intersect_range(overwriting).domain()
+        if not initial.is_subset(instances):
+            return None
+        return self._state.maps[statement].intersect_domain(instances).range()
 
     def _check_capacity(self, prim: str) -> None:
         if self.target is None:
@@ -665,8 +737,49 @@ class Schedule:
                                     f"({total - caps[mem]} B over): {what}")
 
 
-@lru_cache(maxsize=256)
+def _box_map(tensor: str, pos: int, offset, size, image: isl.Set) -> tuple[isl.Map, isl.Set]:
+    """{ [d0..dp] -> tensor[box] } of a staged box, and the iterations (prefix values d0..dp, the
+    parameters of `image`) as a set over [d0..dp]."""
+    dims = [f"d{k}" for k in range(pos + 1)]
+    elems = [f"e{d}" for d in range(len(size))]
+    cons = []
+    for d, ((const, coefs), n) in enumerate(zip(offset, size)):
+        lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
+        cons.append(f"{lo} <= e{d} < {lo} + {n}")
+    box = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{', '.join(elems)}] : {' and '.join(cons)} }}")
+    ordered = image.params().align_params(isl.Set(f"[{', '.join(dims)}] -> {{ : }}").get_space())
+    iterations = isl.Set.from_params(ordered).move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, len(dims))
+    return box, iterations
+
+
+def _constraint_pieces(points: isl.Set, context: isl.Set):
+    """`points` as disjoint conjunctions of constraints (constant, {"d<k>": coefficient}) >= 0,
+    simplified within `context`; None if a piece needs an existential variable."""
+    pieces = []
+    for part in points.make_disjoint().get_basic_sets():
+        for bset in isl.Set.from_basic_set(part).gist(context).get_basic_sets():
+            if bset.dim(isl.dim_type.div):
+                return None
+            cons = []
+            for c in bset.get_constraints():
+                const = int(c.get_constant_val().to_python())
+                coefs = {f"d{k}": int(c.get_coefficient_val(isl.dim_type.set, k).to_python())
+                         for k in range(bset.dim(isl.dim_type.set))}
+                coefs = {k: v for k, v in coefs.items() if v}
+                cons.append((const, coefs))
+                if c.is_equality():
+                    cons.append((-const, {k: -v for k, v in coefs.items()}))
+            pieces.append(tuple(cons))
+    return tuple(pieces)
+
+
 def _reads_initial_value(program: Program, tensor: str) -> bool:
+    return not _initial_readers(program, tensor).is_empty()
+
+
+@lru_cache(maxsize=256)
+def _initial_readers(program: Program, tensor: str) -> isl.UnionSet:
+    """The instances that read an element of `tensor` before any statement writes it."""
     reads = isl.UnionMap("{ }")
     for stmt in program.statements:
         # `+=` and `max=` read the element they update
@@ -676,10 +789,10 @@ def _reads_initial_value(program: Program, tensor: str) -> bool:
                 m = poly.access_map(stmt, acc).intersect_range(poly.tensor_box(program.tensor(tensor)))
                 reads = reads.union(isl.UnionMap.from_map(m))
     if reads.is_empty():
-        return False
+        return isl.UnionSet("{ }")
     flow = (isl.UnionAccessInfo.from_sink(reads).set_must_source(poly.accesses(program, "write"))
             .set_schedule_map(poly.schedule_map(program)).compute_flow())
-    return not flow.get_may_no_source().is_empty()
+    return flow.get_may_no_source().domain()
 
 
 def _const_at(state: _State, statements, pos: int) -> int | None:

@@ -4,7 +4,9 @@ Every DMA costs its setup plus its bytes over DRAM bandwidth; every MATMUL its M
 the array's fill; every vector instruction the vector unit's setup plus its elements over the
 lanes (how many instructions a statement takes comes from the instruction selection itself).
 The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
-loads and stores overlap its compute.
+loads and stores overlap its compute. A buffer whose boxes meet across iterations (partial sums
+of a chunk of the reduction) is loaded and stored, except that the iterations that are the first
+to touch their box zero it instead of loading it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ class Footprint:
     nbytes: int
     elements: int
     fresh: bool  # starts as zeros (no load)
-    fill: bool  # ... and must be zeroed, because some element is read before it is written
+    fill: bool  # ... and must be zeroed, because some element is read before it is written (not
+    # fresh: the iterations that are the first to touch their box zero it)
+    skipped: int = 0  # not fresh: iterations that are the first to touch their box (no load)
+    pipelinable: bool = False  # not fresh, written: the boxes of one pass of the loop are disjoint,
+    # so the buffer may be double-buffered (loaded and stored while others compute)
 
 
 @dataclass
@@ -77,7 +83,10 @@ class _Staged:
     written: bool
     fresh: bool
     fill: int  # cycles of one zero fill (0: none)
-    transfers: int  # DMAs per iteration: load, store, or both
+    fills: int  # zero fills over all iterations
+    loads: int  # loads over all iterations
+    stores: int  # stores over all iterations
+    pipelinable: bool
     one: int  # cycles of one DMA
     channel: int  # cycles of one DMA's bytes on the DRAM channel
     nbytes: int
@@ -95,11 +104,13 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             order = probe.order
             count = math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
             written = tensor in probe.written
-            transfers = (0 if tensor not in probe.stored else 1 if fp.fresh else 2) if written else 1
+            loads = 0 if written and fp.fresh else count - fp.skipped
+            stores = count if written and tensor in probe.stored else 0
+            fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
             channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
             probe.table[key] = _Staged(count, written, fp.fresh, vector_cycles(target, fp.elements) if fp.fill else 0,
-                                       transfers, target.dma_setup_cycles + channel, channel, fp.nbytes,
-                                       _align(fp.nbytes), probe.memory.get(tensor) == "acc")
+                                       fills, loads, stores, fp.pipelinable, target.dma_setup_cycles + channel,
+                                       channel, fp.nbytes, _align(fp.nbytes), probe.memory.get(tensor) == "acc")
     return probe.table[key]
 
 
@@ -125,19 +136,18 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
         if st is None:
             return refused
         piped = pipeline and level == inner
-        if piped and st.written and not st.fresh:
+        if piped and st.written and not st.fresh and not st.pipelinable:
             return refused
         if piped:
-            fill += st.fill
-            if st.transfers:
+            # per iteration, on average (the first to touch their box load nothing)
+            fill += st.fill * st.fills / st.count
+            if st.loads or st.stores:
                 channel += st.channel
-                if st.written:
-                    stored += st.one
-                else:
-                    overlapped += st.one
+                stored += st.one * st.stores / st.count
+                overlapped += st.one * st.loads / st.count
         else:
-            dma += st.count * (st.fill + st.transfers * st.one)
-        dram += st.count * st.transfers * st.nbytes
+            dma += st.fills * st.fill + (st.loads + st.stores) * st.one
+        dram += (st.loads + st.stores) * st.nbytes
         if st.in_acc:
             acc += st.footprint * (2 if piped else 1)
         else:
