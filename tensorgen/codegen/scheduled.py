@@ -64,8 +64,10 @@ class _Lowering:
         self.by_name = {s.name: s for s in program.statements}
         self.piece_of: dict[str, str] = {}  # AST statement (a piece of a statement) -> statement
         self.piece_maps: dict[str, isl.Map] = {}  # AST statement -> its schedule
-        self._layout()
         self.bands = self._bands()
+        self.first: dict[str, tuple] = {}  # statement -> its first writes and the rest, each in uniform pieces
+        self.overwriting: set[str] = set()  # AST statements whose `+=` overwrites (first writes)
+        self._layout()
 
     # -- memory -----------------------------------------------------------------------------
     def _layout(self) -> None:
@@ -138,8 +140,30 @@ class _Lowering:
         self.fresh.add(t.name)
         if t.role == "none":
             self.stored.discard(t.name)
-        if not self.schedule.initial_value_read(t.name) and (t.name not in self.stored or box.covered):
+        zeros_read = self.schedule.initial_value_read(t.name) and not self._overwrites_first(t.name)
+        if not zeros_read and (t.name not in self.stored or box.covered):
             self.unfilled.add(t.name)
+
+    def _overwrites_first(self, tensor: str) -> bool:
+        """Whether the first `+=` to each element of the fresh `tensor` runs as an overwrite, so
+        that its buffer need not be zeroed: the schedule allows it (Schedule.overwrites_first) and
+        splitting the first writes from the others leaves every band in whole pieces."""
+        if not self.schedule.overwrites_first(tensor):
+            return False
+        stmt = next(s for s in self.program.statements if s.lhs.tensor == tensor)
+        points = self.schedule._state.maps[stmt.name].range()
+        first = self.schedule.first_writes(stmt.name)
+        positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
+        if not positions:
+            self.first[stmt.name] = (([first], None), ([points.subtract(first)], None))
+            return True
+        _, rest = _uniform_pieces(points, positions)
+        split = (_uniform_pieces(first, positions), _uniform_pieces(points.subtract(first), positions))
+        for _, extra in split:
+            if extra is not None and not extra.is_empty() and (rest is None or not extra.is_subset(rest)):
+                return False  # a first write would run element by element that a vector runs now
+        self.first[stmt.name] = split
+        return True
 
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
         """The origin of `tensor`'s box in the iteration of its staging loop that the AST `node`
@@ -231,22 +255,30 @@ class _Lowering:
         for stmt in self.program.statements:
             m = self.schedule._state.maps[stmt.name]
             positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
-            if not positions:
+            if not positions and stmt.name not in self.first:
                 out = out.union(isl.UnionMap.from_map(m))
                 self.piece_maps[stmt.name] = m
                 continue
-            pieces, rest = _uniform_pieces(m.range(), positions)
-            for i, piece in enumerate(pieces):
-                name = stmt.name if i == 0 else f"{stmt.name}__p{i}"
-                piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
-                out = out.union(isl.UnionMap.from_map(piece_map))
-                self.piece_of[name] = stmt.name
-                self.piece_maps[name] = piece_map
-            if rest is not None and not rest.is_empty():
-                rest_map = m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, f"{stmt.name}__rest")
-                out = out.union(isl.UnionMap.from_map(rest_map))
-                self.piece_of[f"{stmt.name}__rest"] = stmt.name
-                self.piece_maps[f"{stmt.name}__rest"] = rest_map
+            # the first writes of an overwriting `+=` are pieces of their own (`S__first`)
+            parts = [("", _uniform_pieces(m.range(), positions))] if stmt.name not in self.first else \
+                [("__first", self.first[stmt.name][0]), ("", self.first[stmt.name][1])]
+            for tag, (pieces, rest) in parts:
+                for i, piece in enumerate(p for p in pieces if not p.is_empty()):
+                    name = f"{stmt.name}{tag}" if i == 0 else f"{stmt.name}{tag}__p{i}"
+                    piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
+                    out = out.union(isl.UnionMap.from_map(piece_map))
+                    self.piece_of[name] = stmt.name
+                    self.piece_maps[name] = piece_map
+                    if tag:
+                        self.overwriting.add(name)
+                if rest is not None and not rest.is_empty():
+                    name = f"{stmt.name}{tag}__rest"
+                    rest_map = m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, name)
+                    out = out.union(isl.UnionMap.from_map(rest_map))
+                    self.piece_of[name] = stmt.name
+                    self.piece_maps[name] = rest_map
+                    if tag:
+                        self.overwriting.add(name)
         return out
 
     def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
@@ -501,7 +533,7 @@ class _Lowering:
             if 0 in lhs.strides and stmt.op != "=":
                 raise CodegenError(f"vectorize: {stmt.name} reduces along the vector lanes; vectorize a loop "
                                    f"that indexes its output")
-        VectorExpr(self.em, self.program, stmt, view_of, temp).statement()
+        VectorExpr(self.em, self.program, stmt, view_of, temp, overwrite=ast_name in self.overwriting).statement()
 
     def _view(self, acc: Access, values: dict[str, LoopAffine], band) -> View:
         if self.active.get(acc.tensor) is None:

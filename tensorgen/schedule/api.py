@@ -590,7 +590,7 @@ class Schedule:
         fresh = None not in offset and t.role in ("output", "none") and \
             self._boxes_disjoint(tensor, pos, offset, size, image)
         # (only asked where it decides something: a stored buffer whose initial zeros nothing reads)
-        covered = fresh and written is not None and t.role != "none" and not self.initial_value_read(tensor) \
+        covered = fresh and written is not None and t.role != "none" and not self.zeros_read(tensor) \
             and self._box_covered(t, pos, offset, size, image, written)
         return StagedBox(tuple(offset), tuple(size), fresh, covered)
 
@@ -598,6 +598,34 @@ class Schedule:
         """Whether some instance reads an element of `tensor` before any statement writes it
         (a `+=` of a tensor that starts as zeros): only then must a fresh buffer be zeroed."""
         return _reads_initial_value(self.program, tensor)
+
+    def zeros_read(self, tensor: str) -> bool:
+        """Whether a fresh buffer of `tensor` must be zeroed: some instance reads an initial value
+        of it, and the first `+=` to each element cannot simply overwrite it instead (see
+        `overwrites_first`)."""
+        return self.initial_value_read(tensor) and not self.overwrites_first(tensor)
+
+    def overwrites_first(self, tensor: str) -> bool:
+        """Whether the lowering may run the first update of each element of a fresh `tensor` as
+        an overwrite (`Y = rhs` for `Y += rhs`, VMUL for VMAC), so that its buffer need not be
+        zeroed: one `+=` statement writes it, nothing else reads it, and that statement runs on
+        the vector unit (not tensorized: a MATMUL's first K block is not one piece of its band)."""
+        accessing = [s for s in self.program.statements
+                     if s.lhs.tensor == tensor or any(a.tensor == tensor for a in s.reads)]
+        if len(accessing) != 1:
+            return False
+        (stmt,) = accessing
+        tensorized = {st for ms, n, k in self.tensorized for st in self._resolve(self.loop(n), "tensorize", False)[2]}
+        return stmt.lhs.tensor == tensor and stmt.op == "+=" and stmt.name not in tensorized and \
+            not any(a.tensor == tensor for a in stmt.reads)
+
+    def first_writes(self, statement: str) -> isl.Set:
+        """The schedule points of `statement` that are the first write of their element of its
+        left-hand side (for each element, the earliest instance writing it)."""
+        stmt = next(s for s in self.program.statements if s.name == statement)
+        sched = self._state.maps[statement]
+        writes = sched.reverse().apply_range(poly.access_map(stmt, stmt.lhs))  # point -> element
+        return writes.reverse().lexmin().range()
 
     def _box_covered(self, t, pos: int, offset, size, image: isl.Set, written: isl.Set) -> bool:
         """Whether, in every iteration, the writes cover the box (within the tensor's bounds)."""

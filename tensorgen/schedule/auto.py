@@ -270,7 +270,8 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
                 sizes[(t, lv)] = Footprint(0, 0, False, False)
                 continue
             elements = math.prod(box.size)
-            fill = box.fresh and (s.initial_value_read(t) or (t in stored and not box.covered))
+            zeros = s.initial_value_read(t) and not (kind == "vector" and s.overwrites_first(t))
+            fill = box.fresh and (zeros or (t in stored and not box.covered))
             temp = t in written and tensor.role == "none"
             sizes[(t, lv)] = None if temp and not box.fresh else \
                 Footprint(elements * tensor.itemsize, elements, box.fresh, fill)
