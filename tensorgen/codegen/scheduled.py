@@ -152,16 +152,29 @@ class _Lowering:
             return False
         stmt = next(s for s in self.program.statements if s.lhs.tensor == tensor)
         points = self.schedule._state.maps[stmt.name].range()
-        first = self.schedule.first_writes(stmt.name)
         positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
         if not positions:
+            first = self.schedule.first_writes(stmt.name)
             self.first[stmt.name] = (([first], None), ([points.subtract(first)], None))
             return True
+        # the first writes are whole blocks of the band: those of the earliest block of each element
+        first = self.schedule.first_writes(stmt.name, positions[0])
         _, rest = _uniform_pieces(points, positions)
         split = (_uniform_pieces(first, positions), _uniform_pieces(points.subtract(first), positions))
         for _, extra in split:
             if extra is not None and not extra.is_empty() and (rest is None or not extra.is_subset(rest)):
                 return False  # a first write would run element by element that a vector runs now
+        # a staging loop whose iterations do not all hold first writes: isl would peel them out of it
+        n = points.dim(isl.dim_type.set)
+        for st in self.schedule.stages:
+            _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False) if st.loop else \
+                (None, -1, ())
+            if stmt.name in stmts and not first.project_out(isl.dim_type.set, pos + 1, n - pos - 1).is_equal(
+                    points.project_out(isl.dim_type.set, pos + 1, n - pos - 1)):
+                return False
+        tensorized = any(kind == "array" and stmt.name in stmts for kind, _, stmts in self.bands)
+        if tensorized and split[0][1] is not None and not split[0][1].is_empty():
+            return False  # element by element, an instance of a first block is not each element's first
         self.first[stmt.name] = split
         return True
 
@@ -514,7 +527,7 @@ class _Lowering:
             values[index] = _expr(call.get_op_arg(i + 1), env)
         kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and self._banded(ast_name, b)}
         if "array" in kinds:
-            self._matmul(stmt, values, band)
+            self._matmul(stmt, values, band, overwrite=ast_name in self.overwriting)
             return
         shape = tuple(n for _, n in sorted(band.values())) or (1,)
 
@@ -561,7 +574,7 @@ class _Lowering:
         shape = tuple(n for _, (_, n) in sorted(band.items(), key=lambda kv: kv[1][0]))
         return View(mem, t.dtype, base_aff, shape, tuple(lane_strides))
 
-    def _matmul(self, stmt: Statement, values, band) -> None:
+    def _matmul(self, stmt: Statement, values, band, overwrite: bool = False) -> None:
         mp = mac_mapping(self.program, stmt)
         if mp is None or not band:
             raise CodegenError(f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band")
@@ -589,7 +602,7 @@ class _Lowering:
             raise CodegenError(f"tensorize: K={pick(a, k).shape[0]} N={pick(b, n).shape[0]} exceeds the "
                                f"{self.target.rows}x{self.target.cols} array; split first")
 
-        self.em.emit(isa.make("MATMUL", acc=pick(acc, *ms, n), a=pick(a, *ms, k), b=pick(b, k, n), accumulate=1,
+        self.em.emit(isa.make("MATMUL", acc=pick(acc, *ms, n), a=pick(a, *ms, k), b=pick(b, k, n), accumulate=0 if overwrite else 1,
                               a_zp=mp.a_zp, b_zp=mp.b_zp))
 
 

@@ -607,25 +607,28 @@ class Schedule:
 
     def overwrites_first(self, tensor: str) -> bool:
         """Whether the lowering may run the first update of each element of a fresh `tensor` as
-        an overwrite (`Y = rhs` for `Y += rhs`, VMUL for VMAC), so that its buffer need not be
-        zeroed: one `+=` statement writes it, nothing else reads it, and that statement runs on
-        the vector unit (not tensorized: a MATMUL's first K block is not one piece of its band)."""
+        an overwrite (`Y = rhs` for `Y += rhs`: VMUL for VMAC, a MATMUL that does not accumulate),
+        so that its buffer need not be zeroed: one `+=` statement writes it and nothing else
+        reads it."""
         accessing = [s for s in self.program.statements
                      if s.lhs.tensor == tensor or any(a.tensor == tensor for a in s.reads)]
         if len(accessing) != 1:
             return False
         (stmt,) = accessing
-        tensorized = {st for ms, n, k in self.tensorized for st in self._resolve(self.loop(n), "tensorize", False)[2]}
-        return stmt.lhs.tensor == tensor and stmt.op == "+=" and stmt.name not in tensorized and \
-            not any(a.tensor == tensor for a in stmt.reads)
+        return stmt.lhs.tensor == tensor and stmt.op == "+=" and not any(a.tensor == tensor for a in stmt.reads)
 
-    def first_writes(self, statement: str) -> isl.Set:
-        """The schedule points of `statement` that are the first write of their element of its
-        left-hand side (for each element, the earliest instance writing it)."""
+    def first_writes(self, statement: str, depth: int | None = None) -> isl.Set:
+        """The schedule points of `statement` that write an element of its left-hand side in the
+        earliest value of the schedule dimensions d0..d<depth-1> (all of them by default) that
+        writes it: with a band below `depth`, every instance of the band's first block."""
         stmt = next(s for s in self.program.statements if s.name == statement)
         sched = self._state.maps[statement]
-        writes = sched.reverse().apply_range(poly.access_map(stmt, stmt.lhs))  # point -> element
-        return writes.reverse().lexmin().range()
+        n = sched.dim(isl.dim_type.out)
+        prefix = sched.project_out(isl.dim_type.out, depth, n - depth) if depth is not None else sched
+        writes = poly.access_map(stmt, stmt.lhs)  # instance -> element
+        first = writes.reverse().apply_range(prefix).lexmin()  # element -> its first prefix
+        instances = writes.range_product(prefix).intersect_range(first.wrap()).domain()
+        return instances.apply(sched)
 
     def _box_covered(self, t, pos: int, offset, size, image: isl.Set, written: isl.Set) -> bool:
         """Whether, in every iteration, the writes cover the box (within the tensor's bounds)."""

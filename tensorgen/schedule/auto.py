@@ -270,11 +270,11 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
                 sizes[(t, lv)] = Footprint(0, 0, False, False)
                 continue
             elements = math.prod(box.size)
-            zeros = s.initial_value_read(t) and not (kind == "vector" and s.overwrites_first(t))
-            fill = box.fresh and (zeros or (t in stored and not box.covered))
+            fill = box.fresh and (s.zeros_read(t) or (t in stored and not box.covered))
+            refill = box.fresh and not fill and s.initial_value_read(t)  # the first writes overwrite
             temp = t in written and tensor.role == "none"
             sizes[(t, lv)] = None if temp and not box.fresh else \
-                Footprint(elements * tensor.itemsize, elements, box.fresh, fill)
+                Footprint(elements * tensor.itemsize, elements, box.fresh, fill, refill)
     if kind == "array":
         band_cycles = sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
         band_temps = 0
@@ -296,8 +296,16 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     memory = {t: "spad" for t in layer.tensors()}
     if kind == "array":
         memory[stmt.lhs.tensor] = "acc"
+    out = out_indices(program, stmt)
+
+    def index(loop: str) -> str:  # the index a loop of a split comes from: c_o, n_i_o -> c, n
+        while loop not in stmt.indices and loop[-2:] in ("_o", "_i"):
+            loop = loop[:-2]
+        return loop
+
+    first_reduction = next((k for k, x in enumerate(order) if index(x) not in out and geo.trips[x] > 1), 10**6)
     return Probe(tuple(order), sk.fused, {x: geo.trips[x] for x in order}, sizes, band_cycles, band_temps,
-                 tile_work, _ragged(stmt, blocks), memory, written, stored)
+                 tile_work, _ragged(stmt, blocks), memory, written, stored, first_reduction=first_reduction)
 
 
 def _align(n: int) -> int:

@@ -41,6 +41,8 @@ class Footprint:
     elements: int
     fresh: bool  # starts as zeros (no load)
     fill: bool  # ... and must be zeroed, because some element is read before it is written
+    refill: bool = False  # ... or unless its first writes overwrite, which a staging loop inside
+    # a reduction loop prevents (isl peels the reduction's first iteration out of that loop)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Probe:
     memory: dict[str, str] = field(default_factory=dict)  # tensor -> "spad" or "acc"
     written: set[str] = field(default_factory=set)
     stored: set[str] = field(default_factory=set)  # written tensors whose buffers are stored
+    first_reduction: int = 10**6  # position in `order` of the outermost reduction loop of >1 trips
     table: dict = field(default_factory=dict)  # (tensor, level) -> _Staged, filled by cost()
 
 
@@ -77,6 +80,7 @@ class _Staged:
     written: bool
     fresh: bool
     fill: int  # cycles of one zero fill (0: none)
+    refill: int  # cycles of one zero fill if its first writes cannot overwrite (0: none)
     transfers: int  # DMAs per iteration: load, store, or both
     one: int  # cycles of one DMA
     channel: int  # cycles of one DMA's bytes on the DRAM channel
@@ -98,6 +102,7 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             transfers = (0 if tensor not in probe.stored else 1 if fp.fresh else 2) if written else 1
             channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
             probe.table[key] = _Staged(count, written, fp.fresh, vector_cycles(target, fp.elements) if fp.fill else 0,
+                                       vector_cycles(target, fp.elements) if fp.refill else 0,
                                        transfers, target.dma_setup_cycles + channel, channel, fp.nbytes,
                                        _align(fp.nbytes), probe.memory.get(tensor) == "acc")
     return probe.table[key]
@@ -118,6 +123,8 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
         return refused
+    # a staging loop inside a reduction loop: its first writes are not whole iterations of it
+    deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
     spad = acc = dma = dram = 0
     overlapped = stored = fill = channel = 0  # per iteration of a pipelined loop
     for tensor, level in stages:
@@ -125,10 +132,11 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
         if st is None:
             return refused
         piped = pipeline and level == inner
+        zero = st.fill + (st.refill if deep else 0)
         if piped and st.written and not st.fresh:
             return refused
         if piped:
-            fill += st.fill
+            fill += zero
             if st.transfers:
                 channel += st.channel
                 if st.written:
@@ -136,7 +144,7 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
                 else:
                     overlapped += st.one
         else:
-            dma += st.count * (st.fill + st.transfers * st.one)
+            dma += st.count * (zero + st.transfers * st.one)
         dram += st.count * st.transfers * st.nbytes
         if st.in_acc:
             acc += st.footprint * (2 if piped else 1)

@@ -1,6 +1,7 @@
-"""A `+=` into a fresh buffer (an int32 depthwise output with no init statement) overwrites on the
-first write of each element (VMUL for VMAC, isl's lexmin of the writes) instead of zeroing the
-buffer first: the zero fill ran on the vector unit, which bounds depthwise layers."""
+"""A `+=` into a fresh buffer (an int32 output with no init statement) overwrites on the first
+write of each element (isl's lexmin of the writes: VMUL for VMAC, a MATMUL with accumulate=0 for
+its first K block) instead of zeroing the buffer first: the zero fill ran on the vector unit,
+which bounds depthwise layers and shares the compute queue with the MAC array."""
 
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ tensors:
   Y: {shape: [1, 6, 10, 12], dtype: int32, role: output}
 statements:
   - Y[n, c, h, w] += X[n, c, h + r - 1, w + s - 1] * W[c, 0, r, s]
+"""
+
+
+CONV = """\
+tensorgen: 1
+name: conv_small
+tensors:
+  X: {shape: [1, 20, 9, 11], dtype: int8, role: input}
+  W: {shape: [24, 20, 3, 3], dtype: int8, role: input}
+  Y: {shape: [1, 24, 5, 6], dtype: int32, role: output}
+statements:
+  - Y[n, k, h, w] += X[n, c, 2*h + r - 1, 2*w + s - 1] * W[k, c, r, s]
 """
 
 
@@ -91,3 +104,26 @@ def test_an_accumulator_read_by_another_statement_is_still_zeroed() -> None:
     compiled = compile_scheduled(program, target, s)
     assert "VFILL" in _mnemonics(compiled.binary)
     _exact(program, target, compiled)
+
+
+@pytest.mark.parametrize("target_name", ["tg1", "tiny"])
+def test_automatic_conv_starts_each_accumulator_with_a_matmul_that_overwrites(target_name: str) -> None:
+    # K = 20 channels x 9 taps. On tg1, the first block of each output tile (c_o = r = s = 0)
+    # overwrites the accumulator and the others accumulate. On tiny, X and W are staged at c_o,
+    # inside which only c_o = 0 holds first writes: isl would peel that iteration out of the
+    # pipelined loop, so the accumulator is zeroed instead (and the cost model knows it)
+    program = parse_program(CONV)
+    target = load_target(target_name)
+    result = compile_auto(program, target)
+    assert result.plan.schedule is not None, result.plan.reason
+    code = result.compiled.binary.code
+    accumulate = {ins.arg("accumulate") for ins in code if ins.mnemonic == "MATMUL"}
+    if target_name == "tg1":
+        assert "VFILL" not in _mnemonics(result.compiled.binary) and accumulate == {0, 1}
+    else:
+        assert dict(result.plan.chosen.stages)["X"] == "c_o"
+        assert "VFILL" in _mnemonics(result.compiled.binary) and accumulate == {1}
+    cmp, sim = run_and_compare(Job(program, target, result.compiled), random_inputs(program, 3))
+    assert cmp.exact, cmp.message
+    model = result.plan.chosen.cycles
+    assert abs(model - sim.stats.cycles) <= 0.1 * sim.stats.cycles, (model, sim.stats.cycles)
