@@ -269,8 +269,9 @@ class VectorExpr:
     int32 scratch view of the block's shape; both backends (kernels, general schedules) use it.
     """
 
-    def __init__(self, em: Emitter, program: Program, stmt: Statement, view_of, temp) -> None:
+    def __init__(self, em: Emitter, program: Program, stmt: Statement, view_of, temp, overwrite: bool = False) -> None:
         self.em, self.program, self.stmt = em, program, stmt
+        self.overwrite = overwrite  # a `+=` that writes its element first: `=` (VMUL for VMAC)
         self.view_of, self.temp_of = view_of, temp
         self.dst_range = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         self.next_slot = 0
@@ -278,7 +279,7 @@ class VectorExpr:
     def statement(self) -> None:
         stmt, rhs = self.stmt, self.stmt.rhs
         dst = self.view_of(stmt.lhs)
-        if stmt.op == "=":
+        if stmt.op == "=" or (self.overwrite and stmt.op == "+="):
             self.into(rhs, dst)
         elif stmt.op == "+=" and isinstance(rhs, BinOp) and rhs.op == "*" and isinstance(rhs.lhs, Read) \
                 and isinstance(rhs.rhs, Read):

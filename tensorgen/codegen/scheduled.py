@@ -16,13 +16,12 @@ import numpy as np
 from tensorgen.codegen.emitter import Emitter, _expr
 from tensorgen.codegen.lower import Compiled, VectorExpr, _align, _row_major, useful_macs
 from tensorgen.errors import CapacityError, CodegenError
-from tensorgen.ir import poly
 from tensorgen.ir.core import Access, Program, Statement
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
 from tensorgen.mc.operands import ITEMSIZE, Bound, Box, LoopAffine, View
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.kernel import mac_mapping, out_indices
+from tensorgen.schedule.kernel import mac_mapping
 from tensorgen.target import Target
 
 BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or array band
@@ -64,8 +63,10 @@ class _Lowering:
         self.by_name = {s.name: s for s in program.statements}
         self.piece_of: dict[str, str] = {}  # AST statement (a piece of a statement) -> statement
         self.piece_maps: dict[str, isl.Map] = {}  # AST statement -> its schedule
-        self._layout()
         self.bands = self._bands()
+        self.first_writes: dict[str, tuple] = {}  # statement -> its first writes and the rest, in uniform pieces
+        self.overwriting: set[str] = set()  # AST statements whose `+=` overwrites (first writes, first touches)
+        self._layout()
 
     # -- memory -----------------------------------------------------------------------------
     def _layout(self) -> None:
@@ -85,12 +86,9 @@ class _Lowering:
         self.loop_stages = {}  # tensor -> (position, statements, mem, base, offset, size)
         self.fresh: set[str] = set()  # staged tensors whose buffers start as zeros: no load
         self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
-        self.accumulated: set[str] = set()  # fresh buffers whose every element some `+=` updates
-        self.first_update: dict[str, dict[str, int]] = {}  # ... first by a MATMUL: no zeros (reduction lower bounds)
         self.double: set[str] = set()  # loop-staged tensors with two buffers
         self.first: dict = {}  # staged tensor -> FirstTouch: the iterations that zero its buffer, not load it
         self.disjoint: set[str] = set()  # written loop-staged tensors whose boxes in a pass of the loop are disjoint
-        self.overwrite: set[str] = set()  # AST statements whose MATMULs overwrite their accumulators
         self.no_fill: set[str] = set()  # tensors in `first` whose first iterations need no zeros
         explicit = {st.tensor: st for st in self.schedule.stages}
         self.layouts = {st.tensor: st.layout for st in self.schedule.stages if st.layout is not None}
@@ -151,30 +149,43 @@ class _Lowering:
         self.fresh.add(t.name)
         if t.role == "none":
             self.stored.discard(t.name)
-        if not self.schedule.initial_value_read(t.name) and (t.name not in self.stored or box.covered):
+        zeros_read = self.schedule.initial_value_read(t.name) and not self._overwrites_first(t.name)
+        if not zeros_read and (t.name not in self.stored or box.covered):
             self.unfilled.add(t.name)
-        if box.accumulated:
-            self.accumulated.add(t.name)
 
-    def _overwritten(self) -> dict[str, dict[str, int]]:
-        """Fresh accumulators that need no zeros, each with the lower bounds of its reductions:
-        updated only by one tensorized contraction (none of it element by element, its box
-        updated whole) whose reduction domain is a box, and whose schedule updates each element
-        first in the run of the band where every reduction index is at its lower bound (isl).
-        That run's first MATMUL overwrites instead of accumulating; the others accumulate."""
-        out = {}
-        for kind, positions, stmts in self.bands:
-            for name in stmts if kind == "array" else ():
-                stmt = self.by_name[name]
-                t = stmt.lhs.tensor
-                users = [x for x in self.program.statements if any(a.tensor == t for a in [x.lhs] + x.reads)]
-                if t not in self.accumulated or t in self.unfilled or users != [stmt] or stmt.op != "+=" or \
-                        f"{name}__rest" in self.piece_of:
-                    continue
-                lower = _first_update(stmt, self.schedule._state.maps[name], out_indices(self.program, stmt))
-                if lower is not None:
-                    out[t] = lower
-        return out
+    def _overwrites_first(self, tensor: str) -> bool:
+        """Whether the first `+=` to each element of the fresh `tensor` runs as an overwrite, so
+        that its buffer need not be zeroed: the schedule allows it (Schedule.overwrites_first) and
+        splitting the first writes from the others leaves every band in whole pieces."""
+        if not self.schedule.overwrites_first(tensor):
+            return False
+        stmt = next(s for s in self.program.statements if s.lhs.tensor == tensor)
+        points = self.schedule._state.maps[stmt.name].range()
+        positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
+        if not positions:
+            first = self.schedule.first_writes(stmt.name)
+            self.first_writes[stmt.name] = (([first], None), ([points.subtract(first)], None))
+            return True
+        # the first writes are whole blocks of the band: those of the earliest block of each element
+        first = self.schedule.first_writes(stmt.name, positions[0])
+        _, rest = _uniform_pieces(points, positions)
+        split = (_uniform_pieces(first, positions), _uniform_pieces(points.subtract(first), positions))
+        for _, extra in split:
+            if extra is not None and not extra.is_empty() and (rest is None or not extra.is_subset(rest)):
+                return False  # a first write would run element by element that a vector runs now
+        # a staging loop whose iterations do not all hold first writes: isl would peel them out of it
+        n = points.dim(isl.dim_type.set)
+        for st in self.schedule.stages:
+            _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False) if st.loop else \
+                (None, -1, ())
+            if stmt.name in stmts and not first.project_out(isl.dim_type.set, pos + 1, n - pos - 1).is_equal(
+                    points.project_out(isl.dim_type.set, pos + 1, n - pos - 1)):
+                return False
+        tensorized = any(kind == "array" and stmt.name in stmts for kind, _, stmts in self.bands)
+        if tensorized and split[0][1] is not None and not split[0][1].is_empty():
+            return False  # element by element, an instance of a first block is not each element's first
+        self.first_writes[stmt.name] = split
+        return True
 
     def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
         """The origin of `tensor`'s box in the iteration of its staging loop that the AST `node`
@@ -278,8 +289,6 @@ class _Lowering:
         self.active = {name: (mem, base, tuple(LoopAffine.make(o) for o in origin), size)
                        for name, (mem, base, origin, size) in self.buf.items()}
         schedule = self._separated()
-        self.first_update = self._overwritten()
-        self.unfilled |= set(self.first_update)
         for name in self.buf:
             self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
@@ -319,31 +328,39 @@ class _Lowering:
         for stmt in self.program.statements:
             m = self.schedule._state.maps[stmt.name]
             positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
-            if not positions:
+            if not positions and stmt.name not in self.first_writes:
                 out = out.union(isl.UnionMap.from_map(m))
                 self.piece_maps[stmt.name] = m
                 continue
-            named = []
-            first = self._overwriting(stmt)
-            if first is not None:
-                pieces, rest = _uniform_pieces(first, positions)
-                if rest is None or rest.is_empty():
-                    named = [(f"{stmt.name}__w{i}", piece) for i, piece in enumerate(pieces)]
-                    self.overwrite.update(name for name, _ in named)
-                    self.no_fill.add(stmt.lhs.tensor)
-            points = m.range().subtract(first) if named else m.range()
-            pieces, rest = _uniform_pieces(points, positions)
-            named += [(stmt.name if i == 0 else f"{stmt.name}__p{i}", piece) for i, piece in enumerate(pieces)]
-            for name, piece in named:
-                piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
-                out = out.union(isl.UnionMap.from_map(piece_map))
-                self.piece_of[name] = stmt.name
-                self.piece_maps[name] = piece_map
-            if rest is not None and not rest.is_empty():
-                rest_map = m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, f"{stmt.name}__rest")
-                out = out.union(isl.UnionMap.from_map(rest_map))
-                self.piece_of[f"{stmt.name}__rest"] = stmt.name
-                self.piece_maps[f"{stmt.name}__rest"] = rest_map
+            if stmt.name in self.first_writes:  # the first writes of a fresh `+=`: pieces `S__first`
+                parts = [("__first", self.first_writes[stmt.name][0]), ("", self.first_writes[stmt.name][1])]
+            else:  # the MATMULs that first touch a reloaded accumulator: pieces `S__w`
+                parts, points = [], m.range()
+                first = self._overwriting(stmt)
+                if first is not None:
+                    pieces, rest = _uniform_pieces(first, positions)
+                    if rest is None or rest.is_empty():
+                        parts.append(("__w", (pieces, None)))
+                        self.no_fill.add(stmt.lhs.tensor)
+                        points = points.subtract(first)
+                parts.append(("", _uniform_pieces(points, positions)))
+            for tag, (pieces, rest) in parts:
+                for i, piece in enumerate(p for p in pieces if not p.is_empty()):
+                    name = f"{stmt.name}{tag}" if i == 0 else f"{stmt.name}{tag}__p{i}"
+                    piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
+                    out = out.union(isl.UnionMap.from_map(piece_map))
+                    self.piece_of[name] = stmt.name
+                    self.piece_maps[name] = piece_map
+                    if tag:
+                        self.overwriting.add(name)
+                if rest is not None and not rest.is_empty():
+                    name = f"{stmt.name}{tag}__rest"
+                    rest_map = m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, name)
+                    out = out.union(isl.UnionMap.from_map(rest_map))
+                    self.piece_of[name] = stmt.name
+                    self.piece_maps[name] = rest_map
+                    if tag:
+                        self.overwriting.add(name)
         return out
 
     def _overwriting(self, stmt: Statement) -> isl.Set | None:
@@ -675,7 +692,7 @@ class _Lowering:
             values[index] = _expr(call.get_op_arg(i + 1), env)
         kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and self._banded(ast_name, b)}
         if "array" in kinds:
-            self._matmul(stmt, values, band, ast_name not in self.overwrite)
+            self._matmul(stmt, values, band, ast_name not in self.overwriting)
             return
         shape = tuple(n for _, n in sorted(band.values())) or (1,)
 
@@ -694,7 +711,7 @@ class _Lowering:
             if 0 in lhs.strides and stmt.op != "=":
                 raise CodegenError(f"vectorize: {stmt.name} reduces along the vector lanes; vectorize a loop "
                                    f"that indexes its output")
-        VectorExpr(self.em, self.program, stmt, view_of, temp).statement()
+        VectorExpr(self.em, self.program, stmt, view_of, temp, overwrite=ast_name in self.overwriting).statement()
 
     def _view(self, acc: Access, values: dict[str, LoopAffine], band) -> View:
         if self.active.get(acc.tensor) is None:
@@ -770,70 +787,15 @@ class _Lowering:
         if len(k) == 1 and depth > self.target.rows:
             raise CodegenError(f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first")
         acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
-        # the run of the band where every reduction index is at its lower bound updates its
-        # elements first: its first MATMUL overwrites them (the rest accumulate)
-        lower = self.first_update.get(stmt.lhs.tensor)
-        first = None
-        if lower is not None:
-            first = LoopAffine.make(0)
-            for index, lb in lower.items():
-                v = values[index]
-                first = first + LoopAffine.make(v.const - lb, tuple(v.coefs[:BAND_LEVEL]))
         for lo in range(0, depth, self.target.rows):
             rows = min(self.target.rows, depth - lo)
             a_part = View(a_v.mem, a_v.dtype, a_v.base + lo * a_k * ITEMSIZE[a_v.dtype],
                           a_v.shape[:-1] + (rows,), a_v.strides[:-1] + (a_k,))
             b_part = View(b_v.mem, b_v.dtype, b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
                           (rows,) + b_v.shape[1:], (b_k,) + b_v.strides[1:])
-
-            def matmul(add: int) -> None:
-                self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=add,
-                                      a_zp=mp.a_zp, b_zp=mp.b_zp))
-
-            if lo == 0 and not accumulate:  # a block that holds the first update of all it writes
-                matmul(0)
-            elif lo > 0 or first is None:
-                matmul(1)
-            elif not any(first.coefs):  # the same in every run here: no test
-                matmul(int(first.const > 0))
-            else:  # first <= 0 (it is never negative) / first >= 1
-                with self.em.block("IF", cond=Bound(((first.scale(-1), 1),))):
-                    matmul(0)
-                with self.em.block("IF", cond=Bound(((first + (-1), 1),))):
-                    matmul(1)
-
-
-def reduction_lower_bounds(stmt: Statement, out: tuple[str, ...]) -> dict[str, int] | None:
-    """The lower bound of each reduction index of `stmt` if its reductions run over the same box
-    for every output element (a convolution's window with its halo, a matmul's K), else None."""
-    dom = poly.domain(stmt)
-    reds = [d for d, i in enumerate(stmt.indices) if i not in out]
-    lower, box = {}, isl.Set.universe(dom.get_space())
-    for d in reds:
-        lo, hi = dom.dim_min(d), dom.dim_max(d)
-        if not (lo.is_cst() and hi.is_cst()):
-            return None
-        lower[stmt.indices[d]] = lb = _cst(lo)
-        box = box.lower_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(box.get_ctx(), lb)) \
-            .upper_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(box.get_ctx(), _cst(hi)))
-    projected = dom
-    for d in reds:
-        projected = projected.eliminate(isl.dim_type.set, d, 1)
-    return lower if projected.intersect(box).is_equal(dom) else None
-
-
-def _first_update(stmt: Statement, schedule: isl.Map, out: tuple[str, ...]) -> dict[str, int] | None:
-    """`reduction_lower_bounds`, if `schedule` runs, for each element, the instance at those
-    lower bounds before any other instance that updates it; else None."""
-    lower = reduction_lower_bounds(stmt, out)
-    if lower is None:
-        return None
-    at_lower = poly.domain(stmt)
-    for index, lb in lower.items():
-        at_lower = at_lower.fix_val(isl.dim_type.set, stmt.indices.index(index), isl.Val.int_from_si(at_lower.get_ctx(), lb))
-    element = poly.access_map(stmt, stmt.lhs)
-    first = element.reverse().apply_range(schedule).lexmin()
-    return lower if element.intersect_domain(at_lower).reverse().apply_range(schedule).is_equal(first) else None
+            # a block that holds the first update of all it writes overwrites with its first MATMUL
+            self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=int(lo > 0 or accumulate),
+                                  a_zp=mp.a_zp, b_zp=mp.b_zp))
 
 
 def _coalesced_k(a: View, b: View, k: list[int | None]) -> tuple[int, int, int | None]:

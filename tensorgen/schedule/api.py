@@ -73,8 +73,6 @@ class StagedBox:
     fresh: bool  # the buffer starts as zeros: no load needed
     covered: bool = False  # fresh, and every element of the box inside the tensor is written in its
     # iteration (so that the buffer need not be zeroed) by a program that reads no initial value of it
-    accumulated: bool = False  # fresh, and every element of the box inside the tensor is updated in its
-    # iteration by a program that reads its initial zeros (`+=`): a first MATMUL may overwrite them
     first: FirstTouch | None = None  # not fresh, starts as zeros: the iterations that need no load
     disjoint_in_loop: bool = False  # not fresh, written: no two iterations of the loop with the same
     # outer iterations meet, so a double buffer may load the next box while the last one is stored
@@ -633,18 +631,48 @@ class Schedule:
         fresh = None not in offset and t.role in ("output", "none") and \
             self._boxes_disjoint(tensor, pos, offset, size, image)
         # (only asked where it decides something: a stored buffer whose initial zeros nothing reads)
-        whole = fresh and written is not None and t.role != "none" and \
-            self._box_covered(t, pos, offset, size, image, written)
-        read = self.initial_value_read(tensor)
+        covered = fresh and written is not None and t.role != "none" and not self.zeros_read(tensor) \
+            and self._box_covered(t, pos, offset, size, image, written)
         first, disjoint = None, False
         if overlaps and not fresh and written is not None and None not in offset and pos >= 0:
             first, disjoint = self._overlaps(t, pos, offset, size, image, written)
-        return StagedBox(tuple(offset), tuple(size), fresh, whole and not read, whole and read, first, disjoint)
+        return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint)
 
     def initial_value_read(self, tensor: str) -> bool:
         """Whether some instance reads an element of `tensor` before any statement writes it
         (a `+=` of a tensor that starts as zeros): only then must a fresh buffer be zeroed."""
         return _reads_initial_value(self.program, tensor)
+
+    def zeros_read(self, tensor: str) -> bool:
+        """Whether a fresh buffer of `tensor` must be zeroed: some instance reads an initial value
+        of it, and the first `+=` to each element cannot simply overwrite it instead (see
+        `overwrites_first`)."""
+        return self.initial_value_read(tensor) and not self.overwrites_first(tensor)
+
+    def overwrites_first(self, tensor: str) -> bool:
+        """Whether the lowering may run the first update of each element of a fresh `tensor` as
+        an overwrite (`Y = rhs` for `Y += rhs`: VMUL for VMAC, a MATMUL that does not accumulate),
+        so that its buffer need not be zeroed: one `+=` statement writes it and nothing else
+        reads it."""
+        accessing = [s for s in self.program.statements
+                     if s.lhs.tensor == tensor or any(a.tensor == tensor for a in s.reads)]
+        if len(accessing) != 1:
+            return False
+        (stmt,) = accessing
+        return stmt.lhs.tensor == tensor and stmt.op == "+=" and not any(a.tensor == tensor for a in stmt.reads)
+
+    def first_writes(self, statement: str, depth: int | None = None) -> isl.Set:
+        """The schedule points of `statement` that write an element of its left-hand side in the
+        earliest value of the schedule dimensions d0..d<depth-1> (all of them by default) that
+        writes it: with a band below `depth`, every instance of the band's first block."""
+        stmt = next(s for s in self.program.statements if s.name == statement)
+        sched = self._state.maps[statement]
+        n = sched.dim(isl.dim_type.out)
+        prefix = sched.project_out(isl.dim_type.out, depth, n - depth) if depth is not None else sched
+        writes = poly.access_map(stmt, stmt.lhs)  # instance -> element
+        first = writes.reverse().apply_range(prefix).lexmin()  # element -> its first prefix
+        instances = writes.range_product(prefix).intersect_range(first.wrap()).domain()
+        return instances.apply(sched)
 
     def _box_covered(self, t, pos: int, offset, size, image: isl.Set, written: isl.Set) -> bool:
         """Whether, in every iteration, the writes cover the box (within the tensor's bounds)."""

@@ -19,7 +19,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from tensorgen.codegen.scheduled import reduction_lower_bounds, vector_profile
+from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.schedule.api import Schedule
@@ -398,10 +398,6 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     written = {x.lhs.tensor for x in layer.statements}
     stored = {t for t in written if program.tensor(t).role != "none"}
     sizes: dict[tuple[str, str | None], Footprint | None] = {}
-    # the first MATMUL of each element's reduction overwrites a fresh accumulator that only it
-    # updates, over a box of reductions: no zeros needed (the lowering's `_overwritten`)
-    whole_reduction = kind == "array" and layer.accessing(stmt.lhs.tensor) == [stmt] and \
-        reduction_lower_bounds(stmt, out_indices(program, stmt)) is not None
     overwrites = None  # whether the first MATMUL of each accumulator element may overwrite it (lazily)
     for t in layer.tensors():
         tensor = program.tensor(t)
@@ -411,8 +407,8 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
                 sizes[(t, lv)] = Footprint(0, 0, False, False)
                 continue
             elements = math.prod(box.size)
-            fill = box.fresh and (s.initial_value_read(t) or (t in stored and not box.covered)) and \
-                not (box.accumulated and t == stmt.lhs.tensor and whole_reduction)
+            fill = box.fresh and (s.zeros_read(t) or (t in stored and not box.covered))
+            refill = box.fresh and not fill and s.initial_value_read(t)  # the first writes overwrite
             temp = t in written and tensor.role == "none"
             first = box.first.count if box.first else 0
             if first and box.first.covered and kind == "array" and t == stmt.lhs.tensor and overwrites is None:
@@ -421,7 +417,7 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
                                           and overwrites)
             sizes[(t, lv)] = None if temp and not box.fresh else \
                 Footprint(elements * tensor.itemsize, elements, box.fresh, fill or zeroed, first,
-                          box.disjoint_in_loop)
+                          box.disjoint_in_loop, refill)
     if kind == "array":
         band_cycles = (fold.matmuls if fold else 1) * sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
         band_temps = 0
@@ -443,8 +439,16 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     memory = {t: "spad" for t in layer.tensors()}
     if kind == "array":
         memory[stmt.lhs.tensor] = "acc"
+    out = out_indices(program, stmt)
+
+    def index(loop: str) -> str:  # the index a loop of a split comes from: c_o, n_i_o -> c, n
+        while loop not in stmt.indices and loop[-2:] in ("_o", "_i"):
+            loop = loop[:-2]
+        return loop
+
+    first_reduction = next((k for k, x in enumerate(order) if index(x) not in out and geo.trips[x] > 1), 10**6)
     return Probe(tuple(order), sk.fused, {x: geo.trips[x] for x in order}, sizes, band_cycles, band_temps,
-                 tile_work, _ragged(stmt, blocks), memory, written, stored)
+                 tile_work, _ragged(stmt, blocks), memory, written, stored, first_reduction=first_reduction)
 
 
 def _align(n: int) -> int:

@@ -47,6 +47,8 @@ class Footprint:
     skipped: int = 0  # not fresh: iterations that are the first to touch their box (no load)
     pipelinable: bool = False  # not fresh, written: the boxes of one pass of the loop are disjoint,
     # so the buffer may be double-buffered (loaded and stored while others compute)
+    refill: bool = False  # fresh: must be zeroed unless its first writes overwrite, which a staging
+    # loop inside a reduction loop prevents (isl peels the reduction's first iteration out of that loop)
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Probe:
     memory: dict[str, str] = field(default_factory=dict)  # tensor -> "spad" or "acc"
     written: set[str] = field(default_factory=set)
     stored: set[str] = field(default_factory=set)  # written tensors whose buffers are stored
+    first_reduction: int = 10**6  # position in `order` of the outermost reduction loop of >1 trips
     table: dict = field(default_factory=dict)  # (tensor, level) -> _Staged, filled by cost()
 
 
@@ -83,6 +86,7 @@ class _Staged:
     written: bool
     fresh: bool
     fill: int  # cycles of one zero fill (0: none)
+    refill: int  # cycles of one zero fill if its first writes cannot overwrite (0: none)
     fills: int  # zero fills over all iterations
     loads: int  # loads over all iterations
     stores: int  # stores over all iterations
@@ -109,6 +113,7 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
             channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
             probe.table[key] = _Staged(count, written, fp.fresh, vector_cycles(target, fp.elements) if fp.fill else 0,
+                                       vector_cycles(target, fp.elements) if fp.refill else 0,
                                        fills, loads, stores, fp.pipelinable, target.dma_setup_cycles + channel,
                                        channel, fp.nbytes, _align(fp.nbytes), probe.memory.get(tensor) == "acc")
     return probe.table[key]
@@ -129,6 +134,8 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
         return refused
+    # a staging loop inside a reduction loop: its first writes are not whole iterations of it
+    deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
     spad = acc = dma = dram = 0
     overlapped = stored = fill = channel = 0  # per iteration of a pipelined loop
     for tensor, level in stages:
@@ -136,17 +143,18 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
         if st is None:
             return refused
         piped = pipeline and level == inner
+        refill = st.refill if deep else 0
         if piped and st.written and not st.fresh and not st.pipelinable:
             return refused
         if piped:
             # per iteration, on average (the first to touch their box load nothing)
-            fill += st.fill * st.fills / st.count
+            fill += st.fill * st.fills / st.count + refill
             if st.loads or st.stores:
                 channel += st.channel
                 stored += st.one * st.stores / st.count
                 overlapped += st.one * st.loads / st.count
         else:
-            dma += st.fills * st.fill + (st.loads + st.stores) * st.one
+            dma += st.fills * st.fill + st.count * refill + (st.loads + st.stores) * st.one
         dram += (st.loads + st.stores) * st.nbytes
         if st.in_acc:
             acc += st.footprint * (2 if piped else 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorgen.ir.core import BinOp, Program, Statement
+from tensorgen.ir.core import Program, Statement
 from tensorgen.schedule.api import Loop, Schedule
 from tensorgen.schedule.kernel import out_indices
 

@@ -76,12 +76,12 @@ def test_channels_innermost_fold_kernel_columns_and_channels_into_k() -> None:
     assert "layout=(0, 2, 3, 1)" in str(s) and "(s.loop('s'), s.loop('c')))" in str(s)
     compiled, _ = _exact(program, s)
     # 7 columns x 3 channels = 21 rows of K, cut into 16 + 5, inside the loop over the 7 kernel
-    # rows; the first 16 twice: the kernel row r = 0 overwrites the accumulator (no zero fill),
-    # the others accumulate, chosen by an IF on r
+    # rows; kernel row r = 0 is a piece of its own whose first MATMUL overwrites the accumulator
+    # (no zero fill), the other rows accumulate
     code = compiled.binary.code
-    assert _matmul_rows(compiled) == [16, 16, 5]
-    assert [i.arg("accumulate") for i in code if i.mnemonic == "MATMUL"] == [0, 1, 1]
-    assert [i.mnemonic for i in code].count("IF") == 2 and "VFILL" not in [i.mnemonic for i in code]
+    assert _matmul_rows(compiled) == [16, 5, 16, 5]
+    assert [i.arg("accumulate") for i in code if i.mnemonic == "MATMUL"] == [0, 1, 1, 1]
+    assert "VFILL" not in [i.mnemonic for i in code]
 
 
 def test_k_loops_that_are_not_one_run_of_addresses_are_refused() -> None:
@@ -133,15 +133,10 @@ def test_both_folds_of_a_stem_are_exact_and_costed(window: bool) -> None:
     last = 3 if window else 5
     code = compiled.binary.code
     overwrites = [i for i in code if i.mnemonic == "MATMUL" and not i.arg("accumulate")]
-    # the first MATMUL of a run overwrites the accumulator tile, which needs no zeros: in every
-    # run when the run does the whole reduction (window), else in the runs of kernel row 0, by
-    # an IF beside the accumulating MATMUL
+    # the first MATMUL of each element's first run overwrites the accumulator tile, which needs no
+    # zeros: every run when the run does the whole reduction (window), else the runs of kernel row 0
     assert "VFILL" not in [i.mnemonic for i in code] and overwrites
-    assert set(rows) == {16, last}
-    if window:
-        assert rows.count(16) == 9 * rows.count(last) and "IF" not in [i.mnemonic for i in code]
-    else:
-        assert rows.count(16) == rows.count(last) + len(overwrites)
+    assert set(rows) == {16, last} and rows.count(16) == (9 if window else 1) * rows.count(last)
     assert abs(cand.cycles - sim.stats.cycles) <= 0.1 * sim.stats.cycles, (cand.cycles, sim.stats.cycles)
 
 
