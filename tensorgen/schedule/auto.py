@@ -387,7 +387,9 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
     a block of a second output index (image rows) so that more rows share one fill. Rows of
     M: up to 256, and no more than `acc_rows`, the rows of an accumulator tile that fit; M
     itself is blocked (equal blocks of at most `acc_rows`) if need be: in a fused layer that tile
-    must stay on chip, and in any layer the accumulators must hold at least one tile of M rows."""
+    must stay on chip, and in any layer the accumulators must hold at least one tile of M rows;
+    and blocks of a half and a quarter of `acc_rows` are tried too, whose tiles the accumulators
+    can double-buffer."""
     def split_name(name: str, size: int, part: str) -> str:
         return f"{name}_{part}" if stmt.extent(name) > size else name
 
@@ -405,9 +407,9 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
     factors = {1}
     fill_rows = min(256, acc_rows)
     m_split = stmt.extent(m) > acc_rows
+    array_blocks, array_out, m0, m_rows = blocks, base_out, m, stmt.extent(m)
     if m_split:
-        # blocks of equal size (as near as can be): a ragged last one is peeled, not pipelined
-        blocks = blocks + [(m, -(-stmt.extent(m) // -(-stmt.extent(m) // acc_rows)))]
+        blocks = blocks + [(m, _m_block(m_rows, acc_rows))]
         base_out = base_out + [f"{m}_o"]
         m, m2 = f"{m}_i", None
     elif m2 is not None and stmt.extent(m) < fill_rows:
@@ -432,6 +434,22 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
         orders = list(dict.fromkeys([tuple(others_out + n_outer + k_outer + others_red),
                                      tuple(n_outer + others_out + k_outer + others_red)]))
         yield blocks_f, orders, m_loops, m_loops + inner
+    # M blocked by a half or a quarter of the accumulator rows, whose tiles can be double-buffered
+    done = {_m_block(m_rows, acc_rows)} if m_split else set()
+    for rows in (acc_rows // 2, acc_rows // 4):
+        size = _m_block(m_rows, max(rows, 1))
+        if rows >= 1 and m_rows > rows and size not in done:
+            done.add(size)
+            others_out = array_out + [f"{m0}_o"]
+            orders = list(dict.fromkeys([tuple(others_out + n_outer + k_outer + others_red),
+                                         tuple(n_outer + others_out + k_outer + others_red)]))
+            yield array_blocks + [(m0, size)], orders, [f"{m0}_i"], [f"{m0}_i"] + inner
+
+
+def _m_block(extent: int, rows: int) -> int:
+    """Rows of the blocks of M that split `extent` rows into blocks of at most `rows`, all of
+    equal size as near as can be: a ragged last block is peeled out of its loop, not pipelined."""
+    return -(-extent // -(-extent // rows))
 
 
 def _vector_bands(stmt: Statement, out, others_red, cap: int):
