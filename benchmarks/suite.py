@@ -47,8 +47,13 @@ What each number is (per layer):
   torch_matches_reference: the timed PyTorch call computed those same values, so
   sim/torch compares like with like.
 
+- schedule: `auto` when the automatic scheduler's choice ran, `default` otherwise;
+  schedule_fallback: with --schedule auto, why the default schedule was used instead
+  (also printed as a warning after the table), or null.
+
 Summary: geometric means of roofline attainment, sim/torch and DRAM/lower bound over
-the layers that ran, and total times. Exit status 1 when a layer fails or differs.
+the layers that ran, how many used the automatic schedule and the fallbacks, and total
+times. Exit status 1 when a layer fails or differs.
 """
 
 from __future__ import annotations
@@ -159,12 +164,14 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
     """Compile, simulate, check and time one layer; returns its row of the JSON report."""
     t0 = time.perf_counter()
     program = parse_program(layer.op_yaml(), f"<{layer.name}>", target.name)
-    model_cycles = None
+    model_cycles, reason = None, None
     if options.schedule == "auto":
         auto = compile_auto(program, target)
         compiled = auto.compiled
-        if auto.plan.chosen is not None:
+        if auto.plan.chosen is not None and auto.plan.schedule is not None:
             model_cycles = auto.plan.chosen.cycles
+        else:
+            reason = auto.plan.reason
     else:
         compiled = compile_program(program, target)
     data = encode(compiled.binary)
@@ -190,6 +197,7 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         "description": layer.op.describe(),
         **performance(layer, program, compiled.macs, result.stats, target, unit_peak(program, target)),
         "schedule": options.schedule if model_cycles is not None or options.schedule == "default" else "default",
+        "schedule_fallback": reason,  # with --schedule auto: why the default schedule was used instead
         "model_cycles": model_cycles,
         "model_over_sim": model_cycles / result.stats.cycles if model_cycles else None,
         "kernels": len(compiled.kernels),
@@ -281,6 +289,10 @@ def summarize(rows: list[dict]) -> dict:
         # the layers below half the roofline, each with the ceiling its unit sets (the explanation)
         "below_half": [{"name": r["name"], "roofline_attainment": r["roofline_attainment"], "unit": r.get("unit"),
                         "unit_ceiling": r.get("unit_ceiling")} for r in ran if r["roofline_attainment"] < 0.5],
+        # with --schedule auto: the layers that got the default schedule instead, and why
+        "auto_scheduled": sum(r["schedule"] == "auto" for r in ran),
+        "fallbacks": [{"name": r["name"], "reason": r["schedule_fallback"]} for r in ran
+                      if r.get("schedule_fallback") is not None],
         "total_macs": sum(r["macs"] for r in ran),
         "total_cycles": sum(r["cycles"] for r in ran),
         "total_compile_s": sum(r["compile_s"] for r in ran),
@@ -445,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
         why = "no ceiling known" if ceiling is None else \
             f"{low['unit']} unit ceiling {ceiling:.1%}: {low['roofline_attainment'] / ceiling:.0%} of it attained"
         console.print(f"below 50%: {low['name']} at {low['roofline_attainment']:.1%} ({why})")
+    if options.schedule == "auto":
+        s = report["summary"]
+        console.print(f"automatic schedule: {s['auto_scheduled']} of {s['layers'] - len(s['failed'])} layers")
+        for fallback in s["fallbacks"]:
+            console.print(f"[yellow]warning:[/yellow] {fallback['name']} fell back to the default schedule: "
+                          f"{escape(fallback['reason'])}")
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(report, indent=2) + "\n").encode())

@@ -10,6 +10,18 @@ It then searches the loop order of the outer loops and the staging level of ever
 (which memory holds which footprint at which loop) under the target's capacities, with double
 buffering of the innermost staging loop, minimising a cost model (cost.py) of the generated
 microcode. Anything else falls back to the always-legal default schedule, with the reason.
+
+When no candidate fits the target's memories (a small target: M rows that fill the
+accumulators leave no room for the operands' blocks, or a vector band's temporaries), the search
+is retried with M blocks and vector bands half as large, down to one row, until one fits.
+
+The search is bounded twice: by TIME_BUDGET_S CPU seconds, checked between loop nests (the best
+candidate found by then is taken), and by ISL_MAX_OPERATIONS, isl's operation limit
+(isl_ctx_set_max_operations on islpy's default context), which stops a single isl computation
+that explodes (a footprint, a dependence check) where the time budget cannot. Reaching the limit
+falls back to the default schedule with a warning and the reason in `Plan.reason`; the limit is
+removed (and isl's operation count reset) when auto_schedule returns, so the lowering that
+follows is not bounded by it.
 """
 
 from __future__ import annotations
@@ -17,7 +29,11 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+import islpy as isl
 
 from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
@@ -33,6 +49,10 @@ TIME_BUDGET_S = 1.5
 # candidates whose cycles are within this share of the fastest's count as ties: the one that moves
 # the least DRAM wins (BERT's FFN down-projection chunked: 0.2% more cycles, 23% less DRAM)
 TIE = 0.005
+# isl operations (isl_ctx_set_max_operations) one auto_schedule may spend: about 20 times what
+# the suite's largest searches take on tg1 and tiny (about a million), more than TIME_BUDGET_S
+# lets the search itself spend (see the module docstring)
+ISL_MAX_OPERATIONS = 20_000_000
 
 __all__ = ["Candidate", "Plan", "Space", "auto_schedule"]
 
@@ -112,18 +132,62 @@ class Plan:
         return sorted(out, key=lambda o: o.cycles)[:6]
 
 
-def auto_schedule(program: Program, target: Target) -> Plan:
+def auto_schedule(program: Program, target: Target, max_operations: int | None = None) -> Plan:
+    """The automatic scheduler's plan for `program`: a schedule, or the reason why the default
+    schedule is used. isl may spend at most `max_operations` operations on it (default
+    ISL_MAX_OPERATIONS; 0: no limit)."""
     t0 = time.perf_counter()
     cpu0 = time.process_time()
+    limit = ISL_MAX_OPERATIONS if max_operations is None else max_operations
+    with _isl_operation_limit(limit) as exhausted:
+        try:
+            plan = _plan(program, target, cpu0)
+        except Exception:  # noqa: BLE001 - a call that fails at the limit may raise anything (TypeError, ...)
+            if not exhausted():
+                raise
+            plan = None
+    if plan is None:
+        reason = f"the search exceeded isl's operation limit ({limit:,} operations, ISL_MAX_OPERATIONS)"
+        warnings.warn(f"auto: {reason}; using the default schedule", stacklevel=2)
+        return Plan(None, None, reason=reason, search_s=time.perf_counter() - t0)
+    plan.search_s = time.perf_counter() - t0
+    return plan
+
+
+def _plan(program: Program, target: Target, cpu0: float) -> Plan:
     layer = recognise(program)
     if isinstance(layer, str):
         return Plan(None, None, reason=layer)
     try:
-        plan = _search(program, target, layer, cpu0)
+        return _search(program, target, layer, cpu0)
     except (ScheduleError, CapacityError, CodegenError) as err:
         return Plan(None, None, reason=f"no schedule in the search space fits ({err})")
-    plan.search_s = time.perf_counter() - t0
-    return plan
+
+
+@contextmanager
+def _isl_operation_limit(limit: int):
+    """isl's operation limit (0: none) on its default context, which tensorgen's sets and maps
+    live in, counted from zero, for the duration of the block; the previous limit and a fresh
+    count after it. Yields a test of whether the limit was reached: once it is, every isl call
+    fails, with whatever error the function that failed reports (often not the limit's, and not
+    always an isl.Error: islpy turns some failed calls into None)."""
+    ctx = isl.DEFAULT_CONTEXT
+    previous = ctx.get_max_operations()
+
+    def exhausted() -> bool:
+        try:
+            isl.Set("{ [i] : 0 <= i < 2 }").lexmax()
+        except isl.Error:
+            return limit > 0
+        return False
+
+    ctx.reset_operations()
+    ctx.set_max_operations(limit)
+    try:
+        yield exhausted
+    finally:
+        ctx.set_max_operations(previous)
+        ctx.reset_operations()
 
 
 @dataclass
@@ -147,7 +211,10 @@ class Space:
         return self.folds.get(tuple(band))
 
     @staticmethod
-    def of(program: Program, target: Target, layer: Layer) -> Space:
+    def of(program: Program, target: Target, layer: Layer, shrink: int = 0) -> Space:
+        """The space of `layer`; with `shrink`, M blocks and vector bands 2**shrink times smaller
+        than the accumulators and the scratchpad would hold (for targets where those leave no
+        room for the rest)."""
         stmt = layer.contraction
         mp = mac_mapping(program, stmt)
         if mp is not None and (mp.n is None or mp.m is None):
@@ -167,8 +234,9 @@ class Space:
             blocks = []
         profiles = {s.name: vector_profile(program, s) for s in layer.statements
                     if s is not stmt or band_kind == "vector"}
-        acc_rows = max(1, target.acc.bytes // (4 * target.cols))
-        vector_elements = max(target.lanes, target.spad.bytes // 32)  # eight int32 buffers of a vector band fit
+        acc_rows = max(1, target.acc.bytes // (4 * target.cols) >> shrink)
+        # eight int32 buffers of a vector band fit
+        vector_elements = max(target.lanes, target.spad.bytes // 32 >> shrink)
         shapes = list(_shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others),
                               vector_elements, [i for i in fold.indices if i != mp.k] if fold else [],
                               target.spad.bytes))
@@ -347,18 +415,26 @@ def _window_shape(stmt: Statement, out, reds, mp: MacMapping, fold: KFold, targe
 
 
 def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan:
-    space = Space.of(program, target, layer)
     considered: list[Candidate] = []
     fitting: list[tuple[Candidate, tuple]] = []
-    for shape, order in space.nests():
-        if time.process_time() - cpu0 > TIME_BUDGET_S and fitting:
+    shapes = None
+    # while nothing fits: M blocks and vector bands half as large, until they are one row
+    for shrink in range(max(target.acc.bytes // (4 * target.cols), target.spad.bytes // 32).bit_length() + 1):
+        space = Space.of(program, target, layer, shrink)
+        if space.shapes == shapes:
+            continue
+        shapes = space.shapes
+        for shape, order in space.nests():
+            if time.process_time() - cpu0 > TIME_BUDGET_S and fitting:
+                break
+            for cand in space.costed(shape, order):
+                considered.append(cand)
+                if cand.cycles != math.inf:
+                    fitting.append((cand, shape))
+        if fitting:
             break
-        for cand in space.costed(shape, order):
-            considered.append(cand)
-            if cand.cycles != math.inf:
-                fitting.append((cand, shape))
     if not fitting:
-        raise CapacityError("every staging choice overflows a memory")
+        raise CapacityError("every staging choice overflows a memory, even with the smallest blocks")
     # the fastest, unless one within TIE of it moves less DRAM (whose energy dominates)
     fastest = min(c.cycles for c, _ in fitting)
     cand, shape = min((x for x in fitting if x[0].cycles <= fastest * (1 + TIE)),
@@ -461,8 +537,11 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
 
     On the MAC array, N and K are blocked by the array; M streams: the M index alone, or with
     a block of a second output index (image rows) so that more rows share one fill. Rows of
-    M: up to 256, and no more than `acc_rows`, the rows of an accumulator tile that fit; in a
-    fused layer, where that tile must stay on chip, M itself is blocked by `acc_rows` if need be."""
+    M: up to 256, and no more than `acc_rows`, the rows of an accumulator tile that fit; M
+    itself is blocked (equal blocks of at most `acc_rows`) if need be: in a fused layer that tile
+    must stay on chip, and in any layer the accumulators must hold at least one tile of M rows;
+    and blocks of a half and a quarter of `acc_rows` are tried too, whose tiles the accumulators
+    can double-buffer."""
     def split_name(name: str, size: int, part: str) -> str:
         return f"{name}_{part}" if stmt.extent(name) > size else name
 
@@ -479,9 +558,10 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
              default=None)
     factors = {1}
     fill_rows = min(256, acc_rows)
-    m_split = fused and stmt.extent(m) > acc_rows
+    m_split = stmt.extent(m) > acc_rows
+    array_blocks, array_out, m0, m_rows = blocks, base_out, m, stmt.extent(m)
     if m_split:
-        blocks = blocks + [(m, acc_rows)]
+        blocks = blocks + [(m, _m_block(m_rows, acc_rows))]
         base_out = base_out + [f"{m}_o"]
         m, m2 = f"{m}_i", None
     elif m2 is not None and stmt.extent(m) < fill_rows:
@@ -508,6 +588,22 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
         yield blocks_f, orders, m_loops, m_loops + inner
     if m2 is None and not m_split and not fused and stmt.extent(m) * stmt.extent(blocks[1][0]) > spad:
         yield from _k_chunks(stmt, blocks, base_out, others_red, m)
+    # M blocked by a half or a quarter of the accumulator rows, whose tiles can be double-buffered
+    done = {_m_block(m_rows, acc_rows)} if m_split else set()
+    for rows in (acc_rows // 2, acc_rows // 4):
+        size = _m_block(m_rows, max(rows, 1))
+        if rows >= 1 and m_rows > rows and size not in done:
+            done.add(size)
+            others_out = array_out + [f"{m0}_o"]
+            orders = list(dict.fromkeys([tuple(others_out + n_outer + k_outer + others_red),
+                                         tuple(n_outer + others_out + k_outer + others_red)]))
+            yield array_blocks + [(m0, size)], orders, [f"{m0}_i"], [f"{m0}_i"] + inner
+
+
+def _m_block(extent: int, rows: int) -> int:
+    """Rows of the blocks of M that split `extent` rows into blocks of at most `rows`, all of
+    equal size as near as can be: a ragged last block is peeled out of its loop, not pipelined."""
+    return -(-extent // -(-extent // rows))
 
 
 def _vector_bands(stmt: Statement, out, others_red, cap: int):

@@ -56,6 +56,9 @@ def test_report_is_json_with_summary(tiny_report):
         {k: r[k] for k in ("name", "roofline_attainment", "unit", "unit_ceiling")}
         for r in report["layers"] if r["roofline_attainment"] < 0.5]
     assert report["summary"]["all_bit_exact"] is True
+    # which layers the automatic scheduler scheduled, and why the others fell back (none here)
+    assert report["summary"]["auto_scheduled"] == 1 and report["summary"]["fallbacks"] == []
+    assert report["layers"][0]["schedule"] == "auto" and report["layers"][0]["schedule_fallback"] is None
     suite.render(report)  # the table renders from the JSON alone
 
 
