@@ -56,6 +56,34 @@ def vector_profile(program: Program, stmt: Statement) -> tuple[int, int]:
     return len(counter.code), expr.next_slot
 
 
+MAX_ROW_DMAS = 16  # the most DMAs a compacted box is loaded with (row_compaction)
+
+
+def row_compaction(box, itemsize: int, target: Target, written: bool) -> tuple[int, int, int] | None:
+    """(dimension, step, rows) when a box that is only read is better loaded with one DMA per
+    accessed row of its outermost strided dimension, into a buffer that holds only those rows (a
+    stride-2 convolution reads every other row of its input): the rows skipped save more DRAM
+    cycles than the extra DMA setups cost. None to load it whole."""
+    if written or not box.steps:
+        return None
+    for d, (n, step) in enumerate(zip(box.size, box.steps)):
+        if step > 1 and n > 1:
+            rows = (n - 1) // step + 1
+            per_row = itemsize * int(np.prod(box.size)) // n
+            saved = (n - rows) * per_row / target.dram_bytes_per_cycle
+            if rows <= MAX_ROW_DMAS and saved > (rows - 1) * target.dma_setup_cycles:
+                return d, step, rows
+            return None
+    return None
+
+
+def compacted_size(size: tuple[int, ...], compaction) -> tuple[int, ...]:
+    if compaction is None:
+        return tuple(size)
+    d, _, rows = compaction
+    return tuple(size[:d]) + (rows,) + tuple(size[d + 1:])
+
+
 class _Lowering:
     def __init__(self, program: Program, target: Target, schedule: Schedule) -> None:
         self.program, self.target, self.schedule = program, target, schedule
@@ -63,6 +91,7 @@ class _Lowering:
         self.by_name = {s.name: s for s in program.statements}
         self.piece_of: dict[str, str] = {}  # AST statement (a piece of a statement) -> statement
         self.piece_maps: dict[str, isl.Map] = {}  # AST statement -> its schedule
+        self.compact: dict[str, tuple[int, int, int]] = {}  # loaded one DMA per accessed row (row_compaction)
         self.bands = self._bands()
         self.first_writes: dict[str, tuple] = {}  # statement -> its first writes and the rest, in uniform pieces
         self.overwriting: set[str] = set()  # AST statements whose `+=` overwrites (first writes, first touches)
@@ -102,8 +131,9 @@ class _Lowering:
             if box is None:
                 continue
             mem = explicit[t.name].memory if t.name in explicit else ("acc" if t.name in on_array else "spad")
-            self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), box.size)
-            top[mem] += _align(int(np.prod(box.size)) * t.itemsize)
+            size = self._compaction(t, box)
+            self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), size)
+            top[mem] += _align(int(np.prod(size)) * t.itemsize)
             self._note_fresh(t, box)
         self.temp_base = top["spad"]
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
@@ -128,13 +158,21 @@ class _Lowering:
         if None in box.offset:
             raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not one affine function "
                                f"of the loops (at the edges of a skewed tile?); stage it elsewhere")
-        self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), box.size)
+        size = self._compaction(t, box)
+        self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), size)
         self._note_fresh(t, box)
         if box.disjoint_in_loop:
             self.disjoint.add(t.name)
-        top[st.memory] += _align(int(np.prod(box.size)) * t.itemsize) * (2 if st.double_buffered else 1)
+        top[st.memory] += _align(int(np.prod(size)) * t.itemsize) * (2 if st.double_buffered else 1)
         if st.double_buffered:
             self.double.add(t.name)
+
+    def _compaction(self, t, box) -> tuple[int, ...]:
+        """The size of `t`'s buffer for `box`: only its accessed rows, if it is compacted."""
+        comp = row_compaction(box, t.itemsize, self.target, t.name in self.written)
+        if comp is not None:
+            self.compact[t.name] = comp
+        return compacted_size(box.size, comp)
 
     def _note_fresh(self, t, box) -> None:
         """A buffer whose boxes no other iteration meets starts as zeros, not loaded; it is not
@@ -533,18 +571,27 @@ class _Lowering:
             if stores:
                 code.append(isa.make("SYNC", queue=2).with_tokens(signal={"EX"}))
 
-        def iteration(value: LoopAffine, parity: int) -> None:
+        def activate(value: LoopAffine, parity: int) -> dict:
             saved = {t: self.active.get(t) for t in here}
             for t in here:
                 _, _, mem, base, _, size = self.loop_stages[t]
                 nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
                 self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, {**env, name: value}, node),
                                   size)
-            if loads:
-                sync("LD", wait=["EX"])
-                for t in loads:
-                    self._dma_raw("LOAD", t)
-                sync("LD", signal=["EX"])
+            return saved
+
+        def load(value: LoopAffine, parity: int) -> None:
+            if not loads:
+                return
+            saved = activate(value, parity)
+            sync("LD", wait=["EX"])
+            for t in loads:
+                self._dma_raw("LOAD", t)
+            sync("LD", signal=["EX"])
+            self.active.update(saved)
+
+        def rest(value: LoopAffine, parity: int) -> None:
+            saved = activate(value, parity)
             waits = (["LD"] if loads else []) + (["ST"] if stores else [])
             sync("EX", wait=waits)
             em.queue, em.fresh_block = "EX", True
@@ -560,20 +607,30 @@ class _Lowering:
                 for t in stores:
                     self._dma_raw("STORE", t)
                 code.append(isa.make("SYNC", queue=2).with_tokens(signal={"EX"}))
-            for t in here:
-                self.active[t] = saved[t]
+            self.active.update(saved)
 
-        count = hi - lo + 1
-        head = len(code)
-        code.append(isa.make("LOOP", count=count // 2, body=0))
-        em.depth += 1
-        level = em.depth - 1
-        iteration(LoopAffine.make(lo, {level: 2}), 0)
-        iteration(LoopAffine.make(lo + 1, {level: 2}), 1)
-        em.depth -= 1
-        code[head] = isa.make("LOOP", count=count // 2, body=len(code) - head - 1)
-        if count % 2:
-            iteration(LoopAffine.make(hi), 0)
+        # Program order: the loads of the next iteration before the compute and stores of this one,
+        # as the queues run them (the simulator gives the DRAM channel in program order among
+        # transfers ready at once, so a prefetch behind a store would wait for it). Iteration j
+        # uses buffer (j - lo) % 2.
+        load(LoopAffine.make(lo), 0)
+        steps = hi - lo  # {load(j + 1); rest(j)} for j in lo..hi-1, then rest(hi)
+        if steps // 2:
+            head = len(code)
+            code.append(isa.make("LOOP", count=steps // 2, body=0))
+            em.depth += 1
+            level = em.depth - 1
+            j = LoopAffine.make(lo, {level: 2})
+            load(j + 1, 1)
+            rest(j, 0)
+            load(j + 2, 0)
+            rest(j + 1, 1)
+            em.depth -= 1
+            code[head] = isa.make("LOOP", count=steps // 2, body=len(code) - head - 1)
+        if steps % 2:
+            load(LoopAffine.make(hi), (hi - lo) % 2)
+            rest(LoopAffine.make(hi - 1), (hi - 1 - lo) % 2)
+        rest(LoopAffine.make(hi), (hi - lo) % 2)
         for _ in range(2):
             if loads:
                 sync("LD", wait=["EX"])
@@ -667,9 +724,8 @@ class _Lowering:
         before = self.em.queue, len(self.em.code)
         self.em.queue = {"LOAD": "LD", "STORE": "ST"}[kind] if not (kind == "LOAD" and tensor in self.fresh) else "EX"
         self._dma(kind, tensor)
-        assert len(self.em.code) in (before[1], before[1] + 1)
-        if len(self.em.code) > before[1]:
-            self.em.code[-1] = self.em.code[-1].with_tokens(wait=set(), signal=set())
+        for i in range(before[1], len(self.em.code)):
+            self.em.code[i] = self.em.code[i].with_tokens(wait=set(), signal=set())
         self.em.queue = before[0]
 
     def _dma(self, kind: str, tensor: str) -> None:
@@ -679,6 +735,16 @@ class _Lowering:
         if kind == "LOAD" and tensor in self.fresh:
             if tensor not in self.unfilled:
                 self.em.emit(isa.make("VFILL", dst=view, imm=0))  # starts as zeros and no other box meets it
+            return
+        if kind == "LOAD" and tensor in self.compact:
+            # one DMA per accessed row, each into its row of the compact buffer
+            d, step, rows = self.compact[tensor]
+            strides = self._strides(tensor, size)
+            one = size[:d] + (1,) + size[d + 1:]
+            for i in range(rows):
+                row = View(mem, t.dtype, LoopAffine.make(base + i * strides[d] * t.itemsize), one, strides)
+                at = tuple(o + i * step if k == d else o for k, o in enumerate(origin))
+                self.em.emit(isa.make("LOAD", dst=row, src=Box(self.index[tensor], at, one)))
             return
         box = Box(self.index[tensor], tuple(origin), size)
         self.em.emit(isa.make(kind, dst=view, src=box) if kind == "LOAD" else isa.make(kind, dst=box, src=view))
@@ -720,10 +786,16 @@ class _Lowering:
         t = self.program.tensor(acc.tensor)
         strides = self._strides(acc.tensor, size)
         addr = LoopAffine.make(base)
+        comp = self.compact.get(acc.tensor)
         for d, sub in enumerate(acc.index):
             elem = LoopAffine.make(sub.const) + origin[d].scale(-1)
             for name, c in sub.terms:
                 elem = elem + values[name].scale(c)
+            if comp is not None and d == comp[0]:  # the row among the accessed rows
+                step = comp[1]
+                if elem.const % step or any(c % step for c in elem.coefs):
+                    raise CodegenError(f"{acc} does not step by {step} along dimension {d} of {acc.tensor}")
+                elem = LoopAffine.make(elem.const // step, tuple(c // step for c in elem.coefs))
             addr = addr + elem.scale(strides[d] * t.itemsize)
         coefs = list(addr.coefs) + [0] * (BAND_LEVEL + 8 - len(addr.coefs))
         lane_strides = []

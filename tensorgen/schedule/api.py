@@ -76,6 +76,7 @@ class StagedBox:
     first: FirstTouch | None = None  # not fresh, starts as zeros: the iterations that need no load
     disjoint_in_loop: bool = False  # not fresh, written: no two iterations of the loop with the same
     # outer iterations meet, so a double buffer may load the next box while the last one is stored
+    steps: tuple[int, ...] = ()  # per dimension, the stride of the elements accessed (2: every other row)
 
 
 @dataclass(frozen=True)
@@ -636,7 +637,8 @@ class Schedule:
         first, disjoint = None, False
         if overlaps and not fresh and written is not None and None not in offset and pos >= 0:
             first, disjoint = self._overlaps(t, pos, offset, size, image, written)
-        return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint)
+        steps = tuple(max(1, int(image.get_stride(d).to_python())) if n > 1 else 1 for d, n in enumerate(size))
+        return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint, steps)
 
     def initial_value_read(self, tensor: str) -> bool:
         """Whether some instance reads an element of `tensor` before any statement writes it

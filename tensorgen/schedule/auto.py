@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from tensorgen.codegen.scheduled import vector_profile
+from tensorgen.codegen.scheduled import compacted_size, row_compaction, vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.schedule.api import Schedule
@@ -482,7 +482,8 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
             if box is None:
                 sizes[(t, lv)] = Footprint(0, 0, False, False)
                 continue
-            elements = math.prod(box.size)
+            comp = row_compaction(box, tensor.itemsize, target, t in written)
+            elements = math.prod(compacted_size(box.size, comp))
             fill = box.fresh and (s.zeros_read(t) or (t in stored and not box.covered))
             refill = box.fresh and not fill and s.initial_value_read(t)  # the first writes overwrite
             temp = t in written and tensor.role == "none"
@@ -493,7 +494,7 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
                                           and overwrites)
             sizes[(t, lv)] = None if temp and not box.fresh else \
                 Footprint(elements * tensor.itemsize, elements, box.fresh, fill or zeroed, first,
-                          box.disjoint_in_loop, refill)
+                          box.disjoint_in_loop, refill, comp[2] if comp else 1, math.prod(box.size) * tensor.itemsize)
     if kind == "array":
         band_cycles = (fold.matmuls if fold else 1) * sum(n * (rows + target.fill_cycles) for n, rows in geo.blocks(list(order), m_loops))
         band_temps = 0
@@ -565,9 +566,10 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
         base_out = base_out + [f"{m}_o"]
         m, m2 = f"{m}_i", None
     elif m2 is not None and stmt.extent(m) < fill_rows:
-        # rows of M up to 256 per fill; half as many when the accumulators or the budget are tight
+        # rows of M up to 256 per fill; half or a quarter as many when the accumulators or the
+        # budget are tight (a quarter: a tile of every output channel double-buffered in 'acc')
         widest = max(1, min(stmt.extent(m2), fill_rows // stmt.extent(m)))
-        factors = {widest, max(1, widest // 2)}
+        factors = {widest, max(1, widest // 2), max(1, widest // 4)}
     n, cols = blocks[0]
     if m2 is None and not m_split and stmt.extent(n) > 2 * cols:
         # a super-block of N columns whose accumulators stay on chip, so that each block of A

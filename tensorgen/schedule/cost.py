@@ -49,6 +49,8 @@ class Footprint:
     # so the buffer may be double-buffered (loaded and stored while others compute)
     refill: bool = False  # fresh: must be zeroed unless its first writes overwrite, which a staging
     # loop inside a reduction loop prevents (isl peels the reduction's first iteration out of that loop)
+    dmas: int = 1  # DMAs per transfer (a box loaded one accessed row at a time: row_compaction)
+    held: int = 0  # bytes the schedule's capacity check counts, if not nbytes (the whole box of a compacted one)
 
 
 @dataclass
@@ -114,8 +116,8 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
             probe.table[key] = _Staged(count, written, fp.fresh, vector_cycles(target, fp.elements) if fp.fill else 0,
                                        vector_cycles(target, fp.elements) if fp.refill else 0,
-                                       fills, loads, stores, fp.pipelinable, target.dma_setup_cycles + channel,
-                                       channel, fp.nbytes, _align(fp.nbytes), probe.memory.get(tensor) == "acc")
+                                       fills, loads, stores, fp.pipelinable, fp.dmas * target.dma_setup_cycles + channel,
+                                       channel, fp.nbytes, _align(fp.held or fp.nbytes), probe.memory.get(tensor) == "acc")
     return probe.table[key]
 
 
@@ -138,6 +140,7 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
     deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
     spad = acc = dma = dram = 0
     overlapped = stored = fill = channel = 0  # per iteration of a pipelined loop
+    ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
     for tensor, level in stages:
         st = _staged(probe, target, tensor, level)
         if st is None:
@@ -151,6 +154,7 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
             fill += st.fill * st.fills / st.count + refill
             if st.loads or st.stores:
                 channel += st.channel
+                ahead = ahead or bool(st.loads and st.stores)
                 stored += st.one * st.stores / st.count
                 overlapped += st.one * st.loads / st.count
         else:
@@ -174,10 +178,10 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
         n = trips[inner]
         in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
         e = in_loop / (outer * n) + fill
-        # the loads of one iteration and the stores of an earlier one start together, when the
-        # compute frees their buffers, and share the DRAM channel: they serialize (overlapped +
-        # stored >= channel), and overlap only the compute
-        step = max(e, overlapped + stored)
+        # the loads of the next iteration and the stores of this one overlap the compute and share
+        # the DRAM channel, each queue's DMA setups overlapping the other's transfers; a tensor
+        # that is loaded and stored has its loads and stores take turns (tokens order them)
+        step = max(e, overlapped + stored) if ahead else max(e, channel, overlapped, stored)
         total = outer * (overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)) + \
             (compute - in_loop)
         dma += int(round(total - compute))
