@@ -383,20 +383,15 @@ class _Lowering:
                         points = points.subtract(first)
                 parts.append(("", _uniform_pieces(points, positions)))
             for tag, (pieces, rest) in parts:
-                for i, piece in enumerate(p for p in pieces if not p.is_empty()):
-                    name = f"{stmt.name}{tag}" if i == 0 else f"{stmt.name}{tag}__p{i}"
-                    piece_map = m.intersect_range(piece).set_tuple_name(isl.dim_type.in_, name)
+                named = [(f"{stmt.name}{tag}" if i == 0 else f"{stmt.name}{tag}__p{i}", piece)
+                         for i, piece in enumerate(p for p in pieces if not p.is_empty())]
+                if rest is not None and not rest.is_empty():
+                    named.append((f"{stmt.name}{tag}__rest", rest))
+                for name, where in named:
+                    piece_map = m.intersect_range(where).set_tuple_name(isl.dim_type.in_, name)
                     out = out.union(isl.UnionMap.from_map(piece_map))
                     self.piece_of[name] = stmt.name
                     self.piece_maps[name] = piece_map
-                    if tag:
-                        self.overwriting.add(name)
-                if rest is not None and not rest.is_empty():
-                    name = f"{stmt.name}{tag}__rest"
-                    rest_map = m.intersect_range(rest).set_tuple_name(isl.dim_type.in_, name)
-                    out = out.union(isl.UnionMap.from_map(rest_map))
-                    self.piece_of[name] = stmt.name
-                    self.piece_maps[name] = rest_map
                     if tag:
                         self.overwriting.add(name)
         return out
