@@ -271,7 +271,7 @@ class _Lowering:
 
     def _zero(self, tensor: str, raw: bool = False) -> None:
         mem, base, _, size = self.active[tensor]
-        view = View(mem, self.program.tensor(tensor).dtype, LoopAffine.make(base), size, _row_major(size))
+        view = View(mem, self.program.tensor(tensor).dtype, LoopAffine.make(base), size, self._strides(tensor, size))
         ins = isa.make("VFILL", dst=view, imm=0)
         if raw:
             self.em.code.append(ins)

@@ -612,11 +612,7 @@ class Schedule:
         for st in self.program.statements:
             if st.name not in stmts:
                 continue
-            sched = self._state.maps[st.name]
-            n = sched.dim(isl.dim_type.out)
-            prefix = sched.project_out(isl.dim_type.out, pos + 1, n - pos - 1)
-            for k in range(pos + 1):
-                prefix = prefix.set_dim_name(isl.dim_type.out, k, f"d{k}")
+            prefix = self._prefix(st.name, pos)
             for acc in [st.lhs] + st.reads:
                 if acc.tensor != tensor:
                     continue

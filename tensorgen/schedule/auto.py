@@ -417,13 +417,7 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
     if kind == "array":
         memory[stmt.lhs.tensor] = "acc"
     out = out_indices(program, stmt)
-
-    def index(loop: str) -> str:  # the index a loop of a split comes from: c_o, n_i_o -> c, n
-        while loop not in stmt.indices and loop[-2:] in ("_o", "_i"):
-            loop = loop[:-2]
-        return loop
-
-    first_reduction = next((k for k, x in enumerate(order) if index(x) not in out and geo.trips[x] > 1), 10**6)
+    first_reduction = next((k for k, x in enumerate(order) if geo.base[x] not in out and geo.trips[x] > 1), 10**6)
     return Probe(tuple(order), sk.fused, {x: geo.trips[x] for x in order}, sizes, band_cycles, band_temps,
                  tile_work, _ragged(stmt, blocks), memory, written, stored, first_reduction=first_reduction)
 
