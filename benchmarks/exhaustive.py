@@ -187,7 +187,7 @@ def select(names: list[str] | None) -> list[Layer]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Simulate every candidate of the automatic scheduler's search "
                                             "space on small layers; compare the automatic choice with the best.")
-    p.add_argument("--target", default="tg1", help="target name under isa/ or a path (default tg1)")
+    p.add_argument("--target", default="tg1", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
     p.add_argument("--only", nargs="+", metavar="NAME", help=f"layers (default: {' '.join(EXHAUSTIVE_LAYERS)})")
     p.add_argument("--json", default=str(DEFAULT_JSON), metavar="PATH",
                    help="where to write the JSON report (default benchmarks/exhaustive.json)")

@@ -415,7 +415,7 @@ def select_layers(patterns: list[str] | None, run_all: bool) -> list[Layer]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Compile, simulate and check the layer suite; report "
                                             "the measures of quality of DESIGN.md.")
-    p.add_argument("--target", default="tg1", help="target name under isa/ or a path (default tg1)")
+    p.add_argument("--target", default="tg1", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="layers to run, by name or shell pattern")
     p.add_argument("--all", action="store_true", help="run every layer, not only the default ones")

@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("op")
     e.add_argument("-o", "--output", required=True)
     e.add_argument("--asm", help="also write readable microcode here")
-    e.add_argument("--target", help="target name under isa/ or a path (default: the op.yaml's)")
+    e.add_argument("--target", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default: the op.yaml's)")
     e.add_argument("--schedule", help="a schedule file, 'auto' or 'default' (default: the op.yaml's schedule: key)")
     e.set_defaults(func=cmd_emit)
 
@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("model", help="FILE.py[:FACTORY] (default factory: build) or a saved torch.export FILE.pt2")
     m.add_argument("-o", "--output", required=True)
     m.add_argument("--asm", help="also write readable microcode here")
-    m.add_argument("--target", help="target name under isa/ or a path (default tg1)")
+    m.add_argument("--target", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
     m.add_argument("--seed", type=int, default=0, help="seed of the calibration data")
     _model_options(m)
     m.set_defaults(func=cmd_compile)

@@ -20,7 +20,7 @@ class SpecError(TensorgenError):
 
 
 class TargetError(TensorgenError):
-    """A malformed target description (isa/*.yaml)."""
+    """A malformed target description (tensorgen/target/isa/*.yaml)."""
 
 
 class ScheduleError(TensorgenError):

@@ -26,7 +26,7 @@ def test_bad_targets_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match="unknown target 'nope'"):
         load_target("nope")
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "isa" / "tiny.yaml").read_text().replace("rows: 4", "rows: -4"))
+    bad.write_text((ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml").read_text().replace("rows: 4", "rows: -4"))
     with pytest.raises(TargetError, match="'mac_array.rows' must be positive"):
         load_target(str(bad))
     bad.write_text("name: x\n")

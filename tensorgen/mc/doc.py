@@ -20,7 +20,7 @@ def isa_markdown() -> str:
         "## Machine model",
         "",
         "- Memories: DRAM (tensors at fixed offsets, see the tensor table), `spad` (scratchpad) and `acc`",
-        "  (int32 accumulator SRAM), both byte-addressed; sizes come from the target (isa/*.yaml).",
+        "  (int32 accumulator SRAM), both byte-addressed; sizes come from the target (tensorgen/target/isa/*.yaml).",
         "- Three in-order queues: `LD` (DMA loads), `EX` (MAC array and vector unit), `ST` (DMA stores).",
         "  An instruction may *wait* for a token from another queue (it starts no earlier than the",
         "  completion of the instruction that signalled it) and *signal* tokens to other queues.",

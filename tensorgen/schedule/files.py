@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from tensorgen.errors import ScheduleError, TensorgenError
+from tensorgen.inputs import read_text
 from tensorgen.ir.core import Program
 from tensorgen.schedule.api import Schedule
 
@@ -27,11 +28,7 @@ def render(schedule: Schedule, doc: str = "") -> str:
 
 
 def load_schedule(path: str | Path, program: Program, target=None) -> Schedule:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ScheduleError(f"{path}: cannot read the schedule file ({err.strerror})") from None
+    text = read_text(path, "the schedule file", ScheduleError)
     return replay(text, program, target, str(path))
 
 

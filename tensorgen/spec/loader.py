@@ -14,6 +14,7 @@ import islpy as isl
 import yaml
 
 from tensorgen.errors import SpecError
+from tensorgen.inputs import compose_yaml, read_text
 from tensorgen.ir import poly
 from tensorgen.ir.core import DTYPES, ROLES, Access, Program, Statement, Tensor, dtype_range
 from tensorgen.spec.statement import parse_statement
@@ -76,22 +77,13 @@ def _is_float(s: str) -> bool:
 
 
 def load_program(path: str | Path, target: str | None = None) -> Program:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError(f"{path}: cannot read ({err.strerror})") from None
+    text = read_text(path, "the op.yaml file", SpecError)
     return parse_program(text, str(path), target)
 
 
 def parse_program(text: str, path: str = "<op.yaml>", target: str | None = None) -> Program:
     doc = _Doc(path)
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
-        raise SpecError(f"{where}: malformed YAML ({getattr(err, 'problem', err)})") from None
+    root = compose_yaml(text, path, SpecError)
     if root is None:
         raise SpecError(f"{path}:1:1: empty file; expected an op.yaml mapping with 'tensorgen: 1'")
     top = {k: (kn, v) for k, kn, v in doc.mapping(root, "the op.yaml file")}

@@ -1,4 +1,4 @@
-"""Targets are data: isa/*.yaml loaded into a frozen `Target`.
+"""Targets are data: tensorgen/target/isa/*.yaml loaded into a frozen `Target`.
 
 Used by the compiler and by the simulator (which needs timing and energy
 parameters), so it depends on nothing but PyYAML.
@@ -11,11 +11,10 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from tensorgen.errors import TargetError
+from tensorgen.inputs import load_yaml, read_text
 
-ISA_DIR = Path(__file__).resolve().parents[2] / "isa"
+ISA_DIR = Path(__file__).resolve().parent / "isa"  # package data: ships in the wheel
 
 
 @dataclass(frozen=True)
@@ -75,11 +74,8 @@ def load_target(name_or_path: str) -> Target:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in ISA_DIR.glob("*.yaml")))
         raise TargetError(f"unknown target '{name_or_path}' (known: {known}, or a path to a .yaml)")
-    try:
-        d = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise TargetError(f"{path}: malformed YAML ({err})") from None
     where = str(path)
+    d = load_yaml(read_text(path, "the target file", TargetError), where, TargetError)
     if not isinstance(d, dict):
         raise TargetError(f"{where}: expected a mapping")
     energy = _get(d, "energy_pj", dict, where)

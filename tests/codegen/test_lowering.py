@@ -54,7 +54,7 @@ def test_partial_tiles_are_separate_code_not_guards() -> None:
 
 
 def test_minimal_tile_that_cannot_fit_is_a_capacity_error(tmp_path: Path) -> None:
-    isa = Path(__file__).parents[2] / "isa" / "tiny.yaml"
+    isa = Path(__file__).parents[2] / "tensorgen" / "target" / "isa" / "tiny.yaml"
     small = tmp_path / "micro.yaml"
     small.write_text(isa.read_text().replace("name: tiny", "name: micro").replace("bytes: 2048", "bytes: 16"))
     program = parse_program(MM.format(m=8, n=8, k=8))

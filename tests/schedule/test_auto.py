@@ -74,7 +74,7 @@ def test_programs_outside_the_search_space_fall_back_to_the_default() -> None:
 
 def test_a_target_too_small_for_any_tile_is_a_capacity_error(tmp_path: Path) -> None:
     small = tmp_path / "micro.yaml"
-    small.write_text((ROOT / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
+    small.write_text((ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
                      .replace("bytes: 2048", "bytes: 16"))
     with pytest.raises(CapacityError, match=r"does not fit target micro"):
         compile_auto(parse_program(SMALL_CONV), load_target(str(small)))

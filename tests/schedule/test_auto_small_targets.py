@@ -55,7 +55,7 @@ LAYERS = {
 def _micro(tmp_path: Path) -> str:
     """tiny with a 128-byte scratchpad: a tile of tiny's M rows leaves no room for the operands."""
     path = tmp_path / "micro.yaml"
-    path.write_text((ROOT / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
+    path.write_text((ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
                     .replace("bytes: 2048", "bytes: 128"))
     return str(path)
 

@@ -1,0 +1,132 @@
+"""Reading files that come from elsewhere: op.yaml, targets, schedule files, .tgb binaries, arrays.
+
+Every reader here refuses, with one line naming the file, what would otherwise hang, exhaust
+memory or end in a traceback: a FIFO or device given as a file (it could block forever or never
+end, as /dev/zero does), a file over its size limit, text that is not UTF-8, YAML whose aliases
+expand without bound ("billion laughs") or nest deeper than a description ever needs. Limits are
+fields of `InputLimits`, passed along explicitly; the error names the limit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tensorgen.errors import TensorgenError
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    """Upper bounds on what an input file may ask of tensorgen (all checked before the work)."""
+
+    text_bytes: int = 4 << 20  # op.yaml, target and schedule files
+    binary_bytes: int = 1 << 30  # .tgb files and .npy arrays
+    yaml_depth: int = 32  # nesting of YAML collections
+    yaml_nodes: int = 200_000  # YAML nodes after aliases are expanded
+
+
+LIMITS = InputLimits()
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """`text` as a single printable line: control characters escaped, long text cut."""
+    s = str(text)
+    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in s.replace("\n", " ").replace("\r", " "))
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def read_bytes(path: str | Path, what: str, error: type[TensorgenError] = TensorgenError,
+               max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` (default `LIMITS.binary_bytes`).
+
+    A FIFO, device, socket or directory is refused before it is opened for reading, so nothing
+    blocks; the size is checked on the open file, so a file that grows is cut off at the limit."""
+    limit = LIMITS.binary_bytes if max_bytes is None else max_bytes
+    name = str(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise error(f"{name}: cannot read ({err.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise error(f"{name}: cannot read ({kind}, expected {what})")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as err:
+            raise error(f"{name}: cannot read ({err.strerror})") from None
+    if len(data) > limit:
+        raise error(f"{name}: {what} is larger than the limit of {limit:,} bytes (InputLimits)")
+    return data
+
+
+def read_text(path: str | Path, what: str, error: type[TensorgenError] = TensorgenError,
+              max_bytes: int | None = None) -> str:
+    """The UTF-8 text of the regular file `path` (at most `LIMITS.text_bytes` by default)."""
+    data = read_bytes(path, what, error, LIMITS.text_bytes if max_bytes is None else max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: {what} is not UTF-8 text (byte 0x{data[err.start]:02x})") from None
+
+
+def _yaml_error(err: yaml.YAMLError, where: str, error: type[TensorgenError]) -> TensorgenError:
+    mark = getattr(err, "problem_mark", None)
+    at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
+    problem = getattr(err, "problem", None) or str(err).split("\n")[0]
+    return error(f"{at}: malformed YAML ({one_line(problem)})")
+
+
+def compose_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenError) -> yaml.Node | None:
+    """YAML text -> its node graph (positions kept), refusing nesting deeper than
+    `LIMITS.yaml_depth` and more than `LIMITS.yaml_nodes` nodes once aliases are expanded."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        raise _yaml_error(err, where, error) from None
+    except RecursionError:
+        raise error(f"{where}: YAML nested too deeply (limit {LIMITS.yaml_depth}, InputLimits)") from None
+    if root is not None:
+        _check_size(root, where, error)
+    return root
+
+
+def _check_size(root: yaml.Node, where: str, error: type[TensorgenError]) -> None:
+    # Aliases make the node graph a DAG: count each visit, so that expansion is what is bounded.
+    count, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if depth > LIMITS.yaml_depth:
+            mark = node.start_mark
+            raise error(f"{where}:{mark.line + 1}:{mark.column + 1}: YAML nested deeper than "
+                        f"{LIMITS.yaml_depth} levels (InputLimits.yaml_depth)")
+        if count > LIMITS.yaml_nodes:
+            raise error(f"{where}: YAML expands to more than {LIMITS.yaml_nodes:,} nodes "
+                        "(InputLimits.yaml_nodes; aliases count once per use)")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.append((k, depth + 1))
+                stack.append((v, depth + 1))
+
+
+def load_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenError):
+    """YAML text -> plain Python data (safe loader), within the limits of `compose_yaml`."""
+    root = compose_yaml(text, where, error)
+    if root is None:
+        return None
+    try:
+        return yaml.SafeLoader("").construct_document(root)
+    except yaml.YAMLError as err:
+        raise _yaml_error(err, where, error) from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as err:  # e.g. a bad !!int or !!timestamp
+        raise error(f"{where}: malformed YAML value ({one_line(err)})") from None
