@@ -75,7 +75,12 @@ def load_target(name_or_path: str) -> Target:
         known = ", ".join(sorted(p.stem for p in ISA_DIR.glob("*.yaml")))
         raise TargetError(f"unknown target '{name_or_path}' (known: {known}, or a path to a .yaml)")
     where = str(path)
-    d = load_yaml(read_text(path, "the target file", TargetError), where, TargetError)
+    return target_from_dict(load_yaml(read_text(path, "the target file", TargetError), where, TargetError), where)
+
+
+def target_from_dict(d: object, where: str) -> Target:
+    """A target description already parsed (the YAML's data) -> a validated `Target`; errors name
+    `where` and the key. Design-space sweeps derive their points' targets through this."""
     if not isinstance(d, dict):
         raise TargetError(f"{where}: expected a mapping")
     energy = _get(d, "energy_pj", dict, where)
