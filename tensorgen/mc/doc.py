@@ -64,8 +64,15 @@ def isa_markdown() -> str:
     out += ["", "## Costs", "",
             "- `LOAD`/`STORE`: `dma_setup_cycles` on the queue, then `ceil(bytes / dram.bytes_per_cycle)` on the",
             "  shared DRAM channel.",
-            "- `MATMUL`: `M + fill_cycles` cycles; `M*N*K` MACs.",
+            "- `MATMUL`: `M + fill_cycles` cycles; `M*N*K` MACs. With `mac_array.weight_buffers: 2` the",
+            "  array has a second weight buffer: when the instruction before a MATMUL on EX is a MATMUL,",
+            "  the new weights load while that one streams (starting no earlier than the tokens the new",
+            "  MATMUL waits for), so the fill shows only as `max(0, fill_cycles - M_prev)` cycles: none",
+            "  once the previous MATMUL streamed at least `fill_cycles` rows (`isa.matmul_fill`).",
             "- vector instructions: `setup_cycles + ceil(elements / lanes)` cycles.",
             "- `SYNC`, `LOOP`, `LOOPB`, `IF`: free (zero-overhead loops, sequencer-evaluated bounds).",
-            "- Energy: the target's `energy_pj` per MAC, vector element op, on-chip byte and DRAM byte.", ""]
+            "- Energy (tensorgen/target/energy.py, docs/targets.md): per MAC, per vector element op, per",
+            "  byte read and per byte written in each on-chip memory (a function of the memory's size),",
+            "  per DRAM byte (by interface), plus leakage of the target's area over the cycles; the",
+            "  constants and their sources are in the target file.", ""]
     return "\n".join(out)

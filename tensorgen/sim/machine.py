@@ -21,6 +21,7 @@ from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import ITEMSIZE, Box, View
 from tensorgen.target import Target, load_target
+from tensorgen.target.energy import energy_breakdown
 
 
 @dataclass
@@ -31,10 +32,12 @@ class Stats:
     vector_ops: int = 0
     dram_read_bytes: int = 0
     dram_write_bytes: int = 0
-    onchip_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})
+    onchip_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})  # read + written
+    onchip_write_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})
     busy: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
     stalled: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
-    energy_pj: float = 0.0
+    energy_pj: float = 0.0  # the sum of energy_breakdown
+    energy_breakdown: dict = field(default_factory=dict)  # pJ per component (tensorgen.target.energy)
 
     @property
     def dram_bytes(self) -> int:
@@ -44,7 +47,9 @@ class Stats:
         return {"cycles": self.cycles, "instructions": self.instructions, "macs": self.macs,
                 "vector_ops": self.vector_ops, "dram_read_bytes": self.dram_read_bytes,
                 "dram_write_bytes": self.dram_write_bytes, "onchip_bytes": dict(self.onchip_bytes),
-                "busy": dict(self.busy), "stalled": dict(self.stalled), "energy_pj": self.energy_pj}
+                "onchip_write_bytes": dict(self.onchip_write_bytes), "busy": dict(self.busy),
+                "stalled": dict(self.stalled), "energy_pj": self.energy_pj,
+                "energy_breakdown": dict(self.energy_breakdown)}
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,9 @@ class Simulator:
         self.costs = [ins.defn.cost(target, f) if ins.defn.cost else None for ins, f in zip(binary.code, self.fields)]
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self.vectorize_loops = vectorize_loops
+        # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
+        # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
+        self.streaming: tuple[int, int] | None = None
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -221,10 +229,9 @@ class Simulator:
         for (a, b), q in self.tokens.items():
             if q:
                 raise SimulatorError(f"{len(q)} token(s) from {a} to {b} were signalled but never awaited")
-        e = self.target.energy_pj
         s = self.stats
-        s.energy_pj = (s.macs * e["mac"] + s.vector_ops * e["vector_op"] + s.onchip_bytes["spad"] * e["spad_byte"]
-                       + s.onchip_bytes["acc"] * e["acc_byte"] + s.dram_bytes * e["dram_byte"])
+        s.energy_breakdown = energy_breakdown(self.target, s)
+        s.energy_pj = sum(s.energy_breakdown.values())
         outputs = {}
         for t in self.binary.tensors:
             if t.role in ("output", "inout"):
@@ -301,13 +308,14 @@ class Simulator:
         m.pc, m.counters, m.loop = pc, counters, nest or []
         reps = int(np.prod([n for _, n in nest], dtype=np.int64)) if nest else 1
         q = ins.queue
-        start = self.queue_time[q]
+        tokens = 0  # when the last token it waits for arrives
         for src in ins.wait:
             fifo = self.tokens.get((src, q))
             if not fifo:
                 raise SimulatorError(f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
                                      f"that was never signalled (at loop counters {list(counters)})")
-            start = max(start, fifo.popleft())
+            tokens = max(tokens, fifo.popleft())
+        start = max(self.queue_time[q], tokens)
         cost = self.costs[pc]
         m.touched = []
         if nest:
@@ -318,7 +326,8 @@ class Simulator:
                 if mem == dmem and lo < dhi and dlo < hi and not (lo == dlo and hi == dhi and mem == dest.mem):
                     raise SimulatorError(f"instruction {pc}: a reduction loop reads memory its destination overlaps")
             cost = isa.Cost(cost.cycles * reps, cost.dram_bytes * reps, cost.macs * reps, cost.vector_ops * reps,
-                            tuple((mem, n * reps) for mem, n in cost.bytes))
+                            tuple((mem, n * reps) for mem, n in cost.bytes),
+                            tuple((mem, n * reps) for mem, n in cost.written), cost.fill)
         elif ins.defn.execute is not None:
             ins.defn.execute(m, self.fields[pc])
         if cost.dram_bytes:
@@ -327,9 +336,11 @@ class Simulator:
                 st.dram_read_bytes += cost.dram_bytes
             else:
                 st.dram_write_bytes += cost.dram_bytes
+        elif q == "EX":
+            end, reads_from = self._execute_timing(ins, cost, reps, start, tokens)
         else:
             end = start + cost.cycles
-        self._check_hazards(pc, ins, q, start, end)
+        self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
         st.stalled[q] += start - self.queue_time[q]
         st.busy[q] += end - start
         self.queue_time[q] = end
@@ -340,6 +351,25 @@ class Simulator:
         st.vector_ops += cost.vector_ops
         for mem, n in cost.bytes:
             st.onchip_bytes[mem] += n
+        for mem, n in cost.written:
+            st.onchip_write_bytes[mem] += n
+
+    def _execute_timing(self, ins: isa.Instruction, cost: isa.Cost, reps: int, start: int,
+                        tokens: int) -> tuple[int, int]:
+        """(end, first cycle it reads memory) of an instruction on EX starting at `start`, the
+        last token it waits for arriving at `tokens`: `cost.cycles`, except that a MATMUL's fill
+        overlaps the streaming of a MATMUL right before it as isa.matmul_fill defines, its
+        weights loading no earlier than its tokens (a nest of `reps` runs them back to back)."""
+        if not cost.fill:
+            self.streaming = None
+            return start + cost.cycles, start
+        rows = cost.cycles // reps - cost.fill
+        previous = self.streaming if self.target.weight_buffers > 1 else None
+        begin = start if previous is None else max(previous[0], tokens)  # its weights start loading
+        stream = max(start, begin + cost.fill)
+        end = stream + rows + (reps - 1) * isa.matmul_cycles(self.target, rows, rows)
+        self.streaming = (end - rows, rows)
+        return end, min(begin, start)
 
     def _transfer(self, ready: int, cycles: int) -> int:
         """Give a DMA the DRAM channel at the first time >= `ready` when it is free for `cycles`
