@@ -212,7 +212,8 @@ def _dma_cost(target, a) -> Cost:
 
 def matmul_fill(target, previous_rows: int | None = None) -> int:
     """The cycles of weight fill a MATMUL exposes: all `fill_cycles` with one weight buffer, or
-    when the instruction before it on EX is not a MATMUL; with two (`mac_array.weight_buffers:
+    when the instruction before it on EX is not a MATMUL (SYNCs, which take no time, aside: the
+    weights wait for their tokens too); with two (`mac_array.weight_buffers:
     2`), its weights load into the second buffer while the MATMUL before it streams its
     `previous_rows` rows, so only what those rows leave of the fill shows (none once
     previous_rows >= fill_cycles)."""

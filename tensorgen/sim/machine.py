@@ -358,10 +358,14 @@ class Simulator:
                         tokens: int) -> tuple[int, int]:
         """(end, first cycle it reads memory) of an instruction on EX starting at `start`, the
         last token it waits for arriving at `tokens`: `cost.cycles`, except that a MATMUL's fill
-        overlaps the streaming of a MATMUL right before it as isa.matmul_fill defines, its
-        weights loading no earlier than its tokens (a nest of `reps` runs them back to back)."""
+        overlaps the streaming of a MATMUL right before it (SYNCs between them aside) as
+        isa.matmul_fill defines, its weights loading no earlier than its tokens and those of the
+        SYNCs (a nest of `reps` runs them back to back)."""
         if not cost.fill:
-            self.streaming = None
+            if cost.cycles or self.streaming is None:
+                self.streaming = None
+            else:  # a SYNC between two MATMULs: the next one's weights wait for its tokens too
+                self.streaming = (max(self.streaming[0], tokens), self.streaming[1])
             return start + cost.cycles, start
         rows = cost.cycles // reps - cost.fill
         previous = self.streaming if self.target.weight_buffers > 1 else None

@@ -101,3 +101,16 @@ def test_a_vectorised_matmul_nest_times_like_its_iterations(buffers: int) -> Non
     np.testing.assert_array_equal(slow.outputs["C"], fast.outputs["C"])
     assert fast.stats.busy == slow.stats.busy and fast.stats.cycles == slow.stats.cycles
     assert fast.stats.busy["EX"] == isa.matmul_run_cycles(target, 4, 4)
+
+
+def test_a_sync_between_matmuls_keeps_the_fill_hidden_unless_its_token_is_late() -> None:
+    body = _mm(tokens="wait=LD") + "\nSYNC queue=1\n" + _mm(acc=1, tokens="signal=ST")
+    r, t = _run(_tiny(2), body)
+    np.testing.assert_array_equal(r.outputs["C"], (2 * (t["A"] @ t["B"])).numpy())
+    assert r.stats.busy["EX"] == (4 + 4) + 4
+    # the SYNC waits for B2's load (cycle 60): the next weights load after it, nothing hidden
+    body = "LOAD dst=spad:int8@32[4x4:4,1] src=B2(0,0)[4x4] signal=EX\n" + _mm(tokens="wait=LD") + \
+        "\nSYNC queue=1 wait=LD\n" + _mm(b=32, acc=1, tokens="signal=ST")
+    r, t = _run(_tiny(2), body)
+    np.testing.assert_array_equal(r.outputs["C"], (t["A"] @ t["B"] + t["A"] @ t["B2"]).numpy())
+    assert r.stats.cycles == 3 * (16 + 4) + (4 + 4) + (16 + 64 // 4)
