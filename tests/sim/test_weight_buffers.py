@@ -114,3 +114,31 @@ def test_a_sync_between_matmuls_keeps_the_fill_hidden_unless_its_token_is_late()
     r, t = _run(_tiny(2), body)
     np.testing.assert_array_equal(r.outputs["C"], (t["A"] @ t["B"] + t["A"] @ t["B2"]).numpy())
     assert r.stats.cycles == 3 * (16 + 4) + (4 + 4) + (16 + 64 // 4)
+
+
+def test_cost_model_follows_the_simulator_on_suite_layers_with_two_weight_buffers() -> None:
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    from layers import LAYERS  # noqa: PLC0415 - benchmarks/ is a folder of scripts
+
+    from tensorgen.driver import compare, compile_auto, random_inputs
+    from tensorgen.reference.torch_ref import evaluate
+    from tensorgen.spec.loader import parse_program
+
+    cycles = {}
+    for name in ("matmul_256", "resnet18_layer4_proj_1x1s2"):
+        layer = next(x for x in LAYERS if x.name == name)
+        for tname in ("tg1", "tg1db"):
+            target = load_target(tname)
+            program = parse_program(layer.op_yaml(), f"<{name}>", tname)
+            auto = compile_auto(program, target)
+            inputs = random_inputs(program, 1)
+            r = simulate(auto.compiled.binary, inputs, target)
+            assert compare(evaluate(program, inputs), r.outputs).exact
+            assert abs(auto.plan.chosen.cycles / r.stats.cycles - 1) < 0.02, (name, tname)
+            cycles[name, tname] = r.stats.cycles
+        assert cycles[name, "tg1db"] < cycles[name, "tg1"]
