@@ -336,7 +336,8 @@ def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan
             break
     if not fitting:
         raise CapacityError("every staging choice overflows a memory, even with the smallest blocks")
-    # the fastest, unless one within TIE of it moves less DRAM (whose energy dominates)
+    # the fastest, unless one within TIE of it moves less DRAM, whose energy dominates (tensorgen/target/
+    # energy.py: 64 pJ per LPDDR4 byte on tg1, under 0.4 pJ per SRAM byte; static energy differs by <= TIE)
     fastest = min(c.cycles for c, _ in fitting)
     cand, shape = min((x for x in fitting if x[0].cycles <= fastest * (1 + TIE)),
                       key=lambda x: (x[0].dram_bytes, x[0].cycles))
