@@ -337,7 +337,7 @@ class Simulator:
             else:
                 st.dram_write_bytes += cost.dram_bytes
         elif q == "EX":
-            end, reads_from = self._execute_timing(ins, cost, reps, start, tokens)
+            end, reads_from = self._execute_timing(cost, reps, start, tokens)
         else:
             end = start + cost.cycles
         self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
@@ -354,8 +354,7 @@ class Simulator:
         for mem, n in cost.written:
             st.onchip_write_bytes[mem] += n
 
-    def _execute_timing(self, ins: isa.Instruction, cost: isa.Cost, reps: int, start: int,
-                        tokens: int) -> tuple[int, int]:
+    def _execute_timing(self, cost: isa.Cost, reps: int, start: int, tokens: int) -> tuple[int, int]:
         """(end, first cycle it reads memory) of an instruction on EX starting at `start`, the
         last token it waits for arriving at `tokens`: `cost.cycles`, except that a MATMUL's fill
         overlaps the streaming of a MATMUL right before it (SYNCs between them aside) as
