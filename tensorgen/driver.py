@@ -129,3 +129,33 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_files_atomic(files: list[tuple[str | Path, bytes]]) -> None:
+    """Write all of `files` or none: each goes to a temporary file beside it, and only when all
+    are complete are they renamed into place; a failure removes the temporaries (and any file
+    already renamed, so that a half-done pair is never left). An OSError names its file."""
+    temps: list[tuple[Path, str]] = []
+    done: list[Path] = []
+    try:
+        for path, data in files:
+            path = Path(path)
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+                temps.append((path, tmp))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(path)) from None
+        for path, tmp in temps:
+            try:
+                os.replace(tmp, path)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(path)) from None
+            done.append(path)
+    except BaseException:
+        for _, tmp in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for path in done:
+            path.unlink(missing_ok=True)
+        raise
