@@ -120,15 +120,15 @@ def run_and_compare(job: Job, inputs: dict[str, np.ndarray]) -> tuple[Comparison
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one, never half."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_files_atomic([(path, data)])
+
+
+def _file_mode() -> int:
+    # mkstemp creates 0600 files; an output should get the mode any new file gets (0666 less the
+    # umask), which can only be read by setting it: set it back at once.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_files_atomic(files: list[tuple[str | Path, bytes]]) -> None:
@@ -143,6 +143,7 @@ def write_files_atomic(files: list[tuple[str | Path, bytes]]) -> None:
             try:
                 fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
                 temps.append((path, tmp))
+                os.fchmod(fd, _file_mode())
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
             except OSError as err:

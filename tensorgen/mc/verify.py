@@ -27,6 +27,7 @@ from tensorgen.mc.operands import ITEMSIZE, MAX_LOOP_DEPTH, Bound, Box, LoopAffi
 MAX_COEF = 1 << 40
 MAX_STRIDE = 1 << 32
 SEQUENCER = ("LOOP", "LOOPB", "IF")
+MAX_BLOCK_DEPTH = 64  # LOOPs and IFs nested: the simulator recurses once per level
 
 
 @dataclass(frozen=True)
@@ -170,19 +171,24 @@ def _check_instruction(binary: Binary, pc: int, ins: isa.Instruction, depth: int
 
 def _depths(code: tuple[isa.Instruction, ...]) -> list[int]:
     """The loop depth of every instruction (the counters its operands may use); refuses a body
-    that leaves its enclosing one and loops nested deeper than the sequencer's counters."""
-    depths, ends = [0] * len(code), [len(code)]
+    that leaves its enclosing one, loops nested deeper than the sequencer's counters, and
+    blocks (with IFs) nested deeper than `MAX_BLOCK_DEPTH`."""
+    depths = [0] * len(code)
+    ends: list[tuple[int, bool]] = [(len(code), False)]  # (end, whether the block adds a counter)
+    loops = 0
     for pc, ins in enumerate(code):
-        while ends[-1] <= pc:
-            ends.pop()
-        depths[pc] = len(ends) - 1
+        while ends[-1][0] <= pc:
+            loops -= ends.pop()[1]
+        depths[pc] = loops
         if ins.mnemonic in SEQUENCER:
             end = pc + 1 + ins.arg("body")
-            if end > ends[-1]:
+            if end > ends[-1][0]:
                 raise _bad(pc, ins, f"body of {ins.arg('body')} instructions leaves its enclosing block")
-            if ins.mnemonic != "IF" and len(ends) - 1 >= MAX_LOOP_DEPTH:
-                raise _bad(pc, ins, f"loops nest deeper than {MAX_LOOP_DEPTH}")
-            ends.append(end)
+            is_loop = ins.mnemonic != "IF"
+            if loops + is_loop > MAX_LOOP_DEPTH or len(ends) > MAX_BLOCK_DEPTH:
+                raise _bad(pc, ins, f"loops nest deeper than {MAX_LOOP_DEPTH} or blocks deeper than {MAX_BLOCK_DEPTH}")
+            ends.append((end, is_loop))
+            loops += is_loop
     return depths
 
 
