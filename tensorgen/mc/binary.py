@@ -384,12 +384,17 @@ def assemble(text: str, constants: bytes = b"") -> Binary:
             words = line.split()
             if words[0] == ".target":
                 target, thash = words[1], bytes.fromhex(words[2])
+                if not _TARGET_NAME.fullmatch(target) or len(target.encode()) > TARGET_NAME_BYTES:
+                    raise ValueError(f"target name '{target}' is not a name of at most {TARGET_NAME_BYTES} letters, "
+                                     "digits, '_' or '-'")
             elif words[0] == ".dram":
                 dram = int(words[1])
             elif words[0] == ".tensor":
                 name, dtype, shape, role = words[1:5]
                 if dtype not in DTYPE_CODES or role not in ROLES:
                     raise ValueError(f"unknown dtype '{dtype}' or role '{role}'")
+                if not _TENSOR_NAME.fullmatch(name) or len(name.encode()) > NAME_BYTES:
+                    raise ValueError(f"tensor name '{name}' is not a dotted identifier of at most {NAME_BYTES} bytes")
                 kv = dict(w.split("=", 1) for w in words[5:])
                 coff, cbytes = (int(x) for x in kv.get("const", "0+0").split("+"))
                 tensors.append(TensorEntry(name, dtype, tuple(int(s) for s in shape.split("x")), role,

@@ -35,6 +35,9 @@ class SimLimits:
     """Upper bounds on what a binary may ask of the simulator, checked before it runs."""
 
     max_steps: int = 50_000_000  # dynamic instructions (each iteration of a loop body counts)
+    # iterations of hardware loops run one by one: far cheaper than instructions, but a loop
+    # around an IF that is never taken executes none and must still end
+    max_iterations: int = 200_000_000
     dram_bytes: int = 1 << 30  # the DRAM image the simulator allocates
 
 

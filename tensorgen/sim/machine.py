@@ -180,6 +180,7 @@ class Simulator:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
         verify_binary(binary, target, self.limits)  # before anything is allocated or run
+        self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
         self.machine = Machine(binary, target)
         self.stats = Stats()
@@ -266,6 +267,7 @@ class Simulator:
                     self._step(pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest)
                     pc += 1 + body
                     continue
+                self._iterate(ins.arg("count"))
                 for c in range(ins.arg("count")):
                     self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
@@ -278,12 +280,21 @@ class Simulator:
                         self._block(pc + 1, pc + 1 + body, counters)
                 else:
                     lo, hi = max(ins.arg("lower").values(counters)), min(ins.arg("upper").values(counters))
+                    self._iterate(hi - lo + 1)
                     for c in range(lo, hi + 1):
                         self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
             else:
                 self._step(pc, ins, counters)
                 pc += 1
+
+    def _iterate(self, n: int) -> None:
+        # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their
+        # iterations are bounded by the same budget as the instructions.
+        self.iterations += max(n, 0)
+        if self.iterations > self.limits.max_iterations:
+            raise SimulatorError(f"the program's loops run more than {self.limits.max_iterations:,} iterations, "
+                                 "the simulator's limit (SimLimits.max_iterations)")
 
     def _reduction_nest(self, pc: int, depth: int) -> list[tuple[int, int]] | None:
         """(level, count) of a perfect loop nest at `pc` around one token-free instruction that

@@ -336,3 +336,13 @@ def test_out_of_range_assembly_names_the_line(matmul_binary, pattern, replace):
         assert str(err).startswith(f"line {lineno}: ")
         return
     raise AssertionError("accepted")
+
+
+@pytest.mark.parametrize("directive, reason", [
+    (".target ../tiny 00", r"target name '\.\./tiny' is not a name"),
+    (".tensor ../A int8 4 input dram=0", r"tensor name '\.\./A' is not a dotted identifier"),
+])
+def test_assembler_refuses_names_that_are_paths(directive, reason):
+    text = ".target tiny 00\n" + directive + "\n"
+    with pytest.raises(BinaryError, match=rf"^line 2: cannot assemble '{re.escape(directive)}' \(.*{reason}.*\)$"):
+        assemble(text)

@@ -93,3 +93,12 @@ def test_a_big_reduction_nest_runs_iteration_by_iteration(monkeypatch, limit, ve
 def test_operands_that_do_not_fit_the_semantics(line, reason):
     with pytest.raises(SimulatorError, match=reason):
         simulate(assemble(HEAD + line + "\n"), X, TINY)
+
+
+def test_loops_that_execute_nothing_are_bounded_too():
+    """A loop around an IF that is never taken executes no instruction, but takes time."""
+    b = assemble(HEAD + "LOOP count=4000000000 body=2\n    IF cond=B(-1/1) body=1\n"
+                        "        VFILL dst=spad:int32@0[4:1] imm=1\n")
+    with pytest.raises(SimulatorError, match=r"^the program's loops run more than 1,000 iterations, the "
+                                             r"simulator's limit \(SimLimits\.max_iterations\)$"):
+        simulate(b, X, TINY, limits=SimLimits(max_iterations=1000))
