@@ -196,8 +196,6 @@ def test_encode_refuses_names_it_would_truncate(matmul_binary):
 
 # --- operands, queues, tokens and structure: refused before they run -------------------------
 
-BOX = Box(0, (LoopAffine.make(0),), (4,))
-
 
 @pytest.mark.parametrize("code, reason", [
     pytest.param([isa.make("VFILL", dst=View("spad", "int32", LoopAffine.make(0), (4,), (-(2**40),)), imm=0)],
