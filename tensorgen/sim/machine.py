@@ -11,17 +11,26 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensorgen.errors import BinaryError, SimulatorError
+from tensorgen.errors import SimulatorError
+from tensorgen.inputs import one_line
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import ITEMSIZE, Box, View
-from tensorgen.target import Target, load_target
+from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
+from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
+
+__all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
+
+# A reduction nest is run as one numpy call only while its arrays stay this small; a larger one
+# runs iteration by iteration (same values), so its memory is bounded by one iteration's.
+MAX_NEST_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -171,11 +180,12 @@ class Machine:
 
 
 class Simulator:
-    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True) -> None:
-        target = target or load_target(binary.target_name)
-        if target.hash != binary.target_hash:
-            raise BinaryError(f"binary was built for target '{binary.target_name}' with other parameters "
-                              f"(hash {binary.target_hash.hex()}, this {target.name} is {target.hash.hex()})")
+    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True,
+                 limits: SimLimits | None = None) -> None:
+        target = target or binary_target(binary)
+        self.limits = limits or SimLimits()
+        verify_binary(binary, target, self.limits)  # before anything is allocated or run
+        self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
         self.machine = Machine(binary, target)
         self.stats = Stats()
@@ -264,6 +274,7 @@ class Simulator:
                     self._step(pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest)
                     pc += 1 + body
                     continue
+                self._iterate(ins.arg("count"))
                 for c in range(ins.arg("count")):
                     self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
@@ -276,6 +287,7 @@ class Simulator:
                         self._block(pc + 1, pc + 1 + body, counters)
                 else:
                     lo, hi = max(ins.arg("lower").values(counters)), min(ins.arg("upper").values(counters))
+                    self._iterate(hi - lo + 1)
                     for c in range(lo, hi + 1):
                         self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
@@ -283,15 +295,23 @@ class Simulator:
                 self._step(pc, ins, counters)
                 pc += 1
 
+    def _iterate(self, n: int) -> None:
+        # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their
+        # iterations are bounded by the same budget as the instructions.
+        self.iterations += max(n, 0)
+        if self.iterations > self.limits.max_iterations:
+            raise SimulatorError(f"the program's loops run more than {self.limits.max_iterations:,} iterations, "
+                                 "the simulator's limit (SimLimits.max_iterations)")
+
     def _reduction_nest(self, pc: int, depth: int) -> list[tuple[int, int]] | None:
         """(level, count) of a perfect loop nest at `pc` around one token-free instruction that
         reduces into a destination the loops do not move, or None."""
         code, nest = self.binary.code, []
-        while code[pc].mnemonic == "LOOP":
+        while pc < len(code) and code[pc].mnemonic == "LOOP":
             nest.append((depth + len(nest), code[pc].arg("count")))
             pc += 1
         # a perfect nest: the i-th LOOP's body is exactly the inner LOOPs and the instruction
-        if any(code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))):
+        if pc >= len(code) or any(code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))):
             return None
         ins = code[pc]
         defn = ins.defn
@@ -300,13 +320,18 @@ class Simulator:
         dest = ins.arg(defn.fields[0][0])
         if any(lvl < len(dest.base.coefs) and dest.base.coefs[lvl] for lvl, _ in nest):
             return None
+        largest = max(v.size for v in self.fields[pc].values() if isinstance(v, View))
+        if math.prod(n for _, n in nest) * largest > MAX_NEST_ELEMENTS:
+            return None  # too big for one numpy call: run it iteration by iteration
         return nest
 
     def _step(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...],
               nest: list[tuple[int, int]] | None = None) -> None:
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
-        reps = int(np.prod([n for _, n in nest], dtype=np.int64)) if nest else 1
+        reps = math.prod(n for _, n in nest) if nest else 1
+        if st.instructions + reps > self.limits.max_steps:  # LOOPB and IF nests are only bounded up front
+            raise SimulatorError(step_limit_message(None, self.limits))
         q = ins.queue
         tokens = 0  # when the last token it waits for arrives
         for src in ins.wait:
@@ -320,7 +345,7 @@ class Simulator:
         m.touched = []
         if nest:
             dest = ins.arg(ins.defn.fields[0][0])
-            ins.defn.execute_reduction_loop(m, self.fields[pc])
+            self._execute(pc, ins, ins.defn.execute_reduction_loop)
             dmem, dlo, dhi, _ = m.touched[-1]
             for mem, lo, hi, write in m.touched[:-1]:
                 if mem == dmem and lo < dhi and dlo < hi and not (lo == dlo and hi == dhi and mem == dest.mem):
@@ -329,7 +354,7 @@ class Simulator:
                             tuple((mem, n * reps) for mem, n in cost.bytes),
                             tuple((mem, n * reps) for mem, n in cost.written), cost.fill)
         elif ins.defn.execute is not None:
-            ins.defn.execute(m, self.fields[pc])
+            self._execute(pc, ins, ins.defn.execute)
         if cost.dram_bytes:
             end = self._transfer(start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle))
             if ins.mnemonic == "LOAD":
@@ -374,6 +399,16 @@ class Simulator:
         self.streaming = (end - rows, rows)
         return end, min(begin, start)
 
+    def _execute(self, pc: int, ins: isa.Instruction, semantics) -> None:
+        # The verifier checks what can be known statically; operands whose shapes do not fit
+        # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
+        try:
+            with np.errstate(all="ignore"):  # float overflow in a crafted scale: wrong, not a warning
+                semantics(self.machine, self.fields[pc])
+        except (ValueError, IndexError, TypeError, KeyError) as err:
+            raise SimulatorError(f"instruction {pc} ({ins.mnemonic}): operands do not fit its semantics "
+                                 f"({one_line(err, 120)}) at loop counters {list(self.machine.counters)}") from None
+
     def _transfer(self, ready: int, cycles: int) -> int:
         """Give a DMA the DRAM channel at the first time >= `ready` when it is free for `cycles`
         (first come, first served in time, not in program order); returns the transfer's end."""
@@ -416,9 +451,10 @@ class Simulator:
 
 
 def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
-             vectorize_loops: bool = True, marks: tuple[int, ...] = ()) -> SimResult:
+             vectorize_loops: bool = True, marks: tuple[int, ...] = (), limits: SimLimits | None = None) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
     that the vectorised path computes the same values and counters). `marks`: top-level
     instruction indices (or the code length, for the end) at which to record the counters, e.g.
-    the boundaries of a model's layers."""
-    return Simulator(binary, target, vectorize_loops).run(inputs, marks)
+    the boundaries of a model's layers. The binary is verified against the target first
+    (`tensorgen.mc.verify.verify_binary`), within `limits`."""
+    return Simulator(binary, target, vectorize_loops, limits).run(inputs, marks)
