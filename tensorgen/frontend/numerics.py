@@ -133,14 +133,15 @@ def requant_multiplier(s_in: float, s_w: ArrayLike, s_out: float) -> np.ndarray 
 
     All float32 arithmetic (``generate_requantization_scales``). A scalar for
     per-tensor weights, an array of one M per output channel for per-channel
-    weights. qnnpack refuses M >= 1; so does this function.
+    weights. M >= 1 is allowed: PyTorch's qnnpack conv and linear (its runtime
+    path, not ``pytorch_qnnp_create_convolution2d_nhwc_q8``, which refuses
+    them) run such layers with the same formula; ``arith.requantize`` gives
+    products beyond int32 the x86 conversion's INT32_MIN. A dead ReLU after a
+    conv or linear (its calibrated output all zero, so s_out ~ float32 eps)
+    produces them.
     """
     _check_positive("requant_multiplier", s_in=s_in, s_w=s_w, s_out=s_out)
     m = (_f32(s_w) * _f32(s_in)) * (np.float32(1) / _f32(s_out))
-    if np.any(m >= 1):
-        raise ValueError(
-            f"requant_multiplier: s_in * s_w / s_out must be below 1 (qnnpack), got {m!r}"
-        )
     return _scalar_or_array(m)
 
 
