@@ -40,6 +40,8 @@ class X86Behaviour:
 
     ``exact_products``: conv and linear accumulate the exact int32 dot product for any uint8
     activations (False: fbgemm's int16 pair saturation, exact only for activations <= 127).
+    ``exact_depthwise``: the same for depthwise convs (groups = channels) with per-channel
+    symmetric weights, which run other kernels.
     ``add_block``: elements per iteration of the quantized add's vector loop (None: the add
     matched no block, so tensorgen refuses quantized adds under this engine). ``vnni``: the CPU
     flag as the OS reports it (only for the description: the behaviour is measured).
@@ -47,14 +49,17 @@ class X86Behaviour:
 
     engine: str
     exact_products: bool
+    exact_depthwise: bool
     add_block: int | None
     vnni: bool
     capability: str
 
     def describe(self) -> str:
         cpu = f"{self.capability}{', AVX512-VNNI' if self.vnni else ', no AVX512-VNNI'}"
-        products = ("exact int8 products" if self.exact_products
-                    else "int16-saturating int8 pair products (exact for activations <= 127)")
+        sat = "int16-saturating int8 pair products (exact for activations <= 127)"
+        products = "exact int8 products" if self.exact_products else sat
+        if self.exact_depthwise != self.exact_products:
+            products += f" (depthwise convs: {'exact int8 products' if self.exact_depthwise else sat})"
         add = f"add vector block {self.add_block}" if self.add_block else "add rounding unknown"
         return f"{self.engine} engine: {products}, {add} ({cpu})"
 
@@ -70,12 +75,12 @@ def x86_behaviour(engine: str = "x86") -> X86Behaviour:
         torch.backends.quantized.engine = engine
         torch.set_num_threads(1)  # the add's tail split depends on threads only above 32767 elements
         try:
-            exact = _products_are_exact()
+            exact, depthwise = _products_are_exact(), _depthwise_is_exact()
             block = _add_block()
         finally:
             torch.backends.quantized.engine = saved
             torch.set_num_threads(threads)
-    return X86Behaviour(engine, exact, block, cpu_has_vnni(), torch.backends.cpu.get_cpu_capability())
+    return X86Behaviour(engine, exact, depthwise, block, cpu_has_vnni(), torch.backends.cpu.get_cpu_capability())
 
 
 def cpu_has_vnni() -> bool:
@@ -110,6 +115,22 @@ def _products_are_exact() -> bool:
     y_conv = int(conv(_qtensor(np.full((1, k, 1, 1), 255), 1.0, 0)).int_repr().item())
     exact = round(255 * 127 * k / 2048)  # 126; saturated: 64
     return y_lin == exact and y_conv == exact
+
+
+def _depthwise_is_exact() -> bool:
+    """A 3x3 depthwise conv of 255s with weights 127 (per-channel, symmetric, as tensorgen
+    quantizes them): the centre output's 9 products give 71 exactly, 40 with saturated pairs."""
+    import torch.ao.nn.quantized as nnq
+
+    c = 8
+    w = torch._make_per_channel_quantized_tensor(torch.full((c, 1, 3, 3), 127, dtype=torch.int8),
+                                                 torch.ones(c, dtype=torch.float64),
+                                                 torch.zeros(c, dtype=torch.long), 0)
+    conv = nnq.Conv2d(c, c, 3, padding=1, groups=c)
+    conv.set_weight_bias(w, None)
+    conv.scale, conv.zero_point = 4096.0, 0
+    y = conv(_qtensor(np.full((1, c, 3, 3), 255), 1.0, 0)).int_repr()
+    return bool((y[:, :, 1, 1] == round(9 * 255 * 127 / 4096)).all())
 
 
 def _add_block() -> int | None:
