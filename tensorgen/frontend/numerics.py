@@ -9,7 +9,8 @@ exact integer accumulator give PyTorch's output integers bit for bit.
 tests/frontend/test_numerics.py checks every function here against torch 2.13
 (CPU) on 1e5+ random elements. Only numpy is needed.
 
-Findings beyond /work/shared/NUMERICS.md (all by experiment, torch 2.13, AVX2):
+The rules are documented in docs/numerics.md. Findings by experiment (torch 2.13, on AVX2 and
+AVX512-VNNI CPUs; what differs between CPUs is probed by ``tensorgen.frontend.probe``):
 
 - ``Tensor.dequantize()`` (quint8, per tensor) is ``RN(f32(s) * (q - zp))`` for
   every element, whatever its position: no vector-body/scalar-tail split
@@ -239,7 +240,8 @@ def avgpool_multiplier(s_in: float, s_out: float, n: int) -> np.float32:
 
 #: ``at::internal::GRAIN_SIZE``: element-wise kernels run on one thread below this many elements.
 ATEN_GRAIN_SIZE = 32768
-#: Elements per iteration of ATen's vectorised loop for quint8 with AVX2 (two 32-byte vectors).
+#: Elements per iteration of ATen's vectorised loop for quint8 with AVX2 (two 32-byte vectors);
+#: the running PyTorch's value comes from ``tensorgen.frontend.probe.x86_behaviour``.
 FBGEMM_ADD_BLOCK = 64
 #: Channels per vector step of the channels-last adaptive average pool with AVX2.
 FBGEMM_AVGPOOL_BLOCK = 8
@@ -300,8 +302,9 @@ def fbgemm_add_scalar_mask(
     - layouts differ (one contiguous, one channels_last): nothing is contiguous for all three
       tensors, so every element takes the scalar path (``same_layout=False``).
 
-    ``block = 64`` is AVX2 (``torch.backends.cpu.get_cpu_capability()``); an AVX512 build
-    would use 128 (not verified).
+    ``block = 64`` is two AVX2 vectors; torch 2.13 runs this AVX2 kernel on AVX512 CPUs too
+    (it registers no AVX512 quantized kernels). ``tensorgen.frontend.probe`` measures the block
+    of the running PyTorch, and tensorgen passes that.
     """
     if numel < 0 or num_threads < 1 or block < 1:
         raise ValueError(
