@@ -99,9 +99,14 @@ def record(gm: fx.GraphModule, example_inputs) -> dict[fx.Node, object]:
 @contextmanager
 def _native_stderr() -> Iterator[Callable[[], str]]:
     """Capture what native code writes to file descriptor 2 inside the block (yields a function
-    returning it so far); it is written back to stderr on exit, so nothing is lost on success."""
+    returning it so far). It is written back to stderr on exit, unless the block ends in a
+    SpecError, which then carries what mattered of it (one line, the CLI's contract)."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to capture
+        yield lambda: ""
+        return
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), 2)
 
@@ -109,17 +114,17 @@ def _native_stderr() -> Iterator[Callable[[], str]]:
             sys.stderr.flush()
             tmp.seek(0)
             return tmp.read().decode(errors="replace")
-        failed = False
+        refused = False
         try:
             yield text
-        except BaseException:
-            failed = True
+        except SpecError:
+            refused = True
             raise
         finally:
             out = text()
             os.dup2(saved, 2)
             os.close(saved)
-            if out and not failed:
+            if out and not refused:
                 sys.stderr.write(out)
 
 
