@@ -827,8 +827,9 @@ def test_avg_pool2d_qnnpack(engine, k, stride, pad, count_include_pad, divisor) 
 
 
 def test_parameter_functions_check_their_arguments() -> None:
-    with pytest.raises(ValueError, match="requant_multiplier: s_in .* below 1"):
-        numerics.requant_multiplier(1.0, 1.0, 0.5)
+    assert numerics.requant_multiplier(1.0, 1.0, 0.5) == 2  # M >= 1 is allowed, as PyTorch runs it
+    with pytest.raises(ValueError, match="requant_multiplier: s_out must be finite and positive"):
+        numerics.requant_multiplier(1.0, 1.0, 0.0)
     with pytest.raises(ValueError, match="quantize_bias: s_w must be finite and positive"):
         numerics.quantize_bias(np.zeros(2, F32), 0.1, np.array([0.1, -1.0]))
     with pytest.raises(ValueError, match="avgpool_multiplier: n must be"):
