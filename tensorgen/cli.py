@@ -156,6 +156,9 @@ def cmd_check_model(args) -> int:
         raise TensorgenError("--trials 0 without --input: nothing to check")
     cm = _compile_model(args)
     _print_model_table(cm)
+    if cm.engine != "qnnpack":  # its integer behaviour depends on the CPU: say which one applies
+        from tensorgen.frontend.probe import x86_behaviour
+        print(x86_behaviour(cm.engine).describe())
     trials = list(given)
     for trial in range(args.trials):
         gen = torch.Generator().manual_seed(args.seed + trial)

@@ -40,7 +40,15 @@ def wrap_to(x: torch.Tensor, dtype: str) -> torch.Tensor:
 def requant(acc: torch.Tensor, scale: float, zp: int, dtype: str) -> torch.Tensor:
     lo, hi = dtype_range(dtype)
     scaled = wrap32(acc).to(torch.int32).to(torch.float32) * torch.tensor(scale, dtype=torch.float32)
-    return torch.clamp(torch.round(scaled).to(torch.int64) + zp, lo, hi)
+    return torch.clamp(_cvt_int32(scaled) + zp, lo, hi)
+
+
+def _cvt_int32(x: torch.Tensor) -> torch.Tensor:
+    """x86's float -> int32 conversion: round half to even; INT32_MIN outside int32 and for NaN
+    (a multiplier >= 1 reaches it; tensorgen.mc.arith.cvt_int32 is the pinned rule)."""
+    r = torch.round(x.to(torch.float64))
+    bad = ~((r >= -(2**31)) & (r <= 2**31 - 1))
+    return torch.where(bad, torch.full_like(r, -(2**31)), r).to(torch.int64)
 
 
 def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -174,7 +182,7 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(torch.float32)
         scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
-        return torch.clamp(torch.round(scaled).to(torch.int64) + int(args[3]), lo, hi)
+        return torch.clamp(_cvt_int32(scaled) + int(args[3]), lo, hi)
     if e.fn in ("requant_fma", "add_fbgemm"):  # float rules of fbgemm with fused multiply-adds, which
         # torch has no operator for: the accelerator's own arithmetic, itself pinned against
         # PyTorch's quantized kernels in tests/frontend/test_numerics_x86.py
