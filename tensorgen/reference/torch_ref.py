@@ -84,8 +84,9 @@ def _points(stmt: Statement, fixed: dict[str, int]):
 
 def _grid(stmt: Statement, fixed: dict[str, int]) -> dict[str, torch.Tensor]:
     """Every point of the statement's domain, in lexicographic order, as flat index tensors."""
-    ranges = [torch.tensor([fixed[i]]) if i in fixed else torch.arange(lo, hi + 1)
-              for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
+    # a shared-loop value outside the statement's bounds (a where: on the shared loop): no points
+    ranges = [(torch.tensor([fixed[i]]) if lo <= fixed[i] <= hi else torch.zeros(0, dtype=torch.int64))
+              if i in fixed else torch.arange(lo, hi + 1) for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
     mesh = torch.meshgrid(*ranges, indexing="ij")
     grids = {i: m.reshape(-1) for i, m in zip(stmt.indices, mesh)}
     if stmt.where:
