@@ -214,9 +214,27 @@ def _run_points(program: Program, stmt: Statement, grids, env) -> None:
         target[flat[keep]] = values[keep]
     elif stmt.op == "+=":
         target = target.index_add(0, flat, values)
-    else:
+    elif t.dtype in ("int32", "float32"):
         target = target.scatter_reduce(0, flat, values, reduce="amax", include_self=True)
+    else:
+        target = _max_into_narrow(target, flat, values, t.dtype)
     env[t.name] = wrap_to(target, t.dtype).reshape(t.shape)
+
+
+def _max_into_narrow(target: torch.Tensor, flat: torch.Tensor, values: torch.Tensor, dtype: str) -> torch.Tensor:
+    """`max=` into an 8-bit tensor: every instance stores (and wraps) its max, so the reduction is
+    not one max of the int32 values: `wrap(max(wrap(max(z, a)), b))`. Instances that update the
+    same element run in rounds, the r-th update of every element in round r, in program order."""
+    order = torch.argsort(flat, stable=True)
+    _, counts = torch.unique_consecutive(flat[order], return_counts=True)
+    starts = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    rank = torch.empty_like(flat)
+    rank[order] = torch.arange(len(flat)) - starts
+    for r in range(int(counts.max())):
+        pick = rank == r
+        idx = flat[pick]
+        target[idx] = wrap_to(torch.maximum(target[idx], values[pick]), dtype)
+    return target
 
 
 # --- aten fast paths --------------------------------------------------------------------------
