@@ -68,7 +68,36 @@ def _run(program: Program, stmt: Statement, fixed: dict[str, int], env) -> None:
     if stmt.op == "+=" and not stmt.where and _fast_contraction(program, stmt, fixed, env):
         return
     grids = _grid(stmt, fixed)
+    if any(a == stmt.lhs for a in stmt.reads):
+        _run_rounds(program, stmt, fixed, grids, env)
+        return
     _run_points(program, stmt, grids, env)
+
+
+def _run_rounds(program: Program, stmt: Statement, fixed: dict[str, int], grids, env) -> None:
+    """A statement that reads the element it writes, e.g. `Q[i] = X[t, i] + Q[i]` over t: every
+    instance reads what the instance before it wrote. Instances run in rounds, one per value of
+    the indices the LHS does not name (in lexicographic order), vectorised over the LHS indices;
+    a round that writes an element twice (a non-injective LHS) runs point by point."""
+    named = {n for sub in stmt.lhs.index for n in sub.names}
+    others = [i for i in stmt.indices if i not in named and i not in fixed]
+    n = len(next(iter(grids.values()))) if grids else 1
+    key = torch.zeros(n, dtype=torch.int64)
+    for i in others:  # mixed radix over the other indices: sorts like their lexicographic order
+        lo, hi = stmt.bounds[stmt.indices.index(i)]
+        key = key * (hi - lo + 1) + (grids[i] - lo)
+    rounds, which = torch.unique(key, sorted=True, return_inverse=True)
+    t = program.tensor(stmt.lhs.tensor)
+    for r in range(len(rounds)):
+        part = {k: v[which == r] for k, v in grids.items()}
+        flat = torch.zeros_like(next(iter(part.values()))) if part else torch.zeros(1, dtype=torch.int64)
+        for a, size in zip(stmt.lhs.index, t.shape):
+            flat = flat * size + _subscript(a, part)
+        if len(torch.unique(flat)) == len(flat):
+            _run_points(program, stmt, part, env)
+            continue
+        for p in range(len(flat)):
+            _run_points(program, stmt, {k: v[p:p + 1] for k, v in part.items()}, env)
 
 
 def _self_dependent(stmt: Statement) -> bool:

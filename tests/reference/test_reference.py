@@ -134,3 +134,17 @@ statements:
 """)
     x = np.arange(6, dtype=np.int32).reshape(3, 2)
     np.testing.assert_array_equal(torch_ref.evaluate(p, {"X": x})["Y"], np.cumsum(x, axis=0))
+
+
+def test_statement_reading_its_own_element_over_a_reduction_runs_in_order() -> None:
+    # Q[i] = 2 X[t, i] + Q[i] over t: each instance reads the previous one's write (found by the
+    # property test: the reference once evaluated every t from the initial Q and kept the last)
+    p = parse_program("""tensorgen: 1
+tensors:
+  X: {shape: [3, 2], dtype: int32, role: input}
+  Q: {shape: [2], dtype: int32, role: output}
+statements:
+  - {stmt: "Q[i] = X[t, i] + (X[t, i] + Q[i])", where: "0 <= t <= 2"}
+""")
+    x = np.array([[1, 10], [2, 20], [4, 40]], dtype=np.int32)
+    assert torch_ref.evaluate(p, {"X": x})["Q"].tolist() == [14, 140]
