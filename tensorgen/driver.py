@@ -16,7 +16,7 @@ from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.auto import Plan, auto_schedule
-from tensorgen.schedule.files import load_schedule
+from tensorgen.schedule.files import compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
 from tensorgen.target import Target, load_target
@@ -45,8 +45,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    s = load_schedule(sched_path, program, tgt)
-    return Job(program, tgt, compile_scheduled(program, tgt, s))
+    return Job(program, tgt, compile_schedule_file(sched_path, program, tgt))
 
 
 @dataclass(frozen=True)
