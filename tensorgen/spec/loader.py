@@ -43,7 +43,7 @@ class _Doc:
             if not isinstance(k, yaml.ScalarNode):
                 raise self.error(k, f"expected a plain key in {what}")
             if k.value in seen:
-                raise self.error(k, f"duplicate key '{k.value}' in {what}")
+                raise self.error(k, f"duplicate key '{one_line(k.value, 60)}' in {what}")
             seen.add(k.value)
             out.append((k.value, k, v))
         return out
@@ -89,7 +89,7 @@ def _parse_program(text: str, path: str, target: str | None) -> Program:
     top = {k: (kn, v) for k, kn, v in doc.mapping(root, "the op.yaml file")}
     for key, (kn, _) in top.items():
         if key not in TOP_KEYS:
-            raise doc.error(kn, f"unknown key '{key}' (expected one of {', '.join(sorted(TOP_KEYS))})")
+            raise doc.error(kn, f"unknown key '{one_line(key, 60)}' (expected one of {', '.join(sorted(TOP_KEYS))})")
     for key in ("tensorgen", "tensors", "statements"):
         if key not in top:
             raise doc.error(root, f"missing key '{key}'")
@@ -119,7 +119,7 @@ def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
         fields = {k: (knode, v) for k, knode, v in doc.mapping(spec, f"tensor {name}")}
         for k, (knode, _) in fields.items():
             if k not in TENSOR_KEYS:
-                raise doc.error(knode, f"unknown key '{k}' in tensor {name} (expected shape, dtype, role, pad)")
+                raise doc.error(knode, f"unknown key '{one_line(k, 60)}' in tensor {name} (expected shape, dtype, role, pad)")
         if "shape" not in fields or "dtype" not in fields:
             raise doc.error(spec, f"tensor {name} needs 'shape' and 'dtype'")
         shape_node = fields["shape"][1]
@@ -136,10 +136,10 @@ def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
             shape.append(v)
         dtype = doc.scalar(fields["dtype"][1], str, "a dtype")
         if dtype not in DTYPES:
-            raise doc.error(fields["dtype"][1], f"unknown dtype '{dtype}' (expected {', '.join(DTYPES)})")
+            raise doc.error(fields["dtype"][1], f"unknown dtype '{one_line(dtype, 60)}' (expected {', '.join(DTYPES)})")
         role = doc.scalar(fields["role"][1], str, "a role") if "role" in fields else "none"
         if role not in ROLES:
-            raise doc.error(fields["role"][1], f"unknown role '{role}' (expected {', '.join(ROLES)})")
+            raise doc.error(fields["role"][1], f"unknown role '{one_line(role, 60)}' (expected {', '.join(ROLES)})")
         pad = doc.scalar(fields["pad"][1], int, "an integer pad value") if "pad" in fields else 0
         lo, hi = dtype_range(dtype)
         if not lo <= pad <= hi:
@@ -174,7 +174,7 @@ def _statement_text(doc: _Doc, node: yaml.Node) -> tuple[str, int, int, str, yam
         fields = {k: (kn, v) for k, kn, v in doc.mapping(node, "a statement")}
         for k, (kn, _) in fields.items():
             if k not in ("stmt", "where"):
-                raise doc.error(kn, f"unknown key '{k}' in a statement (expected stmt, where)")
+                raise doc.error(kn, f"unknown key '{one_line(k, 60)}' in a statement (expected stmt, where)")
         if "stmt" not in fields:
             raise doc.error(node, "expected 'stmt:' in a statement mapping")
         if "where" in fields:
@@ -219,7 +219,7 @@ def _reads(rhs) -> list[Access]:
 
 def _check_access(loc: str, acc: Access, tensors: dict[str, Tensor]) -> None:
     if acc.tensor not in tensors:
-        raise SpecError(f"{loc}: unknown tensor '{acc.tensor}' (declared: {', '.join(tensors)})")
+        raise SpecError(f"{loc}: unknown tensor '{acc.tensor}' (declared: {one_line(', '.join(tensors), 200)})")
     rank = len(tensors[acc.tensor].shape)
     if len(acc.index) != rank:
         raise SpecError(
@@ -269,9 +269,9 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
     try:
         dom = isl.Set(text)
     except isl.Error:
-        raise doc.error(where_node, f"cannot parse where: '{stmt.where}' (expected isl constraints like '0 <= r < 3')") from None
+        raise doc.error(where_node, f"cannot parse where: '{one_line(stmt.where, 80)}' (expected isl constraints like '0 <= r < 3')") from None
     if dom.is_empty():
-        raise doc.error(where_node, f"where: '{stmt.where}' leaves the statement no iterations; "
+        raise doc.error(where_node, f"where: '{one_line(stmt.where, 80)}' leaves the statement no iterations; "
                                     f"expected constraints that some index values satisfy")
     bounds = []
     for pos, name in enumerate(stmt.indices):

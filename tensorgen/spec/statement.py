@@ -213,7 +213,7 @@ def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
         fn = node.func.id
         if fn not in FUNCTIONS:
             known = ", ".join(sorted(FUNCTIONS))
-            raise SpecError(f"{loc.at(node)}: unknown function '{fn}' (expected one of {known})")
+            raise SpecError(f"{loc.at(node)}: unknown function '{one_line(fn, 60)}' (expected one of {known})")
         if len(node.args) != FUNCTIONS[fn] or node.keywords:
             raise SpecError(f"{loc.at(node)}: {fn}() takes {FUNCTIONS[fn]} argument(s)")
         args = tuple(_expr(a, loc) for a in node.args)
@@ -229,5 +229,5 @@ def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
             raise SpecError(f"{loc.at(node)}: {TENSOR_ARGS[fn]}")
         return Call(fn, args)
     if isinstance(node, ast.Name):
-        raise SpecError(f"{loc.at(node)}: '{node.id}' is not a tensor access; write it with subscripts")
+        raise SpecError(f"{loc.at(node)}: '{one_line(node.id, 60)}' is not a tensor access; write it with subscripts")
     raise SpecError(f"{loc.at(node)}: unsupported expression '{one_line(ast.unparse(node), 80)}'")
