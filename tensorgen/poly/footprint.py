@@ -86,10 +86,16 @@ def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | 
         size.append(int(extent.to_python()) + 1)
         pieces = lo.get_pieces() if lo is not None else []
         # one affine piece without integer divisions (floor(o/2) is not an offset the DMA can take)
-        if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int() or pieces[0][1].dim(isl.dim_type.div):
+        if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int() or _has_division(pieces[0][1]):
             offset.append(None)
             continue
         aff = pieces[0][1]
         coefs = {n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python()) for i, n in enumerate(names)}
         offset.append((int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c}))
     return offset, size
+
+
+def _has_division(aff: isl.Aff) -> bool:
+    """Whether `aff` uses an integer division (`2*floor(o/2)`): reading its parameter
+    coefficients alone would give a wrong offset."""
+    return any(not aff.get_coefficient_val(isl.dim_type.div, k).is_zero() for k in range(aff.dim(isl.dim_type.div)))
