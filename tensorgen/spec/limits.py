@@ -37,7 +37,7 @@ def check_tensor_sizes(doc: _Doc, keys: dict[str, yaml.Node], tensors: dict[str,
                                         f"{LIMITS.dram_bytes:,} (limit InputLimits.dram_bytes in tensorgen/inputs.py)")
 
 
-_INTEGER = re.compile(r"\d+")
+_INTEGER = re.compile(r"(?<![A-Za-z0-9_])\d+")  # not the digits of a name like x1
 
 
 def check_where(doc: _Doc, node: yaml.Node, where: str) -> None:

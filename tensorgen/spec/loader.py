@@ -19,6 +19,7 @@ from tensorgen.ir import poly
 from tensorgen.ir.core import DTYPES, ROLES, Access, Program, Statement, Tensor, dtype_range
 from tensorgen.spec.limits import check_statement_size, check_tensor_sizes, check_where
 from tensorgen.spec.statement import name_problem, parse_statement
+from tensorgen.spec.types import check_types
 
 FORMAT_VERSION = 1
 TOP_KEYS = {"tensorgen", "name", "tensors", "statements", "loops", "target", "schedule", "description"}
@@ -204,6 +205,10 @@ def _statements(doc: _Doc, node: yaml.Node, tensors: dict[str, Tensor], shared) 
             _check_access(loc, acc, tensors)
         indices = _index_order(parsed, shared_names)
         stmt = Statement(f"S{pos}", parsed.lhs, parsed.op, parsed.rhs, tuple(indices), (), where, text, loc)
+        if not indices:  # the reference (and isl's ast) need an index to iterate over
+            raise SpecError(f"{loc}: a statement needs at least one index; write a single element as "
+                            f"'C[i, 0] = ...' with where: 'i = 0'")
+        check_types(stmt, tensors)
         stmt = _infer_bounds(doc, stmt, tensors, dict(shared), where_node or item)
         check_statement_size(stmt)
         _check_write_in_bounds(stmt, tensors[stmt.lhs.tensor])

@@ -86,6 +86,15 @@ CASES = {
     "tensor-name-too-long": (GOOD.replace("A", "A" * 40), r"tensor name 'A{20}...' is longer than 32 characters \(limit InputLimits.name_chars"),
     "index-name-isl-keyword": (stmt("C[i, j] += A[i, exists] * B[exists, j]"), r"index name 'exists' is reserved \(a keyword of isl's set notation\)"),
     "loop-name-isl-keyword": (GOOD + "loops: {mod: 2}\n", r"loop name 'mod' is reserved"),
+    # float32 only at a model's edges; a statement iterates over at least one index (these ended
+    # in tracebacks in the reference)
+    "float32-in-arithmetic": (copy("[4]", "float32").replace("Y: {shape: [4], dtype: float32", "Y: {shape: [4], dtype: int32")
+                              .replace("= X[i]", "= X[i] + 1"), r"X is float32: it can only be read by quantize"),
+    "float32-written-by-a-copy": (copy("[4]", "float32").replace("X: {shape: [4], dtype: float32", "X: {shape: [4], dtype: int32"),
+                                  r"Y is float32: it can only be written by 'Y\[i\] = dequantize"),
+    "quantize-of-an-integer": (copy("[4]").replace("= X[i]", "= quantize(X[i], 0.5, 0)"), r"expected a float32 tensor in X\[i\], got int8"),
+    "dequantize-to-an-integer": (copy("[4]").replace("= X[i]", "= dequantize(X[i], 0.5, 0)"), r"dequantize\(\) gives float32, but Y is int8"),
+    "no-index": (stmt("C[0, 0] = A[1, 2]"), r"a statement needs at least one index"),
     # a control character in YAML: one line, with line and column
     "yaml-control-character": ("tensorgen: 1\nname: \x07bad: [x\n", r"2:7: malformed YAML \(unacceptable character #x0007"),
     "yaml-quoted-line-separator-key": (GOOD.replace("A:", '"A\\u2028\\x85B":'), r"tensor name 'A\\u2028\\x85B' is not an identifier"),
