@@ -131,9 +131,8 @@ def cmd_compile(args) -> int:
     cm = _compile_model(args)
     _print_model_table(cm)
     data = encode(cm.binary)
-    if args.asm:
-        _write(args.asm, disassemble(cm.binary).encode())
-    _write(args.output, data)
+    files = [(args.asm, disassemble(cm.binary).encode())] if args.asm else []
+    _write_all(files + [(args.output, data)])  # both or neither, as emit
     ins = ", ".join(cm.input_names)
     outs = ", ".join(cm.output_names)
     print(f"{args.output}: {len(cm.binary.code)} instructions, {len(data):,} bytes, target {cm.target.name}; "

@@ -421,3 +421,17 @@ def test_outputs_are_written_with_the_umask_mode(tmp_path, cli, matmul_tgb, oper
     umask = os.umask(0o022)
     os.umask(umask)
     assert (tmp_path / "out" / "C.npy").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
+    """The fuzzer's valid program that ran for minutes: refused before simulating, one line."""
+    import time
+
+    op = tmp_path / "neg256.yaml"
+    op.write_text((MATMUL.parent / "matmul_256.yaml").read_text().replace("A[i, k] * B[k, j]",
+                                                                          "A[i, k] * B[k, j] * -1"))
+    t0 = time.perf_counter()
+    message = cli("check", op, "--target", "tiny").one_error()
+    assert message.startswith("the program executes 50,855,936 instructions, over the simulator's limit of "
+                              "50,000,000 (SimLimits.max_steps")
+    assert time.perf_counter() - t0 < 60
