@@ -58,10 +58,23 @@ class Mark:
 
 
 @dataclass
+class Recorder:
+    """What `simulate(record=True)` keeps for traces and timelines: per executed instruction (a
+    vectorised loop nest counts as one aggregated interval) `(queue, ready, start, end, pc,
+    mnemonic)` -- `ready` is when its queue was free, so [ready, start) is the stall; the DRAM
+    channel's busy intervals; and a copy of the counters at every mark."""
+
+    events: list[tuple[str, int, int, int, int, str]] = field(default_factory=list)
+    channel: list[tuple[int, int]] = field(default_factory=list)
+    snapshots: list[tuple[int, int, dict]] = field(default_factory=list)  # (pc, cycles, Stats.as_dict())
+
+
+@dataclass
 class SimResult:
     outputs: dict[str, np.ndarray]
     stats: Stats
     marks: list[Mark] = field(default_factory=list)
+    recorder: Recorder | None = None
 
 
 class _Access:
@@ -166,7 +179,8 @@ class Machine:
 
 
 class Simulator:
-    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True) -> None:
+    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True,
+                 record: bool = False) -> None:
         target = target or load_target(binary.target_name)
         if target.hash != binary.target_hash:
             raise BinaryError(f"binary was built for target '{binary.target_name}' with other parameters "
@@ -184,6 +198,7 @@ class Simulator:
         self.costs = [ins.defn.cost(target, f) if ins.defn.cost else None for ins, f in zip(binary.code, self.fields)]
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self.vectorize_loops = vectorize_loops
+        self.recorder = Recorder() if record else None  # None: no recording cost at all
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -230,11 +245,13 @@ class Simulator:
             if t.role in ("output", "inout"):
                 outputs[t.name] = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.machine.mem["dram"],
                                              offset=t.dram_offset).copy()
-        return SimResult(outputs, s, self.marks)
+        return SimResult(outputs, s, self.marks, self.recorder)
 
     def _mark(self, pc: int) -> None:
         if pc in self.mark_pcs:
             self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes))
+            if self.recorder is not None:
+                self.recorder.snapshots.append((pc, max(self.queue_time.values()), self.stats.as_dict()))
 
     def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
         code = self.binary.code
@@ -331,6 +348,8 @@ class Simulator:
             end = start + cost.cycles
         self._check_hazards(pc, ins, q, start, end)
         st.stalled[q] += start - self.queue_time[q]
+        if self.recorder is not None:
+            self.recorder.events.append((q, self.queue_time[q], start, end, pc, ins.mnemonic))
         st.busy[q] += end - start
         self.queue_time[q] = end
         for dst in ins.signal:
@@ -355,6 +374,8 @@ class Simulator:
             begin = max(begin, self.channel[at][1])
             at += 1
         self.channel.insert(at, (begin, begin + cycles))
+        if self.recorder is not None:
+            self.recorder.channel.append((begin, begin + cycles))
         return begin + cycles
 
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
@@ -383,9 +404,9 @@ class Simulator:
 
 
 def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
-             vectorize_loops: bool = True, marks: tuple[int, ...] = ()) -> SimResult:
+             vectorize_loops: bool = True, marks: tuple[int, ...] = (), record: bool = False) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
     that the vectorised path computes the same values and counters). `marks`: top-level
     instruction indices (or the code length, for the end) at which to record the counters, e.g.
-    the boundaries of a model's layers."""
-    return Simulator(binary, target, vectorize_loops).run(inputs, marks)
+    the boundaries of a model's layers. `record`: keep a `Recorder` (traces, timelines)."""
+    return Simulator(binary, target, vectorize_loops, record).run(inputs, marks)
