@@ -327,18 +327,20 @@ def _print_pareto(rows: list[dict], front: list[dict], vary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tensorgen.analysis import sweep as sw
+
     table = Table(title=f"Pareto set (latency vs energy): {len(front)} of {len(rows)} points", title_justify="left")
     cols = list(vary) + ["cycles", "latency ms", "energy uJ", "power mW", "area mm^2", "util"]
     for col in cols:
         table.add_column(col, justify="right")
     for r in front:
-        table.add_row(*[str(r[k]) for k in vary], f"{r['cycles']:,}", f"{r['latency_ms']:.3f}",
+        table.add_row(*[sw.spelled(k, r[k]) for k in vary], f"{r['cycles']:,}", f"{r['latency_ms']:.3f}",
                       f"{r['energy_uj']:.2f}", f"{r['power_mw']:.1f}", f"{r['area_mm2']:.3f}",
                       f"{r['utilization']:.1%}")
     Console(width=160).print(table)
     for r in rows:
         if not r.get("bit_exact"):
-            print(f"  {' '.join(f'{k}={r[k]}' for k in vary)}: {r.get('reason')}")
+            print(f"  {sw.label(r, vary)}: {r.get('reason')}")
 
 
 def cmd_compare(args) -> int:

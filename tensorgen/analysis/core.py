@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorgen.errors import TensorgenError
-from tensorgen.sim.machine import Recorder, Stats
+from tensorgen.sim.machine import Mark, Recorder, Stats
 from tensorgen.target import Target
 from tensorgen.target.energy import area_breakdown, energy_breakdown
 
@@ -109,13 +109,14 @@ def _delta(a: dict, b: dict, cycles: int) -> Stats:
     return _stats_from({"cycles": cycles, **sub})
 
 
-def _layer_rows(names: list[tuple[str, str]], macs: list[int], recorder: Recorder, target: Target) -> list[LayerRow]:
-    rows, before = [], (0, 0, Stats().as_dict())
-    for (name, op), n_macs, snap in zip(names, macs, recorder.snapshots):
-        cycles = snap[1] - before[1]
-        d = _delta(before[2], snap[2], cycles)
-        rows.append(LayerRow(name, op, n_macs, cycles, before[1], d.dram_bytes, energy_breakdown(target, d)))
-        before = snap
+def _layer_rows(names: list[tuple[str, str]], macs: list[int], marks: list[Mark], target: Target) -> list[LayerRow]:
+    """One row per layer from the simulator's marks at the layers' ends."""
+    rows, before = [], Mark(0, 0, 0, 0, Stats().as_dict())
+    for (name, op), n_macs, mark in zip(names, macs, marks):
+        cycles = mark.cycles - before.cycles
+        d = _delta(before.counters, mark.counters, cycles)
+        rows.append(LayerRow(name, op, n_macs, cycles, before.cycles, d.dram_bytes, energy_breakdown(target, d)))
+        before = mark
     return rows
 
 
@@ -143,7 +144,7 @@ def _analyze_model(source: str, target: Target, params: dict[str, int], engine: 
     t0 = time.perf_counter()
     feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, example)}
     marks = tuple(end for _, end in cm.linked.layer_ranges)
-    result = simulate(decode(encode(cm.binary)), feed, target, marks=marks, record=True)
+    result = simulate(decode(encode(cm.binary)), feed, target, marks=marks, record=record)
     exact, message = True, "BIT-EXACT"
     for name, ref in zip(cm.output_names, reference_outputs(cm, example)):
         out = result.outputs[name]
@@ -152,9 +153,9 @@ def _analyze_model(source: str, target: Target, params: dict[str, int], engine: 
             break
     sim_s = time.perf_counter() - t0
     names = [(r.path or r.name, r.op + "".join(f"+{e}" for e in r.epilogue)) for r in cm.layers]
-    rows = _layer_rows(names, [r.macs for r in cm.layers], result.recorder, target)
+    rows = _layer_rows(names, [r.macs for r in cm.layers], result.marks, target)
     return Analysis(source, target, rows, result.stats, exact, message, cm.compile_s, sim_s,
-                    result.recorder if record else None, area_breakdown(target))
+                    result.recorder, area_breakdown(target))
 
 
 def _analyze_op(source: str, target: Target, seed: int, record: bool) -> Analysis:
@@ -170,9 +171,9 @@ def _analyze_op(source: str, target: Target, seed: int, record: bool) -> Analysi
     compile_s = time.perf_counter() - t0
     inputs = random_inputs(program, seed)
     binary = decode(encode(compiled.binary))
-    result = simulate(binary, inputs, target, marks=(len(binary.code),), record=True)
+    result = simulate(binary, inputs, target, marks=(len(binary.code),), record=record)
     cmp = compare(evaluate(program, inputs), result.outputs)
     sim_s = time.perf_counter() - t0 - compile_s
-    rows = _layer_rows([(program.name, "op")], [compiled.macs], result.recorder, target)
+    rows = _layer_rows([(program.name, "op")], [compiled.macs], result.marks, target)
     return Analysis(source, target, rows, result.stats, cmp.exact, cmp.message, compile_s, sim_s,
-                    result.recorder if record else None, area_breakdown(target))
+                    result.recorder, area_breakdown(target))

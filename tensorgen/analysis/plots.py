@@ -123,7 +123,7 @@ def pareto_png(rows: list[dict], front: list[dict], label) -> bytes:
     fig.colorbar(sc, ax=ax, label="area (mm^2)")
     fl = sorted(front, key=lambda r: r["latency_ms"])
     ax.plot([r["latency_ms"] for r in fl], [r["energy_uj"] for r in fl], color="#c44e52", lw=1.5, zorder=1,
-            label="Pareto front")
+            marker="o", markersize=11, markerfacecolor="none", label="Pareto front (latency, energy)")
     for r in fl:
         ax.annotate(label(r), (r["latency_ms"], r["energy_uj"]), textcoords="offset points", xytext=(5, 4),
                     fontsize=7)
@@ -133,7 +133,7 @@ def pareto_png(rows: list[dict], front: list[dict], label) -> bytes:
     ax.set_ylabel("energy per inference (uJ)")
     ax.set_title(f"design points: {len(ok)} bit-exact of {len(rows)}")
     ax.grid(True, alpha=0.25)
-    ax.legend(loc="upper right")
+    ax.legend(loc="best")
     return _png(fig)
 
 

@@ -198,6 +198,18 @@ def cached(points_dir: Path, key: str) -> dict | None:
         return None  # unreadable: recompute it (writes are atomic, so this is another writer's damage)
 
 
+def _result(future, point: dict) -> dict:
+    """A finished future's row; a worker that died (killed, out of memory) makes a row saying so,
+    not stored, so that a rerun retries the point."""
+    from tensorgen.inputs import one_line
+
+    try:
+        return future.result()
+    except Exception as err:
+        return {"key": point["key"], **point["params"], **target_columns(point["target"]), "ok": False,
+                "bit_exact": False, "internal": True, "reason": one_line(f"worker lost: {type(err).__name__}: {err}")}
+
+
 def check_executor(executor: str, scheduler: str | None) -> None:
     """Refuse a Dask run that cannot start before any work (or output directory) happens."""
     if executor == "local":
@@ -225,7 +237,7 @@ def execute(points: list[dict], todo: list[dict], jobs: int, executor: str, sche
         with client:
             futures = {client.submit(run_point, p, key=f"tensorgen-point-{p['key']}", pure=False): p for p in todo}
             for fut in as_completed(futures):
-                done(futures[fut], fut.result())
+                done(futures[fut], _result(fut, futures[fut]))
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed as local_completed
     import multiprocessing
@@ -238,7 +250,7 @@ def execute(points: list[dict], todo: list[dict], jobs: int, executor: str, sche
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         futures = {pool.submit(run_point, p): p for p in todo}
         for fut in local_completed(futures):
-            done(futures[fut], fut.result())
+            done(futures[fut], _result(fut, futures[fut]))
 
 
 def sweep(source: str, vary: dict[str, list], out: Path, base_target: str | None, model_params: dict,
@@ -261,9 +273,17 @@ def sweep(source: str, vary: dict[str, list], out: Path, base_target: str | None
             write(points_dir / f"{point['key']}.json", json.dumps(row, sort_keys=True).encode())
         progress(sum(r is not None for r in rows.values()), len(points))
 
-    execute(points, todo, jobs, executor, scheduler, done)
+    if todo:
+        execute(points, todo, jobs, executor, scheduler, done)
     return [rows[p["key"]] for p in points], len(points) - len(todo)
 
 
+def spelled(key: str, value: object) -> str:
+    """A parameter value as one would type it (`256K` rather than 262144)."""
+    if KEYS.get(key, ("", ""))[1] == "bytes" and isinstance(value, int) and value and value % 1024 == 0:
+        return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value >> 10}K"
+    return str(value)
+
+
 def label(row: dict, vary: dict) -> str:
-    return " ".join(f"{k}={row[k]}" for k in vary)
+    return " ".join(f"{k}={spelled(k, row[k])}" for k in vary)

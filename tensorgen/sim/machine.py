@@ -55,18 +55,18 @@ class Mark:
     cycles: int  # the latest any queue has been busy until
     macs: int
     dram_bytes: int
+    counters: dict | None = field(default=None, compare=False)  # every counter then: Stats.as_dict()
 
 
 @dataclass
 class Recorder:
     """What `simulate(record=True)` keeps for traces and timelines: per executed instruction (a
     vectorised loop nest counts as one aggregated interval) `(queue, ready, start, end, pc,
-    mnemonic)` -- `ready` is when its queue was free, so [ready, start) is the stall; the DRAM
-    channel's busy intervals; and a copy of the counters at every mark."""
+    mnemonic)` -- `ready` is when its queue was free, so [ready, start) is the stall -- and the
+    DRAM channel's busy intervals."""
 
     events: list[tuple[str, int, int, int, int, str]] = field(default_factory=list)
     channel: list[tuple[int, int]] = field(default_factory=list)
-    snapshots: list[tuple[int, int, dict]] = field(default_factory=list)  # (pc, cycles, Stats.as_dict())
 
 
 @dataclass
@@ -249,9 +249,8 @@ class Simulator:
 
     def _mark(self, pc: int) -> None:
         if pc in self.mark_pcs:
-            self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes))
-            if self.recorder is not None:
-                self.recorder.snapshots.append((pc, max(self.queue_time.values()), self.stats.as_dict()))
+            self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes,
+                                   self.stats.as_dict()))
 
     def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
         code = self.binary.code

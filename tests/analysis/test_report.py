@@ -68,3 +68,16 @@ def test_report_bad_layer_and_target(matmul, tmp_path, error_line):
     blocker.write_text("x")
     assert main(["report", matmul, "-o", str(blocker / "sub")]) == 2
     assert "cannot create the output directory" in error_line()
+
+
+def test_recorder_is_off_by_default_and_changes_nothing(matmul):
+    from tensorgen.driver import compile_file, random_inputs
+    from tensorgen.sim.machine import simulate
+
+    job = compile_file(matmul, schedule="auto")
+    inputs = random_inputs(job.program, 0)
+    plain = simulate(job.compiled.binary, inputs, job.target)
+    recorded = simulate(job.compiled.binary, inputs, job.target, record=True)
+    assert plain.recorder is None and recorded.recorder is not None and recorded.recorder.events
+    assert plain.stats.as_dict() == recorded.stats.as_dict()
+    assert all((plain.outputs[k] == recorded.outputs[k]).all() for k in plain.outputs)
