@@ -34,16 +34,21 @@ def roofline_png(a: Analysis) -> bytes:
     plt = _plt()
     tgt = a.target
     peak, bw = 2.0 * tgt.peak_macs_per_cycle, float(tgt.dram_bytes_per_cycle)
-    pts = [(r.intensity(), r.ops_per_cycle(), r.name) for r in a.layers if r.macs and r.dram_bytes and r.cycles]
-    fig, ax = plt.subplots(figsize=(9, 6))
+    pts = [(r.intensity(), r.ops_per_cycle(), f"{i}") for i, r in enumerate(a.layers)
+           if r.macs and r.dram_bytes and r.cycles]
+    fig, ax = plt.subplots(figsize=(11, 6.5))
     lo = min([p[0] for p in pts] + [peak / bw]) / 4
     hi = max([p[0] for p in pts] + [peak / bw]) * 4
     ridge = peak / bw
     ax.plot([lo, ridge], [lo * bw, peak], color="#c44e52", lw=2, label=f"DRAM {bw:g} B/cycle")
     ax.plot([ridge, hi], [peak, peak], color="#4c72b0", lw=2, label=f"compute {peak:g} ops/cycle")
+    groups: dict[tuple[int, int], list] = {}  # points within ~5% of each other share one label
     for x, y, name in pts:
-        ax.scatter([x], [y], color="black", s=18, zorder=3)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        groups.setdefault((round(math.log10(x) * 40), round(math.log10(y) * 40)), []).append((x, y, name))
+    for members in groups.values():
+        x, y, _ = members[0]
+        ax.scatter([m[0] for m in members], [m[1] for m in members], color="black", s=18, zorder=3)
+        ax.annotate(",".join(m[2] for m in members), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -54,6 +59,9 @@ def roofline_png(a: Analysis) -> bytes:
     ax.set_title(f"roofline: {a.source} on {tgt.name}")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right")
+    # points cluster near the ridge: numbers on the plot, names in a key beside it
+    key = "\n".join(f"{i:>2}  {r.name}" for i, r in enumerate(a.layers) if r.macs and r.dram_bytes and r.cycles)
+    ax.text(1.02, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=7, family="monospace")
     return _png(fig)
 
 
@@ -94,9 +102,9 @@ def timeline_png(a: Analysis, layer: str) -> bytes:
     dram = [(max(b, t0), min(e, t1) - max(b, t0)) for b, e in a.recorder.channel if e > t0 and b < t1]
     lanes = queues + ["DRAM"]
     for i, q in enumerate(queues):
-        ax.broken_barh([s for s in stall[q] if s[1] > 0], (i - 0.35, 0.7), color="#dd8452", alpha=0.6)
-        ax.broken_barh([s for s in busy[q] if s[1] > 0], (i - 0.35, 0.7), color="#4c72b0")
-    ax.broken_barh([s for s in dram if s[1] > 0], (3 - 0.35, 0.7), color="#ccb974")
+        ax.broken_barh([s for s in stall[q] if s[1] > 0], (i - 0.35, 0.7), color="#dd8452", alpha=0.6, linewidth=0)
+        ax.broken_barh([s for s in busy[q] if s[1] > 0], (i - 0.35, 0.7), color="#4c72b0", linewidth=0)
+    ax.broken_barh([s for s in dram if s[1] > 0], (3 - 0.35, 0.7), color="#ccb974", linewidth=0)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes)
     ax.set_ylim(-0.7, len(lanes) - 0.3)
