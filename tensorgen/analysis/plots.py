@@ -132,9 +132,10 @@ def pareto_png(rows: list[dict], front: list[dict], label) -> bytes:
     fl = sorted(front, key=lambda r: r["latency_ms"])
     ax.plot([r["latency_ms"] for r in fl], [r["energy_uj"] for r in fl], color="#c44e52", lw=1.5, zorder=1,
             marker="o", markersize=11, markerfacecolor="none", label="Pareto front (latency, energy)")
-    for r in fl:
-        ax.annotate(label(r), (r["latency_ms"], r["energy_uj"]), textcoords="offset points", xytext=(5, 4),
-                    fontsize=7)
+    for i, r in enumerate(fl):  # alternate above/below: neighbours on the front are often close
+        ax.annotate(label(r), (r["latency_ms"], r["energy_uj"]), textcoords="offset points",
+                    xytext=(8, 10 if i % 2 == 0 else -14), fontsize=7,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.8})
     if lat and max(lat) / max(min(lat), 1e-12) > 20:
         ax.set_xscale("log")
     ax.set_xlabel("latency (ms)")
