@@ -69,6 +69,18 @@ class Mark:
     cycles: int  # the latest any queue has been busy until
     macs: int
     dram_bytes: int
+    counters: dict | None = field(default=None, compare=False)  # every counter then: Stats.as_dict()
+
+
+@dataclass
+class Recorder:
+    """What `simulate(record=True)` keeps for traces and timelines: per executed instruction (a
+    vectorised loop nest counts as one aggregated interval) `(queue, ready, start, end, pc,
+    mnemonic)` -- `ready` is when its queue was free, so [ready, start) is the stall -- and the
+    DRAM channel's busy intervals."""
+
+    events: list[tuple[str, int, int, int, int, str]] = field(default_factory=list)
+    channel: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -76,6 +88,7 @@ class SimResult:
     outputs: dict[str, np.ndarray]
     stats: Stats
     marks: list[Mark] = field(default_factory=list)
+    recorder: Recorder | None = None
 
 
 class _Access:
@@ -181,7 +194,7 @@ class Machine:
 
 class Simulator:
     def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True,
-                 limits: SimLimits | None = None) -> None:
+                 limits: SimLimits | None = None, record: bool = False) -> None:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
         verify_binary(binary, target, self.limits)  # before anything is allocated or run
@@ -202,6 +215,7 @@ class Simulator:
         # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
         # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
         self.streaming: tuple[int, int] | None = None
+        self.recorder = Recorder() if record else None  # None: no recording cost at all
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -247,11 +261,12 @@ class Simulator:
             if t.role in ("output", "inout"):
                 outputs[t.name] = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.machine.mem["dram"],
                                              offset=t.dram_offset).copy()
-        return SimResult(outputs, s, self.marks)
+        return SimResult(outputs, s, self.marks, self.recorder)
 
     def _mark(self, pc: int) -> None:
         if pc in self.mark_pcs:
-            self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes))
+            self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes,
+                                   self.stats.as_dict()))
 
     def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
         code = self.binary.code
@@ -367,6 +382,8 @@ class Simulator:
             end = start + cost.cycles
         self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
         st.stalled[q] += start - self.queue_time[q]
+        if self.recorder is not None:
+            self.recorder.events.append((q, self.queue_time[q], start, end, pc, ins.mnemonic))
         st.busy[q] += end - start
         self.queue_time[q] = end
         for dst in ins.signal:
@@ -423,6 +440,8 @@ class Simulator:
             begin = max(begin, self.channel[at][1])
             at += 1
         self.channel.insert(at, (begin, begin + cycles))
+        if self.recorder is not None:
+            self.recorder.channel.append((begin, begin + cycles))
         return begin + cycles
 
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
@@ -451,10 +470,12 @@ class Simulator:
 
 
 def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
-             vectorize_loops: bool = True, marks: tuple[int, ...] = (), limits: SimLimits | None = None) -> SimResult:
+             vectorize_loops: bool = True, marks: tuple[int, ...] = (), limits: SimLimits | None = None,
+             record: bool = False) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
     that the vectorised path computes the same values and counters). `marks`: top-level
     instruction indices (or the code length, for the end) at which to record the counters, e.g.
     the boundaries of a model's layers. The binary is verified against the target first
-    (`tensorgen.mc.verify.verify_binary`), within `limits`."""
-    return Simulator(binary, target, vectorize_loops, limits).run(inputs, marks)
+    (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
+    timelines)."""
+    return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)

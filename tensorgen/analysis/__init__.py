@@ -1,0 +1,1 @@
+"""Cost-benefit analysis for architects: `tensorgen report`, `sweep` and `compare`."""
