@@ -40,6 +40,21 @@ def _write(path: str | Path, data: bytes) -> None:
         raise TensorgenError(f"{path}: cannot write ({err.strerror})") from None
 
 
+def _write_all(files: list[tuple[str | Path | None, bytes]]) -> None:
+    """Write each (path, data) whose path is given, or none: a failure removes the ones written,
+    so that an exit 2 leaves no output file (an --asm beside an -o that could not be written)."""
+    done: list[str | Path] = []
+    try:
+        for path, data in files:
+            if path is not None:
+                _write(path, data)
+                done.append(path)
+    except BaseException:
+        for path in done:
+            Path(path).unlink(missing_ok=True)
+        raise
+
+
 def cmd_emit(args) -> int:
     from tensorgen.driver import compile_file
     from tensorgen.mc.binary import disassemble, encode
@@ -47,9 +62,7 @@ def cmd_emit(args) -> int:
     job = compile_file(args.op, args.target, args.schedule)
     binary = job.compiled.binary
     data = encode(binary)
-    if args.asm:
-        _write(args.asm, disassemble(binary).encode())
-    _write(args.output, data)
+    _write_all([(args.output, data), (args.asm, disassemble(binary).encode() if args.asm else b"")])
     print(f"{args.output}: {len(binary.code)} instructions, {len(data)} bytes, target {job.target.name}")
     return 0
 
@@ -129,9 +142,7 @@ def cmd_compile(args) -> int:
     cm = _compile_model(args)
     _print_model_table(cm)
     data = encode(cm.binary)
-    if args.asm:
-        _write(args.asm, disassemble(cm.binary).encode())
-    _write(args.output, data)
+    _write_all([(args.output, data), (args.asm, disassemble(cm.binary).encode() if args.asm else b"")])
     ins = ", ".join(cm.input_names)
     outs = ", ".join(cm.output_names)
     print(f"{args.output}: {len(cm.binary.code)} instructions, {len(data):,} bytes, target {cm.target.name}; "
@@ -261,6 +272,24 @@ def cmd_isa_doc(args) -> int:
     return 0
 
 
+MAX_TRIALS = 1000  # a check is a test, not a soak: more trials are more runs with other --seed values
+MAX_SEED = 2**32 - 1  # numpy's and torch's generators take any seed + trial up to far beyond this
+
+
+def _bounded_int(lo: int, hi: int, what: str):
+    """An argparse type: an integer in [lo, hi], refused (exit 2, argparse's one error) otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside {lo}..{hi} ({what})")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
 def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--param", action="append", metavar="KEY=INT",
                    help="for a model: an argument of its factory, e.g. -p size=224")
@@ -289,8 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--explain", action="store_true",
                    help="with the automatic scheduler: print its choice as a schedule file, its bottleneck and "
                         "how it beat its neighbours")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--trials", type=int, default=1)
+    c.add_argument("--seed", type=_bounded_int(0, MAX_SEED, "a 32-bit seed"), default=0)
+    c.add_argument("--trials", type=_bounded_int(0, MAX_TRIALS, "MAX_TRIALS in tensorgen/cli.py; run again with "
+                                                                "another --seed for more"), default=1)
     _model_options(c)
     c.add_argument("--input", action="append", metavar="FILE.npy",
                    help="for a model: also check on this input (float32, the model's input shape)")
@@ -301,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-o", "--output", required=True)
     m.add_argument("--asm", help="also write readable microcode here")
     m.add_argument("--target", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the calibration data")
+    m.add_argument("--seed", type=_bounded_int(0, MAX_SEED, "a 32-bit seed"), default=0,
+                   help="seed of the calibration data")
     _model_options(m)
     m.set_defaults(func=cmd_compile)
 
