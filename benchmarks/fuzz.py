@@ -37,6 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--count", type=int, default=100, help="inputs per family")
     ap.add_argument("--family", action="append", choices=FAMILIES, help="only these families (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", help="only these mutators, comma-separated (tensorgen/testing/fuzz*.py)")
     ap.add_argument("--json", type=Path, help="write the tally and the first reproducers here")
     ap.add_argument("--save", type=Path, help="save the first reproducer of each class here")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
@@ -51,7 +52,8 @@ def cases(args: argparse.Namespace):
     tasks, index = [], {}
     for i in range(args.count):  # families interleaved: a partial run is a sample of each
         for family in args.family or FAMILIES:
-            case = generate(family, random.Random(f"{args.seed}:{family}:{i}"))
+            kinds = frozenset(args.kinds.split(",")) if args.kinds else None
+            case = generate(family, random.Random(f"{args.seed}:{family}:{i}"), kinds)
             index[len(tasks)] = (family, i, "in-process", case)
             tasks.append((len(tasks), case, False))
             if args.process_every and i % args.process_every == 0:
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = WorkerPool(args.jobs, Path(work), args.limit, int(args.memory * (1 << 30)))
         try:
             pool.map(tasks, done)
+        except KeyboardInterrupt:  # Ctrl-C (SIGINT): report what ran so far
+            print("interrupted: the tally covers the runs that finished", file=sys.stderr)
         finally:
             pool.close()
     seconds = time.perf_counter() - t0

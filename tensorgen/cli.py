@@ -40,21 +40,6 @@ def _write(path: str | Path, data: bytes) -> None:
         raise TensorgenError(f"{path}: cannot write ({err.strerror})") from None
 
 
-def _write_all(files: list[tuple[str | Path | None, bytes]]) -> None:
-    """Write each (path, data) whose path is given, or none: a failure removes the ones written,
-    so that an exit 2 leaves no output file (an --asm beside an -o that could not be written)."""
-    done: list[str | Path] = []
-    try:
-        for path, data in files:
-            if path is not None:
-                _write(path, data)
-                done.append(path)
-    except BaseException:
-        for path in done:
-            Path(path).unlink(missing_ok=True)
-        raise
-
-
 def cmd_emit(args) -> int:
     from tensorgen.driver import compile_file
     from tensorgen.mc.binary import disassemble, encode
@@ -62,7 +47,9 @@ def cmd_emit(args) -> int:
     job = compile_file(args.op, args.target, args.schedule)
     binary = job.compiled.binary
     data = encode(binary)
-    _write_all([(args.output, data), (args.asm, disassemble(binary).encode() if args.asm else b"")])
+    if args.asm:
+        _write(args.asm, disassemble(binary).encode())
+    _write(args.output, data)
     print(f"{args.output}: {len(binary.code)} instructions, {len(data)} bytes, target {job.target.name}")
     return 0
 
@@ -84,6 +71,24 @@ def _params(items: list[str] | None) -> dict[str, int]:
         if not sep or not key.isidentifier():
             raise TensorgenError(f"--param {item}: expected KEY=INTEGER")
     return out
+
+
+MAX_TRIALS = 1000  # a check is a test, not a soak: more trials are more runs with other --seed values
+MAX_SEED = 2**32 - 1  # numpy's and torch's generators take any seed + trial up to far beyond this
+
+
+def _bounded_int(lo: int, hi: int, what: str):
+    """An argparse type: an integer in [lo, hi], refused (exit 2, argparse's one error) otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside {lo}..{hi} ({what})")
+        return value
+    parse.__name__ = "integer"
+    return parse
 
 
 def _compile_model(args):
@@ -142,7 +147,9 @@ def cmd_compile(args) -> int:
     cm = _compile_model(args)
     _print_model_table(cm)
     data = encode(cm.binary)
-    _write_all([(args.output, data), (args.asm, disassemble(cm.binary).encode() if args.asm else b"")])
+    if args.asm:
+        _write(args.asm, disassemble(cm.binary).encode())
+    _write(args.output, data)
     ins = ", ".join(cm.input_names)
     outs = ", ".join(cm.output_names)
     print(f"{args.output}: {len(cm.binary.code)} instructions, {len(data):,} bytes, target {cm.target.name}; "
@@ -270,24 +277,6 @@ def cmd_isa_doc(args) -> int:
 
     sys.stdout.write(isa_markdown())
     return 0
-
-
-MAX_TRIALS = 1000  # a check is a test, not a soak: more trials are more runs with other --seed values
-MAX_SEED = 2**32 - 1  # numpy's and torch's generators take any seed + trial up to far beyond this
-
-
-def _bounded_int(lo: int, hi: int, what: str):
-    """An argparse type: an integer in [lo, hi], refused (exit 2, argparse's one error) otherwise."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{value} is outside {lo}..{hi} ({what})")
-        return value
-    parse.__name__ = "integer"
-    return parse
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:

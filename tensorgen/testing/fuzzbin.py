@@ -58,8 +58,15 @@ def bases() -> tuple[Base, ...]:
 
 
 def _with_crc(data: bytes) -> bytes:
+    """`data` with its checksum made valid again, as whoever crafts a file would make it."""
+    from tensorgen.mc import binary
+
+    if len(data) < _HEADER.size:
+        return data
     head = bytearray(data[:_HEADER.size])
-    struct.pack_into("<I", head, _HEADER.size - 4, zlib.crc32(data[_HEADER.size:]))
+    checksum = getattr(binary, "checksum", None)  # format 2 covers the header too
+    crc = checksum(data) if checksum is not None else zlib.crc32(data[_HEADER.size:])
+    struct.pack_into("<I", head, _HEADER.size - 4, crc)
     return bytes(head) + data[_HEADER.size:]
 
 
@@ -204,7 +211,7 @@ def mutate_tgb(rng: random.Random, data: bytes, kinds: frozenset[str] | None) ->
             if op == "header":
                 name, susp = _header_field(rng, buf)
                 suspicious |= susp
-                data = bytes(buf) if name in ("header-target-name", "header-target-hash") else _with_crc(bytes(buf))
+                data = _with_crc(bytes(buf))
             else:
                 name = {"tensor": lambda: _tensor_field(rng, buf, forbidden), "pool": lambda: _pool_field(rng, buf),
                         "code": lambda: _code_field(rng, buf)}[op]()
