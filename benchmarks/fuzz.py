@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -76,8 +77,15 @@ def table(tally: dict, title: str) -> Table:
     return tab
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Ctrl-C or kill (a background job ignores SIGINT): stop and report what ran so far
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     tasks, index = cases(args)
     tally = {"in-process": defaultdict(Counter), "process": defaultdict(Counter)}
     first: dict[str, dict] = {}

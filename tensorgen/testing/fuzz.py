@@ -44,10 +44,10 @@ def generate(family: str, rng: random.Random, kinds: frozenset[str] | None = Non
             "npy": fuzzbin.npy_case, "cli": cli_case}[family](rng, kinds)
 
 
-def pick(rng: random.Random, table: dict, kinds: frozenset[str] | None):
-    names = [n for n in table if kinds is None or n in kinds]
-    name = rng.choice(names)
-    return name, table[name]
+def pick(rng: random.Random, table: dict[str, float], kinds: frozenset[str] | None) -> str:
+    """A name from `table` (name -> weight), among `kinds` if given."""
+    names = [n for n in table if kinds is None or n in kinds] or list(table)
+    return rng.choices(names, [table[n] for n in names])[0]
 
 
 @lru_cache(maxsize=None)
@@ -258,7 +258,7 @@ FACTORS = ("0", "-1", "1", "2", "3", "7", "16", "1000000", "2**31", "2**63", "3.
 BAD_NAMES = ("'zz'", "''", "'" + "i" * 300 + "'", "'S9.i'", "'i.o'", "'io'", "'k_o'", "None", "16", "'S0'")
 MEMORIES = ("'spad'", "'acc'", "'dram'", "'l2'", "''", "None", "3")
 HOSTILE = ("raise SystemExit(0)", "raise SystemExit(3)", "1 / 0", "s.nonexistent()", "return 5",
-           "print('x' * 100)", "s.loop()", "s.split()", "while True: pass")
+           "print('x' * 100)", "s.loop()", "s.split()")
 
 
 def _fill(rng, template: str, loops: list[str], tensors: list[str]) -> str:
@@ -277,9 +277,9 @@ def mutate_schedule(rng: random.Random, text: str, optext: str,
     lines = [ln for ln in body.split("\n") if ln.strip()] or ["    pass"]
     applied = []
     table = {"loop-name": 1, "factor": 1, "arg-type": 1, "reorder-calls": 1, "delete-call": 1,
-             "duplicate-call": 1, "insert-call": 1, "hostile": 1}
+             "duplicate-call": 1, "insert-call": 1, "hostile": 1, "endless-loop": 0.1}
     for _ in range(rng.choice((1, 1, 2, 3))):
-        name, _ = pick(rng, table, kinds)
+        name = pick(rng, table, kinds)
         applied.append(name)
         n = rng.randrange(len(lines))
         if name == "loop-name":
@@ -301,6 +301,8 @@ def mutate_schedule(rng: random.Random, text: str, optext: str,
             lines.insert(n, "    " + _fill(rng, rng.choice(CALLS), loops, tensors))
         elif name == "hostile":
             lines.insert(n, "    " + rng.choice(HOSTILE))
+        elif name == "endless-loop":  # the schedule file's time limit must end it
+            lines.insert(n, "    while True: pass")
     return head + sep + "\n".join(lines) + "\n", tuple(applied)
 
 

@@ -97,8 +97,9 @@ def _header_field(rng, data: bytearray) -> tuple[str, bool]:
     field = rng.choice(list(HEADER_FIELDS))
     at, fmt, suspicious = HEADER_FIELDS[field]
     if fmt == "16s":
+        old = bytes(data[at:at + 16])
         data[at:at + 16] = rng.choice(NAMES).ljust(16, b"\0")[:16]
-        suspicious = data[at:at + 16] != bytes(_HEADER.unpack_from(bytes(data))[3])
+        suspicious = data[at:at + 16] != old
     elif fmt in ("8s", "4s"):
         n = int(fmt[0])
         data[at:at + n] = bytes(rng.randrange(256) for _ in range(n))
@@ -175,11 +176,14 @@ def _code_shuffle(rng, data: bytes) -> bytes:
     return bytes(head) + data[_HEADER.size:lay["code"]] + b"".join(words) + data[lay["consts"]:]
 
 
-def mutate_tgb(rng: random.Random, data: bytes, kinds: frozenset[str] | None) -> tuple[bytes, tuple[str, ...], bool, list[str]]:
-    """(mutated bytes, mutators, accept is suspicious, paths that must not appear)."""
+def mutate_tgb(rng: random.Random, data: bytes,
+               kinds: frozenset[str] | None) -> tuple[bytes, tuple[str, ...], tuple[bool, bool], list[str]]:
+    """(mutated bytes, mutators, (an accept is suspicious, the header names another target), paths
+    that must not appear)."""
     ops = [k for k in ("flip", "flip-crc", "truncate", "extend", "header", "tensor", "pool", "code", "shuffle")
            if kinds is None or k in kinds]
     applied, suspicious, forbidden = [], False, []
+    retarget = False  # the header names another target (or hash): only `run` must refuse that
     for _ in range(rng.choice((1, 1, 2))):
         op = rng.choice(ops)
         buf = bytearray(data)
@@ -210,7 +214,10 @@ def mutate_tgb(rng: random.Random, data: bytes, kinds: frozenset[str] | None) ->
         else:
             if op == "header":
                 name, susp = _header_field(rng, buf)
-                suspicious |= susp
+                if name in ("header-target-name", "header-target-hash"):
+                    retarget |= susp
+                else:
+                    suspicious |= susp
                 data = _with_crc(bytes(buf))
             else:
                 name = {"tensor": lambda: _tensor_field(rng, buf, forbidden), "pool": lambda: _pool_field(rng, buf),
@@ -219,7 +226,7 @@ def mutate_tgb(rng: random.Random, data: bytes, kinds: frozenset[str] | None) ->
             applied.append(name)
             if op == "header":  # the layout the other mutators read may be gone
                 break
-    return data, tuple(applied), suspicious, forbidden
+    return data, tuple(applied), (suspicious, retarget), forbidden
 
 
 def _run_argv(base: Base, names=None) -> tuple[str, ...]:
@@ -234,8 +241,9 @@ def tgb_case(rng: random.Random, kinds: frozenset[str] | None = None):
     from tensorgen.testing.fuzz import Case
 
     base = rng.choice(bases())
-    data, applied, suspicious, forbidden = mutate_tgb(rng, base.tgb, kinds)
+    data, applied, (suspicious, retarget), forbidden = mutate_tgb(rng, base.tgb, kinds)
     argv = ("disasm", "{d}/in/x.tgb") if rng.random() < 0.2 else _run_argv(base)
+    suspicious |= retarget and argv[0] == "run"
     files = (("in/x.tgb", data), *((f"in/{n}.npy", b) for n, b in base.inputs), ("out", "dir"))
     return Case("tgb", applied, argv, files, ("out/res",), suspicious, tuple(forbidden))
 

@@ -281,6 +281,7 @@ def save_reproducer(case: Case, outcome: Outcome, d: Path) -> None:
 def _worker(conn, workdir: str, limit: float, memory: int) -> None:
     """Run cases sent over `conn` in this process under RLIMIT_AS, and send back their outcomes."""
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the benchmark, which then stops us
     while True:
         try:
             task = conn.recv()
