@@ -19,12 +19,10 @@ from tensorgen.errors import BinaryError, TensorgenError
 
 
 def _read_binary(path: str):
+    from tensorgen.inputs import read_bytes
     from tensorgen.mc.binary import decode
 
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise BinaryError(f"{path}: cannot read ({err.strerror})") from None
+    data = read_bytes(path, "a .tgb binary", BinaryError)  # no FIFO or device, a size limit
     try:
         return decode(data)
     except BinaryError as err:
@@ -32,12 +30,17 @@ def _read_binary(path: str):
 
 
 def _write(path: str | Path, data: bytes) -> None:
-    from tensorgen.driver import write_atomic
+    _write_all([(path, data)])
+
+
+def _write_all(files: list[tuple[str | Path, bytes]]) -> None:
+    """Write every file or none of them (a second that fails removes the first)."""
+    from tensorgen.driver import write_files_atomic
 
     try:
-        write_atomic(path, data)
+        write_files_atomic(files)
     except OSError as err:  # a missing directory or no permission is the user's to fix, not a bug
-        raise TensorgenError(f"{path}: cannot write ({err.strerror})") from None
+        raise TensorgenError(f"{err.filename}: cannot write ({err.strerror})") from None
 
 
 def cmd_emit(args) -> int:
@@ -47,9 +50,8 @@ def cmd_emit(args) -> int:
     job = compile_file(args.op, args.target, args.schedule)
     binary = job.compiled.binary
     data = encode(binary)
-    if args.asm:
-        _write(args.asm, disassemble(binary).encode())
-    _write(args.output, data)
+    files = [(args.asm, disassemble(binary).encode())] if args.asm else []
+    _write_all(files + [(args.output, data)])
     print(f"{args.output}: {len(binary.code)} instructions, {len(data)} bytes, target {job.target.name}")
     return 0
 
@@ -147,9 +149,8 @@ def cmd_compile(args) -> int:
     cm = _compile_model(args)
     _print_model_table(cm)
     data = encode(cm.binary)
-    if args.asm:
-        _write(args.asm, disassemble(cm.binary).encode())
-    _write(args.output, data)
+    files = [(args.asm, disassemble(cm.binary).encode())] if args.asm else []
+    _write_all(files + [(args.output, data)])  # both or neither, as emit
     ins = ", ".join(cm.input_names)
     outs = ", ".join(cm.output_names)
     print(f"{args.output}: {len(cm.binary.code)} instructions, {len(data):,} bytes, target {cm.target.name}; "
@@ -172,6 +173,9 @@ def cmd_check_model(args) -> int:
         raise TensorgenError("--trials 0 without --input: nothing to check")
     cm = _compile_model(args)
     _print_model_table(cm)
+    if cm.engine != "qnnpack":  # its integer behaviour depends on the CPU: say which one applies
+        from tensorgen.frontend.probe import x86_behaviour
+        print(x86_behaviour(cm.engine).describe())
     trials = list(given)
     for trial in range(args.trials):
         gen = torch.Generator().manual_seed(args.seed + trial)
@@ -238,31 +242,71 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from tensorgen.mc.verify import SimLimits, binary_target, verify_binary
+    from tensorgen.sim.arrays import input_tensor, read_npy
     from tensorgen.sim.machine import simulate
+    from tensorgen.target import load_target
 
+    if args.max_steps < 1:
+        raise TensorgenError(f"--max-steps {args.max_steps}: at least one instruction")
     binary = _read_binary(args.binary)
+    target = load_target(args.target) if args.target else binary_target(binary)
+    limits = SimLimits(max_steps=args.max_steps)
+    try:
+        verify_binary(binary, target, limits)  # before any input is read or anything runs
+    except BinaryError as err:
+        raise BinaryError(f"{args.binary}: {err}") from None
     inputs = {}
     for item in args.inputs or []:
         name, sep, path = item.partition("=")
         if not sep:
             raise TensorgenError(f"--in {item}: expected NAME=FILE.npy")
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as err:  # np.load raises EOFError on an empty file
-            raise TensorgenError(f"--in {item}: cannot load {path} ({err})") from None
-    result = simulate(binary, inputs)
-    out = Path(args.out)
+        if name in inputs:
+            raise TensorgenError(f"--in {item}: a second array for {name}")
+        inputs[name] = read_npy(item, path, input_tensor(binary, name))
+    with np.errstate(all="ignore"):  # a crafted binary's float overflow is its wrong result, not a warning
+        result = simulate(binary, inputs, target, limits=limits)
+    files = []
+    for name, value in result.outputs.items():
+        buf = io.BytesIO()
+        np.save(buf, value)
+        files.append((_output_path(args.out, name), buf.getvalue()))
+    _write_outputs(Path(args.out), files)
+    for name, value in result.outputs.items():
+        print(f"{Path(args.out) / (name + '.npy')}: {value.dtype} {list(value.shape)}")
+    print(f"cycles {result.stats.cycles}  MACs {result.stats.macs}  DRAM {result.stats.dram_bytes} B")
+    return 0
+
+
+def _output_path(out: str, name: str) -> Path:
+    """DIR/NAME.npy, confined to DIR: tensor names are checked on decode, and checked again here
+    as paths, so that no name can make `run` write anywhere else."""
+    import os
+
+    root = os.path.abspath(out)
+    path = os.path.abspath(os.path.join(root, f"{name}.npy"))
+    if os.path.dirname(path) != root or os.path.basename(path) != f"{name}.npy":
+        raise TensorgenError(f"--out {out}: output tensor {name!r} would be written outside the directory")
+    return Path(path)
+
+
+def _write_outputs(out: Path, files: list[tuple[Path, bytes]]) -> None:
+    """Create `out` (only now, after the simulation succeeded) and write every file into it;
+    on failure remove what was written and the directories this call created."""
+    created = [d for d in (out, *out.parents) if not d.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise TensorgenError(f"--out {out}: cannot create the output directory ({err.strerror})") from None
-    for name, value in result.outputs.items():
-        buf = io.BytesIO()
-        np.save(buf, value)
-        _write(out / f"{name}.npy", buf.getvalue())
-        print(f"{out / (name + '.npy')}: {value.dtype} {list(value.shape)}")
-    print(f"cycles {result.stats.cycles}  MACs {result.stats.macs}  DRAM {result.stats.dram_bytes} B")
-    return 0
+    try:
+        _write_all(files)
+    except BaseException:
+        for d in created:  # innermost first; never a directory that existed before
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def cmd_disasm(args) -> int:
@@ -288,6 +332,8 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tensorgen.mc.verify import SimLimits
+
     p = argparse.ArgumentParser(prog="tensorgen", description="Compile tensor operators to accelerator microcode.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -328,7 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="simulate a .tgb on given inputs")
     r.add_argument("binary")
     r.add_argument("--in", dest="inputs", action="append", metavar="NAME=FILE.npy")
-    r.add_argument("--out", required=True, help="directory for the output .npy files")
+    r.add_argument("--out", required=True, help="directory for the output .npy files (created after the run)")
+    r.add_argument("--target", help="the target's description (FILE.yaml) when the binary's target is not built in; "
+                                    "its name and parameter hash must match the binary's")
+    r.add_argument("--max-steps", type=int, default=SimLimits().max_steps, metavar="N",
+                   help=f"refuse programs that execute more than N instructions (default {SimLimits().max_steps:,})")
     r.set_defaults(func=cmd_run)
 
     d = sub.add_parser("disasm", help="print a .tgb as assembly text")

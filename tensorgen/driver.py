@@ -16,7 +16,7 @@ from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.auto import Plan, auto_schedule
-from tensorgen.schedule.files import load_schedule
+from tensorgen.schedule.files import compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
 from tensorgen.target import Target, load_target
@@ -45,8 +45,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    s = load_schedule(sched_path, program, tgt)
-    return Job(program, tgt, compile_scheduled(program, tgt, s))
+    return Job(program, tgt, compile_schedule_file(sched_path, program, tgt))
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,43 @@ def run_and_compare(job: Job, inputs: dict[str, np.ndarray]) -> tuple[Comparison
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one, never half."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    write_files_atomic([(path, data)])
+
+
+def _file_mode() -> int:
+    # mkstemp creates 0600 files; an output should get the mode any new file gets (0666 less the
+    # umask), which can only be read by setting it: set it back at once.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_files_atomic(files: list[tuple[str | Path, bytes]]) -> None:
+    """Write all of `files` or none: each goes to a temporary file beside it, and only when all
+    are complete are they renamed into place; a failure removes the temporaries (and any file
+    already renamed, so that a half-done pair is never left). An OSError names its file."""
+    temps: list[tuple[Path, str]] = []
+    done: list[Path] = []
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        for path, data in files:
+            path = Path(path)
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+                temps.append((path, tmp))
+                os.fchmod(fd, _file_mode())
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(path)) from None
+        for path, tmp in temps:
+            try:
+                os.replace(tmp, path)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, str(path)) from None
+            done.append(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for _, tmp in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for path in done:
+            path.unlink(missing_ok=True)
         raise

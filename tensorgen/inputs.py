@@ -27,6 +27,24 @@ class InputLimits:
     binary_bytes: int = 1 << 30  # .tgb files and .npy arrays
     yaml_depth: int = 32  # nesting of YAML collections
     yaml_nodes: int = 200_000  # YAML nodes after aliases are expanded
+    # What an op.yaml program may ask for (tensorgen.spec.loader checks each before any isl work;
+    # docs/op-yaml.md, "Limits"). Each keeps every later count, offset and product int64-exact.
+    tensor_elements: int = 1 << 31  # elements of one tensor
+    dram_bytes: int = 1 << 32  # all tensors together: the DRAM image of the binary
+    tensor_rank: int = 6  # dimensions of a tensor: the rank of a box in the binary (mc.operands.MAX_RANK)
+    name_chars: int = 32  # a tensor, index or loop name: the .tgb tensor table holds 32 bytes
+    loop_extent: int = 1 << 31  # trip count of one index or shared loop (LOOP counts are u32)
+    statement_iterations: int = 1 << 40  # instances of one statement, shared loops included
+    statements: int = 256  # compile time grows with the square of the statement count
+    statement_chars: int = 4096  # one statement, and one where: text
+    expr_depth: int = 32  # nesting of a statement's expression (each operator or call is a level)
+    expr_nodes: int = 512  # operators, calls, reads and constants of one statement
+    # integer constants, subscript coefficients and offsets, and every subscript's value over the
+    # statement's iterations: the ISA's i32 immediates (tensorgen.mc.isa)
+    int_min: int = -(1 << 31)
+    int_max: int = (1 << 31) - 1
+    float_abs_max: float = 2.0**31  # a scale: f32(int32 accumulator) * scale stays below 2**62
+    float_abs_min: float = 2.0**-126  # smallest nonzero scale: a normal float32
 
 
 LIMITS = InputLimits()
@@ -77,9 +95,13 @@ def read_text(path: str | Path, what: str, error: type[TensorgenError] = Tensorg
         raise error(f"{path}:{line}: {what} is not UTF-8 text (byte 0x{data[err.start]:02x})") from None
 
 
-def _yaml_error(err: yaml.YAMLError, where: str, error: type[TensorgenError]) -> TensorgenError:
+def _yaml_error(err: yaml.YAMLError, where: str, error: type[TensorgenError], text: str = "") -> TensorgenError:
     mark = getattr(err, "problem_mark", None)
     at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
+    if mark is None and isinstance(err, yaml.reader.ReaderError) and text:
+        # the reader (a control character) knows only the character's offset in the text
+        before = text[: err.position]
+        at = f"{where}:{before.count(chr(10)) + 1}:{err.position - (before.rfind(chr(10)) + 1) + 1}"
     problem = getattr(err, "problem", None) or str(err).split("\n")[0]
     return error(f"{at}: malformed YAML ({one_line(problem)})")
 
@@ -90,7 +112,7 @@ def compose_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenE
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
-        raise _yaml_error(err, where, error) from None
+        raise _yaml_error(err, where, error, text) from None
     except RecursionError:
         raise error(f"{where}: YAML nested too deeply (limit {LIMITS.yaml_depth}, InputLimits)") from None
     if root is not None:
@@ -107,10 +129,10 @@ def _check_size(root: yaml.Node, where: str, error: type[TensorgenError]) -> Non
         if depth > LIMITS.yaml_depth:
             mark = node.start_mark
             raise error(f"{where}:{mark.line + 1}:{mark.column + 1}: YAML nested deeper than "
-                        f"{LIMITS.yaml_depth} levels (InputLimits.yaml_depth)")
+                        f"{LIMITS.yaml_depth} levels (limit InputLimits.yaml_depth in tensorgen/inputs.py)")
         if count > LIMITS.yaml_nodes:
             raise error(f"{where}: YAML expands to more than {LIMITS.yaml_nodes:,} nodes "
-                        "(InputLimits.yaml_nodes; aliases count once per use)")
+                        "(limit InputLimits.yaml_nodes in tensorgen/inputs.py; aliases count once per use)")
         if isinstance(node, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in node.value)
         elif isinstance(node, yaml.MappingNode):
@@ -128,5 +150,5 @@ def load_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenErro
         return yaml.SafeLoader("").construct_document(root)
     except yaml.YAMLError as err:
         raise _yaml_error(err, where, error) from None
-    except (ValueError, TypeError, OverflowError, RecursionError) as err:  # e.g. a bad !!int or !!timestamp
+    except (ValueError, TypeError, OverflowError, RecursionError, AttributeError) as err:  # a bad !!int, !!timestamp
         raise error(f"{where}: malformed YAML value ({one_line(err)})") from None

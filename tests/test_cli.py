@@ -6,6 +6,7 @@ tensorgen.cli` in a subprocess to show that no traceback reaches the terminal.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,219 @@ def test_process_corrupt_binary(tmp_path, matmul_binary):
         assert one_error_line(proc) == "bad.tgb: corrupt .tgb file (checksum mismatch)"
         assert proc.stdout == ""
     assert not (tmp_path / "DIR").exists()
+
+
+# --- untrusted .tgb and .npy files: one line, nothing written --------------------------------
+
+
+def crafted(tmp_path, binary, monkeypatch, **changes) -> Path:
+    """A .tgb written with the encoder's name checks bypassed and a valid checksum."""
+    import dataclasses
+    import struct
+    import zlib
+
+    from tensorgen.mc import binary as binmod
+
+    with monkeypatch.context() as m:
+        m.setattr(binmod, "check_tensor_name", lambda name: None)
+        m.setattr(binmod, "check_target_name", lambda name: None)
+        data = bytearray(binmod.encode(dataclasses.replace(binary, **changes)))
+    struct.pack_into("<I", data, 56, 0)
+    struct.pack_into("<I", data, 56, zlib.crc32(data))
+    path = tmp_path / "crafted.tgb"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize("name", ["../escape", "../../escape", "/tmp/tensorgen_escape"])
+def test_run_never_writes_outside_out(tmp_path, cli, matmul_binary, monkeypatch, operands, name):
+    import dataclasses
+
+    work = tmp_path / "work"
+    work.mkdir()
+    b = matmul_binary[0]
+    tensors = tuple(dataclasses.replace(t, name=name) if t.name == "C" else t for t in b.tensors)
+    tgb = crafted(work, b, monkeypatch, tensors=tensors)
+    before = tree(tmp_path)
+    message = cli(*run_args(tgb, operands[2], operands[3], work / "out")).one_error()
+    assert message == (f"{tgb}: corrupt tensor table (tensor 2: tensor name {name!r} is not a dotted identifier "
+                       "of at most 32 bytes)")
+    assert tree(tmp_path) == before
+    assert not Path("/tmp/tensorgen_escape.npy").exists()
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs", "a/b", "C/../../x"])
+def test_output_paths_are_confined_to_out(tmp_path, name):
+    from tensorgen.cli import _output_path
+    from tensorgen.errors import TensorgenError
+
+    with pytest.raises(TensorgenError, match=r"would be written outside the directory$"):
+        _output_path(str(tmp_path / "out"), name)
+    assert _output_path(str(tmp_path / "out"), "C") == tmp_path / "out" / "C.npy"
+
+
+@pytest.mark.parametrize("target, reason", [
+    pytest.param("../../../etc/x", r"target name '\.\./\.\./\.\./etc/x' is not a name", id="path"),
+    pytest.param("tg9", r"binary was built for target 'tg9', which is not a built-in target", id="unknown"),
+])
+def test_run_target_name_is_a_name(tmp_path, cli, matmul_binary, monkeypatch, operands, target, reason):
+    tgb = crafted(tmp_path, matmul_binary[0], monkeypatch, target_name=target)
+    message = cli(*run_args(tgb, operands[2], operands[3], tmp_path / "out")).one_error()
+    assert re.search(reason, message), message
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_target_hash_mismatch(tmp_path, cli, matmul_binary, monkeypatch, operands):
+    tgb = crafted(tmp_path, matmul_binary[0], monkeypatch, target_hash=bytes(8))
+    message = cli(*run_args(tgb, operands[2], operands[3], tmp_path / "out")).one_error()
+    assert re.fullmatch(rf"{re.escape(str(tgb))}: binary was built for target 'tiny' with other parameters "
+                        r"\(hash 0000000000000000\); this target 'tiny' has hash [0-9a-f]{16}", message), message
+    message = cli(*run_args(tgb, operands[2], operands[3], tmp_path / "out",
+                            "--target", "tg1")).one_error()
+    assert "this target 'tg1' has hash" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_with_an_explicit_target_file(tmp_path, cli, matmul_tgb, operands):
+    from tensorgen.target import ISA_DIR
+
+    result = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--target", ISA_DIR / "tiny.yaml"))
+    assert result.code == 0, result.err
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "C.npy"),
+                                  operands[0].astype(np.int32) @ operands[1].astype(np.int32))
+
+
+@pytest.mark.parametrize("shape", [(10**6, 10**6), (100, 37, 10**6)])
+def test_run_npy_header_promising_huge_arrays(tmp_path, cli, matmul_tgb, operands, shape):
+    """A header that promises 10^12 elements is refused from the header, not allocated."""
+    import numpy.lib.format as fmt
+
+    bad = tmp_path / "huge.npy"
+    with open(bad, "wb") as f:
+        fmt.write_array_header_1_0(f, {"descr": "|i1", "fortran_order": False, "shape": shape})
+        f.write(b"\0" * 64)
+    message = cli(*run_args(matmul_tgb, bad, operands[3], tmp_path / "out")).one_error()
+    assert message == f"input 'A' has shape {list(shape)}, expected [100, 37]"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("array, reason", [
+    pytest.param(np.zeros((100, 37)), r"^input 'A' has dtype float64; expected integers \(int8\)$", id="float64"),
+    pytest.param(np.zeros((100, 37), bool), r"^input 'A' has dtype bool; expected integers \(int8\)$", id="bool"),
+    pytest.param(np.zeros((100, 37), "i1,i1"), r"^input 'A' has dtype .*; expected integers", id="structured"),
+    pytest.param(np.zeros((100, 37), object), r"^input 'A' has dtype object; expected integers", id="pickled-object"),
+])
+def test_run_npy_of_the_wrong_dtype(tmp_path, cli, matmul_tgb, operands, array, reason):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, array, allow_pickle=True)
+    message = cli(*run_args(matmul_tgb, bad, operands[3], tmp_path / "out")).one_error()
+    assert re.search(reason, message), message
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_npy_with_missing_data(tmp_path, cli, matmul_tgb, operands):
+    bad = tmp_path / "short.npy"
+    bad.write_bytes(operands[2].read_bytes()[:-1])
+    message = cli(*run_args(matmul_tgb, bad, operands[3], tmp_path / "out")).one_error()
+    assert message == f"--in A={bad}: cannot load {bad} (its data is 3,699 bytes, its header promises 3,700)"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_run_npy_that_is_not_a_file(tmp_path, cli, matmul_tgb, operands, kind):
+    import os
+
+    special = {"fifo": tmp_path / "fifo", "device": Path("/dev/zero"), "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(special)
+    message = cli(*run_args(matmul_tgb, special, operands[3], tmp_path / "out")).one_error()
+    assert message.startswith(f"--in A={special}: cannot load {special} (")
+    assert "not a regular file" in message or "a directory" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_npy_for_a_tensor_that_is_not_an_input(tmp_path, cli, matmul_tgb, operands):
+    message = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--in",
+                            f"C={operands[2]}")).one_error()
+    assert message == "unknown input tensor(s): C"
+    message = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--in",
+                            f"A={operands[2]}")).one_error()
+    assert message == f"--in A={operands[2]}: a second array for A"
+
+
+def test_run_tgb_that_is_not_a_file(tmp_path, cli):
+    message = cli("run", "/dev/zero", "--out", tmp_path / "out").one_error()
+    assert message == "/dev/zero: cannot read (not a regular file, expected a .tgb binary)"
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_max_steps(tmp_path, cli, matmul_tgb, operands):
+    message = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "100")).one_error()
+    assert message == (f"{matmul_tgb}: the program executes 1,204 instructions, over the simulator's limit of 100 "
+                       "(SimLimits.max_steps; raise it with `tensorgen run --max-steps N`)")
+    assert not (tmp_path / "out").exists()
+    ok = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "1204"))
+    assert ok.code == 0 and (tmp_path / "out" / "C.npy").exists()
+    assert cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "o2", "--max-steps", "0")).one_error() \
+        == "--max-steps 0: at least one instruction"
+
+
+def test_run_failing_simulation_creates_no_out(tmp_path, cli, matmul_tgb, operands):
+    out = tmp_path / "deep" / "er" / "out"
+    message = cli(*run_args(matmul_tgb, operands[2], operands[2], out)).one_error()
+    assert message == "input 'B' has shape [100, 37], expected [37, 53]"
+    assert not (tmp_path / "deep").exists()
+
+
+def test_run_failing_write_leaves_no_empty_out(tmp_path, cli, matmul_tgb, operands, monkeypatch):
+    import errno
+
+    from tensorgen import driver
+
+    def full(files):
+        raise OSError(errno.ENOSPC, "No space left on device", str(files[0][0]))
+
+    monkeypatch.setattr(driver, "write_files_atomic", full)
+    out = tmp_path / "new" / "out"
+    message = cli(*run_args(matmul_tgb, operands[2], operands[3], out)).one_error()
+    assert message == f"{out / 'C.npy'}: cannot write (No space left on device)"
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("where", ["missing-directory", "is-a-directory"])
+def test_emit_failing_output_removes_the_asm(tmp_path, cli, where):
+    out = {"missing-directory": tmp_path / "nowhere" / "X.tgb", "is-a-directory": tmp_path / "d"}[where]
+    if where == "is-a-directory":
+        out.mkdir()
+    asm = tmp_path / "X.s"
+    result = cli("emit", MATMUL, "-o", out, "--asm", asm, "--target", "tiny")
+    assert re.fullmatch(rf"{re.escape(str(out))}: cannot write \(.*\)", result.one_error())
+    assert not asm.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["d"] if where == "is-a-directory" else [])
+    assert where != "is-a-directory" or list(out.iterdir()) == []
+
+
+def test_outputs_are_written_with_the_umask_mode(tmp_path, cli, matmul_tgb, operands):
+    import os
+
+    assert cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out")).code == 0
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "out" / "C.npy").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
+    """The fuzzer's valid program that ran for minutes: refused before simulating, one line."""
+    import time
+
+    op = tmp_path / "neg256.yaml"
+    op.write_text((MATMUL.parent / "matmul_256.yaml").read_text().replace("A[i, k] * B[k, j]",
+                                                                          "A[i, k] * B[k, j] * -1"))
+    t0 = time.perf_counter()
+    message = cli("check", op, "--target", "tiny").one_error()
+    assert message.startswith("the program executes 50,855,936 instructions, over the simulator's limit of "
+                              "50,000,000 (SimLimits.max_steps")
+    assert time.perf_counter() - t0 < 60

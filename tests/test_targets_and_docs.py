@@ -19,7 +19,7 @@ def test_bundled_targets() -> None:
     assert (tg1.rows, tg1.cols, tg1.spad.bytes, tg1.acc.bytes) == (16, 16, 256 * 1024, 64 * 1024)
     assert (tiny.rows, tiny.cols, tiny.spad.bytes) == (4, 4, 2048)
     assert tg1.hash != tiny.hash and len(tg1.hash) == 8
-    assert "Horowitz" in tg1.energy_pj["source"]
+    assert "Horowitz" in dict(tg1.energy.sources)["energy"]
 
 
 def test_bad_targets_are_refused(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_bad_targets_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match="'mac_array.rows' must be positive"):
         load_target(str(bad))
     bad.write_text("name: x\n")
-    with pytest.raises(TargetError, match="missing 'energy_pj'"):
+    with pytest.raises(TargetError, match="missing 'energy.source'"):
         load_target(str(bad))
 
 

@@ -151,6 +151,69 @@ def _expr(e: isl.AstExpr, env: dict[str, LoopAffine]) -> LoopAffine:
     raise CodegenError(f"unexpected expression in the generated loop nest: {e.to_C_str()}")
 
 
+Term = tuple[LoopAffine, int]  # floor(affine / divisor), divisor > 0
+_FLIP = {"max": "min", "min": "max"}
+
+
+def floor_terms(e: isl.AstExpr, env: dict[str, LoopAffine], combine: str) -> list[Term]:
+    """`e` exactly as the `combine` ("max" or "min") of terms floor(affine / d) over the loop
+    counters in `env`: the form of a LOOPB bound (the max of its lower terms, the min of its
+    upper ones) and, with one term, of an IF condition.
+
+    isl's AST writes such bounds with nested max/min, negation, sums, constant multiples and
+    divisions (`/` exact or of a non-negative value, pdiv_q, fdiv_q: all floors there). They
+    are rewritten exactly: -floor(a/d) = floor((d - 1 - a)/d), floor(a/d) + b = floor((a + d*b)/d),
+    floor(floor(a/d)/k) = floor(a/(d*k)), and sums, negations and positive multiples of maxima
+    (minima) are maxima (minima) of the sums, ... of their terms. What has no such form (a sum
+    of two divisions, a multiple of a division, a remainder, a select, a minimum inside a
+    maximum) is a CodegenError naming the expression."""
+    if e.get_type() != isl.ast_expr_type.op:
+        return [(_expr(e, env), 1)]
+    t, op = isl.ast_expr_op_type, e.get_op_type()
+    args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
+    if op in (t.max, t.min) and op == (t.max if combine == "max" else t.min):
+        return [term for a in args for term in floor_terms(a, env, combine)]
+    if op == t.minus:
+        return [_negate(term) for term in floor_terms(args[0], env, _FLIP[combine])]
+    if op in (t.add, t.sub):
+        left = floor_terms(args[0], env, combine)
+        right = floor_terms(args[1], env, combine if op == t.add else _FLIP[combine])
+        if op == t.sub:
+            right = [_negate(term) for term in right]
+        return [_sum(a, b, e) for a in left for b in right]
+    if op == t.mul:
+        k = next((_int(a) for a in args if _int(a) is not None), None)
+        if k is not None and k != 0:
+            other = args[1] if _int(args[0]) == k else args[0]
+            terms = floor_terms(other, env, combine if k > 0 else _FLIP[combine])
+            if all(d == 1 for _, d in terms):
+                return [(a.scale(k), 1) for a, _ in terms]
+    if op in (t.div, t.pdiv_q, t.fdiv_q) and (_int(args[1]) or 0) > 0:
+        k = _int(args[1])
+        return [(a, d * k) for a, d in floor_terms(args[0], env, combine)]
+    raise CodegenError(f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
+                       f"take (a {combine} of floor(affine / constant) terms); choose other split factors or skews")
+
+
+def _int(e: isl.AstExpr) -> int | None:
+    return int(e.get_val().to_python()) if e.get_type() == isl.ast_expr_type.int else None
+
+
+def _negate(term: Term) -> Term:
+    a, d = term
+    return a.scale(-1) + (d - 1), d  # -floor(a/d) = ceil(-a/d) = floor((d - 1 - a)/d)
+
+
+def _sum(x: Term, y: Term, e: isl.AstExpr) -> Term:
+    (a, d), (b, f) = x, y
+    if f == 1:
+        return a + b.scale(d), d
+    if d == 1:
+        return b + a.scale(f), f
+    raise CodegenError(f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
+                       f"take (a sum of two divisions); choose other split factors or skews")
+
+
 def _const(e: isl.AstExpr) -> int:
     if e.get_type() != isl.ast_expr_type.int:
         raise CodegenError(f"loop bound '{e.to_C_str()}' is not a constant; only rectangular nests are supported")

@@ -17,7 +17,7 @@ from tensorgen.ir import poly
 from tensorgen.ir.core import Access, BinOp, Call, Const, Expr, Program, Read, Statement, dtype_range
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
-from tensorgen.mc.operands import Box, LoopAffine, View
+from tensorgen.mc.operands import Bound, Box, LoopAffine, View
 from tensorgen.poly.footprint import FootprintBox
 from tensorgen.schedule.default import default_schedule
 from tensorgen.schedule.kernel import Buffer, Kernel, buffer_box, mac_mapping, plan_buffers, write_box
@@ -40,7 +40,8 @@ def compile_program(program: Program, target: Target, kernels: list[Kernel] | No
     tensors, dram = dram_layout(program, plans)
     index = {t.name: i for i, t in enumerate(tensors)}
     em = Emitter()
-    shared = [Dim(name, 0, extent, 1) for name, extent in program.shared_loops]
+    # the shared loops run over the values at which some statement runs (a where: may narrow them)
+    shared = [Dim(name, lo, hi - lo + 1, 1) for name, (lo, hi) in shared_ranges(program).items()]
 
     def program_body(origins: Origins) -> None:
         for kernel, plan in zip(kernels, plans):
@@ -49,6 +50,15 @@ def compile_program(program: Program, target: Target, kernels: list[Kernel] | No
     tile_nest(em, shared, program_body)
     binary = Binary(target.name, target.hash, tuple(tensors), tuple(em.finish()), dram)
     return Compiled(binary, tuple(kernels), useful_macs(program))
+
+
+def shared_ranges(program: Program) -> dict[str, tuple[int, int]]:
+    """Per shared loop, the hull of its values at which any statement runs."""
+    out = {}
+    for name in program.shared_names:
+        bounds = [s.bounds[s.indices.index(name)] for s in program.statements]
+        out[name] = (min(lo for lo, _ in bounds), max(hi for _, hi in bounds))
+    return out
 
 
 def useful_macs(program: Program) -> int:
@@ -138,7 +148,27 @@ class KernelLowering:
         for name in self.kernel.out:
             lo, hi = stmt0.bounds[stmt0.indices.index(name)]
             dims.append(Dim(name, lo, hi - lo + 1, self.tiles[name]))
-        tile_nest(self.em, dims, lambda tiles: self._tile({**shared, **tiles}))
+        guard = self._shared_guard(shared)
+        if guard:  # the kernel's statements run at some values of the shared loops only (where:)
+            with self.em.block("IF", cond=Bound(guard)):
+                tile_nest(self.em, dims, lambda tiles: self._tile({**shared, **tiles}))
+        else:
+            tile_nest(self.em, dims, lambda tiles: self._tile({**shared, **tiles}))
+
+    def _shared_guard(self, shared: Origins) -> tuple[tuple[LoopAffine, int], ...]:
+        """Conditions (each >= 0) on the shared-loop counters under which the kernel runs: its
+        statements' bounds on the shared loops (form_kernels joins only equal ones), where they
+        are narrower than the loops."""
+        stmt0 = self.kernel.statements[0]
+        terms = []
+        for name, (nest_lo, nest_hi) in shared_ranges(self.program).items():
+            lo, hi = stmt0.bounds[stmt0.indices.index(name)]
+            value = shared[name][0]
+            if lo > nest_lo:
+                terms.append((value + LoopAffine.make(-lo), 1))
+            if hi < nest_hi:
+                terms.append((LoopAffine.make(hi) + value.scale(-1), 1))
+        return tuple(terms)
 
     def _tile(self, origins: Origins) -> None:
         for buf in self.plan:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
-from tensorgen.codegen.emitter import Emitter, _expr
+from tensorgen.codegen.emitter import Emitter, _expr, floor_terms
 from tensorgen.codegen.lower import Compiled, VectorExpr, _align, _row_major, useful_macs
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir.core import Access, Program, Statement
@@ -971,32 +971,15 @@ def _const_int(e) -> int:
 
 def _floor_affine(e, env) -> tuple[LoopAffine, int]:
     """`e` as floor(numerator / divisor) with an affine numerator over the loop iterators."""
-    t = isl.ast_expr_op_type
-    if e.get_type() != isl.ast_expr_type.op:
-        return _expr(e, env), 1
-    op = e.get_op_type()
-    if op in (t.fdiv_q, t.pdiv_q, t.div):
-        (n, d), k = _floor_affine(e.get_op_arg(0), env), _const_int(e.get_op_arg(1))
-        return n, d * k
-    if op in (t.add, t.sub):
-        (n1, d1), (n2, d2) = _floor_affine(e.get_op_arg(0), env), _floor_affine(e.get_op_arg(1), env)
-        sign = 1 if op == t.add else -1
-        if d2 == 1:
-            return n1 + n2.scale(sign * d1), d1
-        if d1 == 1 and sign == 1:
-            return n2 + n1.scale(d2), d2
-    try:
-        return _expr(e, env), 1
-    except CodegenError:
-        raise CodegenError(f"unsupported expression '{e.to_C_str()}' in the schedule's loop nest") from None
+    terms = floor_terms(e, env, "max")
+    if len(terms) != 1:
+        raise CodegenError(f"unsupported expression '{e.to_C_str()}' in the schedule's loop nest "
+                           f"(a maximum where one term is needed)")
+    return terms[0]
 
 
 def _bound_terms(e, env, combine: str) -> list[tuple[LoopAffine, int]]:
-    if e.get_type() == isl.ast_expr_type.op:
-        op = e.get_op_type()
-        if (combine == "max" and op == isl.ast_expr_op_type.max) or (combine == "min" and op == isl.ast_expr_op_type.min):
-            return [t for i in range(e.get_op_n_arg()) for t in _bound_terms(e.get_op_arg(i), env, combine)]
-    return [_floor_affine(e, env)]
+    return floor_terms(e, env, combine)  # exact rewriting of isl's bound expressions (emitter.py)
 
 
 def _conditions(e, env) -> list[tuple[LoopAffine, int]]:

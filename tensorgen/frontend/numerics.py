@@ -9,7 +9,8 @@ exact integer accumulator give PyTorch's output integers bit for bit.
 tests/frontend/test_numerics.py checks every function here against torch 2.13
 (CPU) on 1e5+ random elements. Only numpy is needed.
 
-Findings beyond /work/shared/NUMERICS.md (all by experiment, torch 2.13, AVX2):
+The rules are documented in docs/numerics.md. Findings by experiment (torch 2.13, on AVX2 and
+AVX512-VNNI CPUs; what differs between CPUs is probed by ``tensorgen.frontend.probe``):
 
 - ``Tensor.dequantize()`` (quint8, per tensor) is ``RN(f32(s) * (q - zp))`` for
   every element, whatever its position: no vector-body/scalar-tail split
@@ -133,14 +134,15 @@ def requant_multiplier(s_in: float, s_w: ArrayLike, s_out: float) -> np.ndarray 
 
     All float32 arithmetic (``generate_requantization_scales``). A scalar for
     per-tensor weights, an array of one M per output channel for per-channel
-    weights. qnnpack refuses M >= 1; so does this function.
+    weights. M >= 1 is allowed: PyTorch's qnnpack conv and linear (its runtime
+    path, not ``pytorch_qnnp_create_convolution2d_nhwc_q8``, which refuses
+    them) run such layers with the same formula; ``arith.requantize`` gives
+    products beyond int32 the x86 conversion's INT32_MIN. A dead ReLU after a
+    conv or linear (its calibrated output all zero, so s_out ~ float32 eps)
+    produces them.
     """
     _check_positive("requant_multiplier", s_in=s_in, s_w=s_w, s_out=s_out)
     m = (_f32(s_w) * _f32(s_in)) * (np.float32(1) / _f32(s_out))
-    if np.any(m >= 1):
-        raise ValueError(
-            f"requant_multiplier: s_in * s_w / s_out must be below 1 (qnnpack), got {m!r}"
-        )
     return _scalar_or_array(m)
 
 
@@ -238,7 +240,8 @@ def avgpool_multiplier(s_in: float, s_out: float, n: int) -> np.float32:
 
 #: ``at::internal::GRAIN_SIZE``: element-wise kernels run on one thread below this many elements.
 ATEN_GRAIN_SIZE = 32768
-#: Elements per iteration of ATen's vectorised loop for quint8 with AVX2 (two 32-byte vectors).
+#: Elements per iteration of ATen's vectorised loop for quint8 with AVX2 (two 32-byte vectors);
+#: the running PyTorch's value comes from ``tensorgen.frontend.probe.x86_behaviour``.
 FBGEMM_ADD_BLOCK = 64
 #: Channels per vector step of the channels-last adaptive average pool with AVX2.
 FBGEMM_AVGPOOL_BLOCK = 8
@@ -299,8 +302,9 @@ def fbgemm_add_scalar_mask(
     - layouts differ (one contiguous, one channels_last): nothing is contiguous for all three
       tensors, so every element takes the scalar path (``same_layout=False``).
 
-    ``block = 64`` is AVX2 (``torch.backends.cpu.get_cpu_capability()``); an AVX512 build
-    would use 128 (not verified).
+    ``block = 64`` is two AVX2 vectors; torch 2.13 runs this AVX2 kernel on AVX512 CPUs too
+    (it registers no AVX512 quantized kernels). ``tensorgen.frontend.probe`` measures the block
+    of the running PyTorch, and tensorgen passes that.
     """
     if numel < 0 or num_threads < 1 or block < 1:
         raise ValueError(

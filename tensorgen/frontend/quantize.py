@@ -53,7 +53,8 @@ def quantized_engine(name: str) -> Iterator[None]:
     previous = torch.backends.quantized.engine
     torch.backends.quantized.engine = name
     try:
-        yield
+        with quiet_torch_warnings():  # every model path of tensorgen runs torch in here
+            yield
     finally:
         torch.backends.quantized.engine = previous
 
@@ -166,7 +167,7 @@ def quantize(model: nn.Module, example_inputs: tuple[torch.Tensor, ...], engine:
         return model
     float_model = copy.deepcopy(model).eval()
     generator = torch.Generator().manual_seed(seed)
-    with quantized_engine(engine), torch.no_grad(), _quiet_deprecations():
+    with quantized_engine(engine), torch.no_grad():
         prepared = prepare_fx(float_model, get_default_qconfig_mapping(engine), example_inputs)
         for _ in range(calibration_batches):
             prepared(*_random_like(example_inputs, generator))
@@ -175,11 +176,13 @@ def quantize(model: nn.Module, example_inputs: tuple[torch.Tensor, ...], engine:
 
 
 @contextmanager
-def _quiet_deprecations() -> Iterator[None]:
+def quiet_torch_warnings() -> Iterator[None]:
     # torch 2.13 warns that FX quantization, quantized dtypes and reduce_range are
     # deprecated. They are still the reference this project matches; the warnings
-    # say nothing a tensorgen user can act on.
+    # say nothing a tensorgen user can act on, and printed before a refusal they break its
+    # one line. Scoped (catch_warnings restores the filters), not a global filter.
     with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"torch(\.|$)")
         for message in (r"torch\.ao\.quantization is deprecated",
                         r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other",
                         r"Please use quant_min and quant_max"):

@@ -13,6 +13,7 @@ import torch
 from tensorgen.errors import SpecError
 from tensorgen.frontend import numerics
 from tensorgen.frontend.layers import Port, f32
+from tensorgen.frontend.probe import x86_behaviour
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,15 @@ def add_rule(engine: str, a: tuple[float, int], b: tuple[float, int], y: tuple[f
         p = numerics.add_params(s_a, zp_a, s_b, zp_b, s_y)
         return lambda ea, eb: (f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
                                f"{p.shift}) {_signed(zp_y)}")
-    scalar = numerics.fbgemm_add_scalar_mask(int(np.prod(shape)), torch.get_num_threads(), same_layout)
+    block = x86_behaviour(engine).add_block  # the vector loop's width on this CPU, measured
+    if block is None:
+        raise SpecError(f"quantized add under {engine}: this PyTorch's add matched no known rounding "
+                        f"({x86_behaviour(engine).describe()})")
+    scalar = numerics.fbgemm_add_scalar_mask(int(np.prod(shape)), torch.get_num_threads(), same_layout, block)
     if scalar.any():
         raise SpecError(f"quantized add under {engine}: {int(scalar.sum())} of {scalar.size} elements take "
                         "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
-                        "whole (a multiple of 64 elements, one thread's share, equal layouts) are supported")
+                        f"whole (a multiple of {block} elements, one thread's share, equal layouts) are supported")
     p = numerics.fbgemm_add_params(s_a, zp_a, s_b, zp_b, s_y, zp_y)
     consts = ", ".join(f32(v) for v in (p.s_a, p.offset_a, p.s_b, p.offset_b, p.inv_out))
     return lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {zp_y})"

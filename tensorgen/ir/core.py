@@ -7,6 +7,7 @@ are affine forms over index names (`Affine`); the isl view of the same program
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +42,7 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.itemsize
+        return math.prod(self.shape) * self.itemsize  # Python integers: no int64 overflow
 
     @property
     def np_dtype(self) -> np.dtype:

@@ -16,6 +16,20 @@ import islpy as isl
 from tensorgen.ir.core import Access, Affine, Program, Statement, Tensor
 
 
+@lru_cache(maxsize=4096)
+def isl_name_ok(name: str) -> bool:
+    """Whether isl reads `name` (an ASCII identifier) as a name in every place tensorgen puts one:
+    a tuple, a set dimension and a parameter. isl's keywords (`max`, `mod`, `exists`, `infty`,
+    `true`, ...) are not names."""
+    try:
+        s = isl.Set(f"{{ {name}[{name}] : {name} >= 0 }}")
+        p = isl.Set(f"[{name}] -> {{ [x] : x = {name} }}")
+    except isl.Error:
+        return False
+    return (s.get_tuple_name() == name and s.get_dim_name(isl.dim_type.set, 0) == name
+            and p.get_dim_name(isl.dim_type.param, 0) == name)
+
+
 def affine_text(a: Affine) -> str:
     parts = [f"{c}*{n}" for n, c in a.terms]
     parts.append(str(a.const))

@@ -91,15 +91,53 @@ def requantize(
     int32 register that holds ``acc + b_q`` in qnnpack would). ``multiplier``
     is the float32 M of ``requant_multiplier``: a scalar, or a per-channel
     array broadcastable to ``acc``; a float64 is rounded to float32 first,
-    exactly as the C kernel's float parameter is. qnnpack requires M < 1, so
-    the product always fits the int32 conversion.
+    exactly as the C kernel's float parameter is.
+
+    M may be >= 1 (a layer whose calibrated output was all zero gets an output
+    scale near float32 eps): PyTorch runs such layers, and a product whose
+    rounding leaves int32 converts, as x86's ``cvtps2dq`` does, to INT32_MIN
+    ("integer indefinite"), so it comes out as ``lo`` whatever its sign
+    (``cvt_int32``; pinned by tests/frontend/test_numerics.py).
 
     With a fused ReLU pass ``lo = zp``; the output range is [lo, hi].
     Returns int64.
     """
     xf = _int_to_f32(wrap_int32(acc))
     prod = xf * _f32(multiplier)  # float32 x float32: one rounding
-    return np.clip(np.rint(prod).astype(np.int64) + int(zp), lo, hi)
+    return np.clip(cvt_int32(prod) + int(zp), lo, hi)
+
+
+def cvt_int32(t: ArrayLike) -> np.ndarray:
+    """x86's float32 -> int32 conversion (``cvtps2dq``): RNE, and INT32_MIN for anything whose
+    rounding lies outside int32, for infinities and NaN. Returns int64."""
+    t = np.asarray(t, dtype=np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        r = np.rint(t)
+        bad = ~((r >= INT32_MIN) & (r <= INT32_MAX))  # also catches NaN
+        r = np.where(bad, INT32_MIN, r)
+    return r.astype(np.int64)
+
+
+def dot_sat16(x_q: ArrayLike, w_q: ArrayLike) -> np.ndarray:
+    """fbgemm's raw uint8 x int8 dot product without AVX512-VNNI: ``sum_p sat16(x[2p] * w[2p] +
+    x[2p+1] * w[2p+1])`` over consecutive pairs of the reduction axis (the last axis of both;
+    an odd length is padded with a zero product), as ``vpmaddubsw`` adds each pair with int16
+    saturation before ``vpmaddwd`` widens to int32. ``x_q`` (..., K) holds raw uint8 values
+    (not minus the zero point: fbgemm subtracts the zero-point terms afterwards, exactly),
+    ``w_q`` (M, K) raw int8; returns (..., M) int64.
+
+    This is the pinned model of the saturating behaviour, used by the tests on CPUs whose
+    PyTorch does not saturate (tensorgen.frontend.probe). It equals the exact product whenever
+    every activation is <= 127 (a pair then stays within 2 * 127 * 128 = 32512).
+    """
+    x = np.asarray(x_q, dtype=np.int64)
+    w = np.asarray(w_q, dtype=np.int64)
+    if x.shape[-1] % 2:
+        x = np.concatenate([x, np.zeros((*x.shape[:-1], 1), np.int64)], axis=-1)
+        w = np.concatenate([w, np.zeros((*w.shape[:-1], 1), np.int64)], axis=-1)
+    prods = x[..., None, :] * w  # (..., M, K)
+    pairs = prods[..., 0::2] + prods[..., 1::2]
+    return np.clip(pairs, -(2**15), 2**15 - 1).sum(axis=-1)
 
 
 def requantize_fbgemm(
@@ -135,9 +173,11 @@ def requantize_fbgemm(
     - then ``y = clamp(RNE(RN(xf * cm)) + zp, lo, hi)``.
 
     Use ``tensorgen.frontend.numerics.fbgemm_requant_params`` to compute
-    ``atws``, ``inv_atws`` and ``cm`` from PyTorch's qparams. Bit-exactness with
-    PyTorch holds only while fbgemm's int16 pair sums do not saturate (keep
-    uint8 activations <= 127 with full-range int8 weights); see NUMERICS.md.
+    ``atws``, ``inv_atws`` and ``cm`` from PyTorch's qparams. ``acc`` is what the
+    CPU's kernel accumulates: the exact dot product where PyTorch's products are
+    exact (AVX512-VNNI; see tensorgen.frontend.probe), else the exact one only
+    while uint8 activations stay <= 127 (``dot_sat16`` models the saturation).
+    A product outside int32 converts to INT32_MIN (``cvt_int32``), as in ``requantize``.
     Returns int64.
     """
     xf = _int_to_f32(wrap_int32(acc))
@@ -148,7 +188,7 @@ def requantize_fbgemm(
         else:
             xf = fma_f32(b, inv_atws, xf)
     prod = xf * _f32(cm)
-    return np.clip(np.rint(prod).astype(np.int64) + int(zp), lo, hi)
+    return np.clip(cvt_int32(prod) + int(zp), lo, hi)
 
 
 def quantize(

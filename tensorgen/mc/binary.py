@@ -3,7 +3,8 @@
 Layout (little-endian):
   header   magic b"TGB\\x1a", version u16, reserved u16, target name 16s, target hash 8s,
            n_tensors u32, pool bytes u32, code words u32, constant bytes u32, DRAM bytes u64,
-           CRC-32 of everything after the header u32
+           CRC-32 of the whole file with this field zero u32 (version 2; version 1 left the
+           header out of the checksum, so a corrupt target name or count went unnoticed)
   tensors  n_tensors entries (see `_TENSOR`), shapes padded to 6 dims
   pool     u32 count, then operand entries (views and boxes)
   code     32-byte instruction words (tensorgen.mc.isa)
@@ -12,6 +13,8 @@ Layout (little-endian):
 
 from __future__ import annotations
 
+import math
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -19,12 +22,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorgen.errors import BinaryError
+from tensorgen.inputs import one_line
 from tensorgen.mc import isa
 from tensorgen.mc.operands import DTYPE_CODES, DTYPE_NAMES, MAX_RANK, MEMORIES, Bound, Box, LoopAffine, View
 
 MAGIC = b"TGB\x1a"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct("<4sHH16s8sIIIIQI")
+_CRC_AT = _HEADER.size - 4
+NAME_BYTES = 32  # a tensor name in the tensor table
+TARGET_NAME_BYTES = 16
+# A tensor name becomes an output file name (`run --out DIR` writes DIR/NAME.npy), so it is
+# dotted identifiers and nothing else: no "/", no "..", no leading dot, no NUL.
+_TENSOR_NAME = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
+# A target name selects one of the built-in target descriptions; it is never a path.
+_TARGET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _TENSOR = struct.Struct(f"<32sBBBxi{MAX_RANK}IQQQ")
 ROLES = ("input", "output", "inout", "temp", "const")
 _POOL_HEAD = struct.Struct("<BBBBH")
@@ -43,7 +55,8 @@ class TensorEntry:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        # Python integers: a crafted shape must not wrap around to a small size
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,23 @@ class Binary:
 
 
 # --- binary encoding -----------------------------------------------------------------------
+
+
+def check_tensor_name(name: str) -> None:
+    """A tensor name is dotted identifiers of at most 32 UTF-8 bytes (it names an output file)."""
+    if not _TENSOR_NAME.fullmatch(name) or len(name.encode()) > NAME_BYTES:
+        raise BinaryError(f"tensor name {_quoted(name)} is not a dotted identifier of at most {NAME_BYTES} bytes")
+
+
+def check_target_name(name: str) -> None:
+    """A target name is letters, digits, '_' and '-' (at most 16 bytes): a name, never a path."""
+    if not _TARGET_NAME.fullmatch(name) or len(name.encode()) > TARGET_NAME_BYTES:
+        raise BinaryError(f"target name {_quoted(name)} is not a name of at most {TARGET_NAME_BYTES} letters, "
+                          "digits, '_' or '-'")
+
+
+def _quoted(name: str) -> str:
+    return repr(one_line(name, 60))
 
 
 def _affine_bytes(a: LoopAffine, nlev: int) -> bytes:
@@ -83,31 +113,81 @@ def _encode_operand(op: View | Box | Bound) -> bytes:
         f"<{len(op.shape)}I", *op.shape)
 
 
+def _encode_word(i: int, ins: isa.Instruction, pool: dict) -> bytes:
+    defn = ins.defn
+    values = []
+    for name, kind in defn.fields:
+        v = ins.arg(name)
+        if kind in isa.OPERAND_KINDS:
+            if v is None:
+                values.append(isa.NONE_OPERAND)
+                continue
+            v = pool.setdefault(v, len(pool))
+            if v >= isa.NONE_OPERAND:
+                raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name}: more than "
+                                  f"{isa.NONE_OPERAND} distinct operands do not fit the operand pool")
+        elif kind in _RANGES and not (isinstance(v, (int, np.integer)) and _RANGES[kind][0] <= v <= _RANGES[kind][1]):
+            raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name}={one_value(v)} does not fit a {kind}")
+        elif kind == "f32" and not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v)
+                                    and abs(v) <= float(np.finfo(np.float32).max)):
+            raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name}={one_value(v)} is not a finite f32")
+        values.append(v)
+    word = isa.HEADER.pack(defn.opcode, isa.queue_mask(ins.wait), isa.queue_mask(ins.signal))
+    return (word + defn.struct.pack(*values)).ljust(isa.WORD_BYTES, b"\0")
+
+
+def one_value(v: object) -> str:
+    return one_line(v, 40)
+
+
+def _encode_pool(pool: dict) -> bytes:
+    parts = [struct.pack("<I", len(pool))]
+    for op in pool:
+        try:
+            parts.append(_encode_operand(op))
+        except (struct.error, OverflowError, ValueError, KeyError, TypeError):
+            raise BinaryError(f"operand {one_value(op)}: a shape, stride, offset or coefficient does not fit "
+                              "its field (shapes u32, strides, offsets and coefficients i64, rank <= 255)") from None
+    return b"".join(parts)
+
+
+def _encode_tensor(t: TensorEntry) -> bytes:
+    check_tensor_name(t.name)
+    if t.dtype not in DTYPE_CODES or t.role not in ROLES or len(t.shape) > MAX_RANK:
+        raise BinaryError(f"tensor {t.name}: dtype {t.dtype}, role {t.role} or rank {len(t.shape)} is not encodable")
+    shape = tuple(t.shape) + (0,) * (MAX_RANK - len(t.shape))
+    try:
+        return _TENSOR.pack(t.name.encode(), DTYPE_CODES[t.dtype], ROLES.index(t.role), len(t.shape),
+                            t.pad, *shape, t.dram_offset, t.const_offset, t.const_bytes)
+    except (struct.error, OverflowError):
+        raise BinaryError(f"tensor {t.name}: a shape (u32), pad (i32) or offset (u64) does not fit its field") from None
+
+
 def encode(binary: Binary) -> bytes:
+    """The .tgb bytes of `binary`; a value that does not fit its field is a one-line BinaryError
+    naming the instruction or tensor and the field (never silently truncated)."""
+    check_target_name(binary.target_name)
+    if len(binary.target_hash) != 8:
+        raise BinaryError(f"target hash of {len(binary.target_hash)} bytes (expected 8)")
     pool: dict[View | Box | Bound, int] = {}
-    words = []
-    for ins in binary.code:
-        defn = ins.defn
-        values = []
-        for name, kind in defn.fields:
-            v = ins.arg(name)
-            if kind in isa.OPERAND_KINDS:
-                v = isa.NONE_OPERAND if v is None else pool.setdefault(v, len(pool))
-            values.append(v)
-        word = isa.HEADER.pack(defn.opcode, isa.queue_mask(ins.wait), isa.queue_mask(ins.signal))
-        word += defn.struct.pack(*values)
-        words.append(word.ljust(isa.WORD_BYTES, b"\0"))
-    pool_bytes = struct.pack("<I", len(pool)) + b"".join(_encode_operand(op) for op in pool)
-    tensors = b""
-    for t in binary.tensors:
-        shape = tuple(t.shape) + (0,) * (MAX_RANK - len(t.shape))
-        tensors += _TENSOR.pack(t.name.encode(), DTYPE_CODES[t.dtype], ROLES.index(t.role), len(t.shape),
-                                t.pad, *shape, t.dram_offset, t.const_offset, t.const_bytes)
+    words = [_encode_word(i, ins, pool) for i, ins in enumerate(binary.code)]
+    pool_bytes = _encode_pool(pool)
+    tensors = b"".join(_encode_tensor(t) for t in binary.tensors)
     body = tensors + pool_bytes + b"".join(words) + binary.constants
-    header = _HEADER.pack(MAGIC, VERSION, 0, binary.target_name.encode(), binary.target_hash,
-                          len(binary.tensors), len(pool_bytes), len(words), len(binary.constants),
-                          binary.dram_bytes, zlib.crc32(body))
-    return header + body
+    counts = (len(binary.tensors), len(pool_bytes), len(words), len(binary.constants))
+    if max(counts) >= 2**32 or not 0 <= binary.dram_bytes < 2**64:
+        raise BinaryError("binary too large for the .tgb format (a section over 4 GiB)")
+    header = bytearray(_HEADER.pack(MAGIC, VERSION, 0, binary.target_name.encode(), binary.target_hash,
+                                    *counts, binary.dram_bytes, 0))
+    struct.pack_into("<I", header, _CRC_AT, zlib.crc32(body, zlib.crc32(header)))
+    return bytes(header) + body
+
+
+def checksum(data: bytes) -> int:
+    """The CRC-32 a .tgb stores: over the whole file with the checksum field read as zero."""
+    crc = zlib.crc32(data[:_CRC_AT])
+    crc = zlib.crc32(b"\0\0\0\0", crc)
+    return zlib.crc32(data[_HEADER.size:], crc)
 
 
 class _Reader:
@@ -163,6 +243,10 @@ def _decode_pool(data: bytes, start: int, end: int, n_tensors: int) -> list[View
 
 
 def decode(data: bytes) -> Binary:
+    """Parse a .tgb file, refusing with one line anything `encode` could not have written: a
+    foreign or other-version file, a checksum mismatch, a count that does not match the file's
+    length, and (behind a valid checksum) any field out of its range. What decodes is still
+    untrusted: `tensorgen.mc.verify.verify_binary` checks it against the target it runs on."""
     if len(data) < _HEADER.size:
         raise BinaryError("not a .tgb file (too short for a header)")
     magic, version, _, tname, thash, n_t, pool_len, n_words, const_len, dram, crc = _HEADER.unpack_from(data)
@@ -175,43 +259,65 @@ def decode(data: bytes) -> Binary:
         raise BinaryError(f"truncated .tgb file ({len(data)} bytes, header promises {expected})")
     if len(data) > expected:
         raise BinaryError(f"corrupt .tgb file ({len(data) - expected} trailing bytes)")
-    if zlib.crc32(data[_HEADER.size:]) != crc:
+    if checksum(data) != crc:
         raise BinaryError("corrupt .tgb file (checksum mismatch)")
+    target_name = _decode_name(tname, "target name")
+    check_target_name(target_name)
     pos = _HEADER.size
-    tensors = []
-    for _ in range(n_t):
-        name, dt, role, rank, pad, *rest = _TENSOR.unpack_from(data, pos)
-        pos += _TENSOR.size
-        shape, (off, coff, cbytes) = rest[:MAX_RANK], rest[MAX_RANK:]
-        if dt not in DTYPE_NAMES or role >= len(ROLES) or rank > MAX_RANK:
-            raise BinaryError("corrupt tensor table")
-        tensors.append(TensorEntry(name.rstrip(b"\0").decode(errors="replace"), DTYPE_NAMES[dt],
-                                   tuple(shape[:rank]), ROLES[role], off, pad, coff, cbytes))
+    tensors = [_decode_tensor(data, pos + k * _TENSOR.size, k) for k in range(n_t)]
+    pos += n_t * _TENSOR.size
     pool = _decode_pool(data, pos, pos + pool_len, n_t)
     pos += pool_len
-    code = []
-    for i in range(n_words):
-        word = data[pos + i * isa.WORD_BYTES: pos + (i + 1) * isa.WORD_BYTES]
-        opcode, wait, signal = isa.HEADER.unpack_from(word)
-        defn = isa.BY_OPCODE.get(opcode)
-        if defn is None:
-            raise BinaryError(f"instruction {i}: unknown opcode 0x{opcode:02x}")
-        values = defn.struct.unpack_from(word, isa.HEADER.size)
-        args = []
-        for (name, kind), v in zip(defn.fields, values):
-            if kind in isa.OPERAND_KINDS:
-                want = {"view": View, "view?": View, "box": Box, "bound": Bound}[kind]
-                if v == isa.NONE_OPERAND and kind == "view?":
-                    v = None
-                elif v >= len(pool) or not isinstance(pool[v], want):
-                    raise BinaryError(f"instruction {i} ({defn.mnemonic}): bad operand reference {v}")
-                else:
-                    v = pool[v]
-            args.append((name, v))
-        code.append(isa.Instruction(defn.mnemonic, tuple(args), isa.mask_queues(wait), isa.mask_queues(signal)))
+    code = [_decode_word(data[pos + i * isa.WORD_BYTES: pos + (i + 1) * isa.WORD_BYTES], i, pool)
+            for i in range(n_words)]
     pos += n_words * isa.WORD_BYTES
-    return Binary(tname.rstrip(b"\0").decode(errors="replace"), thash, tuple(tensors), tuple(code), dram,
-                  bytes(data[pos:pos + const_len]))
+    return Binary(target_name, thash, tuple(tensors), tuple(code), dram, bytes(data[pos:pos + const_len]))
+
+
+def _decode_name(raw: bytes, what: str) -> str:
+    try:
+        return raw.rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        raise BinaryError(f"corrupt .tgb file ({what} is not UTF-8)") from None
+
+
+def _decode_tensor(data: bytes, pos: int, k: int) -> TensorEntry:
+    name, dt, role, rank, pad, *rest = _TENSOR.unpack_from(data, pos)
+    shape, (off, coff, cbytes) = rest[:MAX_RANK], rest[MAX_RANK:]
+    if dt not in DTYPE_NAMES or role >= len(ROLES) or rank > MAX_RANK:
+        raise BinaryError("corrupt tensor table")
+    text = _decode_name(name, f"the name of tensor {k}")
+    try:
+        check_tensor_name(text)
+    except BinaryError as err:
+        raise BinaryError(f"corrupt tensor table (tensor {k}: {err})") from None
+    return TensorEntry(text, DTYPE_NAMES[dt], tuple(shape[:rank]), ROLES[role], off, pad, coff, cbytes)
+
+
+_OPERAND_TYPES = {"view": View, "view?": View, "box": Box, "bound": Bound}
+
+
+def _decode_word(word: bytes, i: int, pool: list) -> isa.Instruction:
+    opcode, wait, signal = isa.HEADER.unpack_from(word)
+    defn = isa.BY_OPCODE.get(opcode)
+    if defn is None:
+        raise BinaryError(f"instruction {i}: unknown opcode 0x{opcode:02x}")
+    if (wait | signal) & ~0b111:
+        raise BinaryError(f"instruction {i} ({defn.mnemonic}): token mask names a queue that does not exist")
+    values = defn.struct.unpack_from(word, isa.HEADER.size)
+    args = []
+    for (name, kind), v in zip(defn.fields, values):
+        if kind in isa.OPERAND_KINDS:
+            if v == isa.NONE_OPERAND and kind == "view?":
+                v = None
+            elif v >= len(pool) or not isinstance(pool[v], _OPERAND_TYPES[kind]):
+                raise BinaryError(f"instruction {i} ({defn.mnemonic}): bad operand reference {v}")
+            else:
+                v = pool[v]
+        elif kind == "f32" and not math.isfinite(v):
+            raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name} is not a finite number")
+        args.append((name, v))
+    return isa.Instruction(defn.mnemonic, tuple(args), isa.mask_queues(wait), isa.mask_queues(signal))
 
 
 # --- text ------------------------------------------------------------------------------------
@@ -278,12 +384,17 @@ def assemble(text: str, constants: bytes = b"") -> Binary:
             words = line.split()
             if words[0] == ".target":
                 target, thash = words[1], bytes.fromhex(words[2])
+                if not _TARGET_NAME.fullmatch(target) or len(target.encode()) > TARGET_NAME_BYTES:
+                    raise ValueError(f"target name '{target}' is not a name of at most {TARGET_NAME_BYTES} letters, "
+                                     "digits, '_' or '-'")
             elif words[0] == ".dram":
                 dram = int(words[1])
             elif words[0] == ".tensor":
                 name, dtype, shape, role = words[1:5]
                 if dtype not in DTYPE_CODES or role not in ROLES:
                     raise ValueError(f"unknown dtype '{dtype}' or role '{role}'")
+                if not _TENSOR_NAME.fullmatch(name) or len(name.encode()) > NAME_BYTES:
+                    raise ValueError(f"tensor name '{name}' is not a dotted identifier of at most {NAME_BYTES} bytes")
                 kv = dict(w.split("=", 1) for w in words[5:])
                 coff, cbytes = (int(x) for x in kv.get("const", "0+0").split("+"))
                 tensors.append(TensorEntry(name, dtype, tuple(int(s) for s in shape.split("x")), role,

@@ -53,6 +53,8 @@ class Cost:
     macs: int = 0
     vector_ops: int = 0
     bytes: tuple[tuple[str, int], ...] = ()  # (memory, bytes) read + written on chip
+    written: tuple[tuple[str, int], ...] = ()  # (memory, bytes) of `bytes` that are written
+    fill: int = 0  # of `cycles`, the MAC array's weight fill, which a second weight buffer can hide
 
 
 @dataclass(frozen=True)
@@ -193,30 +195,65 @@ def _shr(x, y):
 def _view_bytes(*views: View | None) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
     for v in views:
-        if v is not None:
+        if isinstance(v, View):
             out[v.mem] = out.get(v.mem, 0) + v.nbytes
     return tuple(sorted(out.items()))
 
 
+def _on_chip(reads: list, writes: list) -> dict:
+    return {"bytes": _view_bytes(*reads, *writes), "written": _view_bytes(*writes)}
+
+
 def _dma_cost(target, a) -> Cost:
-    view = a["dst"] if isinstance(a["dst"], View) else a["src"]
-    return Cost(target.dma_setup_cycles, dram_bytes=view.nbytes, bytes=_view_bytes(view))
+    loads = isinstance(a["dst"], View)
+    view = a["dst"] if loads else a["src"]
+    return Cost(target.dma_setup_cycles, dram_bytes=view.nbytes, **_on_chip([] if loads else [view], [view] if loads else []))
+
+
+def matmul_fill(target, previous_rows: int | None = None) -> int:
+    """The cycles of weight fill a MATMUL exposes: all `fill_cycles` with one weight buffer, or
+    when the instruction before it on EX is not a MATMUL (SYNCs, which take no time, aside: the
+    weights wait for their tokens too); with two (`mac_array.weight_buffers:
+    2`), its weights load into the second buffer while the MATMUL before it streams its
+    `previous_rows` rows, so only what those rows leave of the fill shows (none once
+    previous_rows >= fill_cycles)."""
+    if target.weight_buffers < 2 or previous_rows is None:
+        return target.fill_cycles
+    return max(0, target.fill_cycles - previous_rows)
+
+
+def matmul_cycles(target, rows: int, previous_rows: int | None = None) -> int:
+    """A MATMUL's cycles on EX: its M streamed rows plus the fill it exposes (`matmul_fill`)."""
+    return rows + matmul_fill(target, previous_rows)
+
+
+def matmul_run_cycles(target, rows: int, count: int) -> int:
+    """`count` MATMULs of `rows` rows each, back to back on EX: the first pays its whole fill,
+    the others what the one before leaves exposed."""
+    return matmul_cycles(target, rows) + (count - 1) * matmul_cycles(target, rows, rows) if count else 0
+
+
+def vector_cycles(target, elements: int) -> int:
+    """A vector instruction's cycles on EX: the unit's setup, then its elements over the lanes."""
+    return target.vector_setup_cycles + -(-elements // target.lanes)
 
 
 def _matmul_cost(target, a) -> Cost:
     *ms, k = a["a"].shape
     m = int(np.prod(ms))
     n = a["b"].shape[1]
-    acc_views = (a["acc"], a["acc"]) if a["accumulate"] else (a["acc"],)
-    return Cost(m + target.fill_cycles, macs=m * n * k, bytes=_view_bytes(a["a"], a["b"], *acc_views))
+    reads = [a["a"], a["b"]] + ([a["acc"]] if a["accumulate"] else [])
+    return Cost(matmul_cycles(target, m), macs=m * n * k, fill=target.fill_cycles, **_on_chip(reads, [a["acc"]]))
 
 
-def _vector_cost(target, a) -> Cost:
+def _vector_cost(target, a, reads_dst: bool = False) -> Cost:
     n = a["dst"].size
-    views = [a.get("a"), a.get("b"), a["dst"]]
-    if "b" in a and a.get("b") is not None and a.get("b") is a["dst"]:
-        views.append(a["dst"])
-    return Cost(target.vector_setup_cycles + -(-n // target.lanes), vector_ops=n, bytes=_view_bytes(*views))
+    reads = [v for k, v in a.items() if k != "dst"] + ([a["dst"]] if reads_dst else [])
+    return Cost(vector_cycles(target, n), vector_ops=n, **_on_chip(reads, [a["dst"]]))
+
+
+def _vmac_cost(target, a) -> Cost:
+    return _vector_cost(target, a, reads_dst=True)  # dst += a * b reads its destination
 
 
 def _free(target, a) -> Cost:
@@ -254,7 +291,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    "(M.. = one or more streamed dimensions, M their product rows): "
                    "int8/uint8 operands, zero points subtracted at the array inputs (9-bit multipliers), "
                    "int32 accumulator with two's-complement wrap; K <= rows, N <= cols, M streams. "
-                   "Cycles: M + fill.", _matmul, _matmul_cost, _matmul_loop),
+                   "Cycles: M + fill, the fill hidden by the MATMUL before it with two weight buffers.", _matmul, _matmul_cost, _matmul_loop),
     InstructionDef("VADD", 0x30, "EX", _BIN, "dst = a + (b or imm), int32 wrap; then stored with dst's dtype (wrap).",
                    _binary(np.add), _vector_cost),
     InstructionDef("VSUB", 0x31, "EX", _BIN, "dst = a - (b or imm), int32 wrap.", _binary(np.subtract), _vector_cost),
@@ -267,7 +304,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
                    _binary(_shr), _vector_cost),
     InstructionDef("VMAC", 0x37, "EX", (("dst", "view"), ("a", "view"), ("b", "view")),
                    "dst = dst + a * b, int32 wrap (depthwise and other contractions off the MAC array).",
-                   _vmac, _vector_cost, _vmac_loop),
+                   _vmac, _vmac_cost, _vmac_loop),
     InstructionDef("VFILL", 0x38, "EX", (("dst", "view"), ("imm", "i32")), "dst = imm.", _vfill, _vector_cost),
     InstructionDef("VCLAMP", 0x39, "EX", (("dst", "view"), ("a", "view"), ("lo", "i32"), ("hi", "i32")),
                    "dst = min(max(a, lo), hi).", _vclamp, _vector_cost),

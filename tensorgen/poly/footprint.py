@@ -33,13 +33,18 @@ class FootprintBox:
         return n
 
 
-def _origin(name: str) -> str:
-    return f"o_{name}"
+def _origin_prefix(names: set[str]) -> str:
+    """A prefix `p` such that no `p + name` is itself one of `names`: the origin parameter of
+    index `i` must not be the index `o_i` of the same statement (isl would read one name twice)."""
+    prefix = "o_"
+    while any(prefix + n in names for n in names):
+        prefix = "o" + prefix
+    return prefix
 
 
-def _tile_map(stmt: Statement, access: Access, sizes: tuple[tuple[str, int], ...]) -> isl.Map:
-    params = ", ".join(_origin(n) for n in stmt.indices)
-    cons = [f"{_origin(n)} <= {n} < {_origin(n)} + {dict(sizes)[n]}" for n in stmt.indices]
+def _tile_map(stmt: Statement, access: Access, sizes: tuple[tuple[str, int], ...], prefix: str) -> isl.Map:
+    params = ", ".join(prefix + n for n in stmt.indices)
+    cons = [f"{prefix}{n} <= {n} < {prefix}{n} + {dict(sizes)[n]}" for n in stmt.indices]
     idx = ", ".join(affine_text(a) for a in access.index)
     return isl.Map(f"[{params}] -> {{ [{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] : {' and '.join(cons)} }}")
 
@@ -47,15 +52,16 @@ def _tile_map(stmt: Statement, access: Access, sizes: tuple[tuple[str, int], ...
 @lru_cache(maxsize=4096)
 def footprint(uses: tuple[tuple[Statement, Access, tuple[tuple[str, int], ...]], ...]) -> FootprintBox:
     """Rectangular hull of the union of `uses` (statement, access, tile sizes per index)."""
+    prefix = _origin_prefix({n for stmt, _, _ in uses for n in stmt.indices})
     union = None
     for stmt, access, sizes in uses:
-        union = union_aligned(union, _tile_map(stmt, access, sizes).range())
+        union = union_aligned(union, _tile_map(stmt, access, sizes, prefix).range())
     assert union is not None
     offset, size = rectangular_hull(union)
     if None in offset:
         raise CodegenError(f"the footprint of {uses[0][1].tensor} over a tile is not a box of fixed size")
-    return FootprintBox(tuple((const, tuple(sorted((n[2:], c) for n, c in coefs.items()))) for const, coefs in offset),
-                        tuple(size))
+    return FootprintBox(tuple((const, tuple(sorted((n[len(prefix):], c) for n, c in coefs.items())))
+                              for const, coefs in offset), tuple(size))
 
 
 def union_aligned(a: isl.Set | None, b: isl.Set) -> isl.Set:
@@ -66,17 +72,30 @@ def union_aligned(a: isl.Set | None, b: isl.Set) -> isl.Set:
 def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | None], list[int]]:
     """The box around `image` (a set over parameters): per dimension, its lower bound as
     (constant, {parameter: coefficient}) when that is one affine function of the parameters
-    (else None), and its largest extent over the parameters."""
+    (else None), and its largest extent over the parameters (a CodegenError when unbounded)."""
     names = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
     offset, size = [], []
     for d in range(image.dim(isl.dim_type.set)):
-        lo = image.dim_min(d)
-        size.append(int(image.dim_max(d).sub(lo).max_val().to_python()) + 1)
-        pieces = lo.get_pieces()
-        if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int():
+        try:  # isl reports an unbounded dimension as an error, not as a value
+            lo = image.dim_min(d)
+            extent = image.dim_max(d).sub(lo).max_val()
+        except isl.Error:
+            lo = extent = None
+        if extent is None or not extent.is_int():  # unbounded or empty: infinity or NaN, not an integer
+            raise CodegenError(f"the footprint of {image.get_tuple_name() or 'a tensor'} has no bounded box")
+        size.append(int(extent.to_python()) + 1)
+        pieces = lo.get_pieces() if lo is not None else []
+        # one affine piece without integer divisions (floor(o/2) is not an offset the DMA can take)
+        if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int() or _has_division(pieces[0][1]):
             offset.append(None)
             continue
         aff = pieces[0][1]
         coefs = {n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python()) for i, n in enumerate(names)}
         offset.append((int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c}))
     return offset, size
+
+
+def _has_division(aff: isl.Aff) -> bool:
+    """Whether `aff` uses an integer division (`2*floor(o/2)`): reading its parameter
+    coefficients alone would give a wrong offset."""
+    return any(not aff.get_coefficient_val(isl.dim_type.div, k).is_zero() for k in range(aff.dim(isl.dim_type.div)))

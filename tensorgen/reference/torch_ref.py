@@ -40,7 +40,15 @@ def wrap_to(x: torch.Tensor, dtype: str) -> torch.Tensor:
 def requant(acc: torch.Tensor, scale: float, zp: int, dtype: str) -> torch.Tensor:
     lo, hi = dtype_range(dtype)
     scaled = wrap32(acc).to(torch.int32).to(torch.float32) * torch.tensor(scale, dtype=torch.float32)
-    return torch.clamp(torch.round(scaled).to(torch.int64) + zp, lo, hi)
+    return torch.clamp(_cvt_int32(scaled) + zp, lo, hi)
+
+
+def _cvt_int32(x: torch.Tensor) -> torch.Tensor:
+    """x86's float -> int32 conversion: round half to even; INT32_MIN outside int32 and for NaN
+    (a multiplier >= 1 reaches it; tensorgen.mc.arith.cvt_int32 is the pinned rule)."""
+    r = torch.round(x.to(torch.float64))
+    bad = ~((r >= -(2**31)) & (r <= 2**31 - 1))
+    return torch.where(bad, torch.full_like(r, -(2**31)), r).to(torch.int64)
 
 
 def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -68,7 +76,36 @@ def _run(program: Program, stmt: Statement, fixed: dict[str, int], env) -> None:
     if stmt.op == "+=" and not stmt.where and _fast_contraction(program, stmt, fixed, env):
         return
     grids = _grid(stmt, fixed)
+    if any(a == stmt.lhs for a in stmt.reads):
+        _run_rounds(program, stmt, fixed, grids, env)
+        return
     _run_points(program, stmt, grids, env)
+
+
+def _run_rounds(program: Program, stmt: Statement, fixed: dict[str, int], grids, env) -> None:
+    """A statement that reads the element it writes, e.g. `Q[i] = X[t, i] + Q[i]` over t: every
+    instance reads what the instance before it wrote. Instances run in rounds, one per value of
+    the indices the LHS does not name (in lexicographic order), vectorised over the LHS indices;
+    a round that writes an element twice (a non-injective LHS) runs point by point."""
+    named = {n for sub in stmt.lhs.index for n in sub.names}
+    others = [i for i in stmt.indices if i not in named and i not in fixed]
+    n = len(next(iter(grids.values()))) if grids else 1
+    key = torch.zeros(n, dtype=torch.int64)
+    for i in others:  # mixed radix over the other indices: sorts like their lexicographic order
+        lo, hi = stmt.bounds[stmt.indices.index(i)]
+        key = key * (hi - lo + 1) + (grids[i] - lo)
+    rounds, which = torch.unique(key, sorted=True, return_inverse=True)
+    t = program.tensor(stmt.lhs.tensor)
+    for r in range(len(rounds)):
+        part = {k: v[which == r] for k, v in grids.items()}
+        flat = torch.zeros_like(next(iter(part.values()))) if part else torch.zeros(1, dtype=torch.int64)
+        for a, size in zip(stmt.lhs.index, t.shape):
+            flat = flat * size + _subscript(a, part)
+        if len(torch.unique(flat)) == len(flat):
+            _run_points(program, stmt, part, env)
+            continue
+        for p in range(len(flat)):
+            _run_points(program, stmt, {k: v[p:p + 1] for k, v in part.items()}, env)
 
 
 def _self_dependent(stmt: Statement) -> bool:
@@ -84,8 +121,9 @@ def _points(stmt: Statement, fixed: dict[str, int]):
 
 def _grid(stmt: Statement, fixed: dict[str, int]) -> dict[str, torch.Tensor]:
     """Every point of the statement's domain, in lexicographic order, as flat index tensors."""
-    ranges = [torch.tensor([fixed[i]]) if i in fixed else torch.arange(lo, hi + 1)
-              for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
+    # a shared-loop value outside the statement's bounds (a where: on the shared loop): no points
+    ranges = [(torch.tensor([fixed[i]]) if lo <= fixed[i] <= hi else torch.zeros(0, dtype=torch.int64))
+              if i in fixed else torch.arange(lo, hi + 1) for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
     mesh = torch.meshgrid(*ranges, indexing="ij")
     grids = {i: m.reshape(-1) for i, m in zip(stmt.indices, mesh)}
     if stmt.where:
@@ -174,7 +212,7 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(torch.float32)
         scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
-        return torch.clamp(torch.round(scaled).to(torch.int64) + int(args[3]), lo, hi)
+        return torch.clamp(_cvt_int32(scaled) + int(args[3]), lo, hi)
     if e.fn in ("requant_fma", "add_fbgemm"):  # float rules of fbgemm with fused multiply-adds, which
         # torch has no operator for: the accelerator's own arithmetic, itself pinned against
         # PyTorch's quantized kernels in tests/frontend/test_numerics_x86.py
@@ -213,9 +251,27 @@ def _run_points(program: Program, stmt: Statement, grids, env) -> None:
         target[flat[keep]] = values[keep]
     elif stmt.op == "+=":
         target = target.index_add(0, flat, values)
-    else:
+    elif t.dtype in ("int32", "float32"):
         target = target.scatter_reduce(0, flat, values, reduce="amax", include_self=True)
+    else:
+        target = _max_into_narrow(target, flat, values, t.dtype)
     env[t.name] = wrap_to(target, t.dtype).reshape(t.shape)
+
+
+def _max_into_narrow(target: torch.Tensor, flat: torch.Tensor, values: torch.Tensor, dtype: str) -> torch.Tensor:
+    """`max=` into an 8-bit tensor: every instance stores (and wraps) its max, so the reduction is
+    not one max of the int32 values: `wrap(max(wrap(max(z, a)), b))`. Instances that update the
+    same element run in rounds, the r-th update of every element in round r, in program order."""
+    order = torch.argsort(flat, stable=True)
+    _, counts = torch.unique_consecutive(flat[order], return_counts=True)
+    starts = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    rank = torch.empty_like(flat)
+    rank[order] = torch.arange(len(flat)) - starts
+    for r in range(int(counts.max())):
+        pick = rank == r
+        idx = flat[pick]
+        target[idx] = wrap_to(torch.maximum(target[idx], values[pick]), dtype)
+    return target
 
 
 # --- aten fast paths --------------------------------------------------------------------------

@@ -94,6 +94,7 @@ class _State:
     dims: list[dict[str, int | None]]  # per position: statement -> loop id, or None for a constant
     loops: dict[int, _LoopInfo]
     alias: dict[int, int] = field(default_factory=dict)  # fused-away loop id -> surviving id
+    split_into: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # split loop id -> names: (it, outer, inner)
 
 
 class Schedule:
@@ -167,7 +168,9 @@ class Schedule:
             if info.name == name and lid not in self._state.alias:
                 return Loop(lid, name)
         known = ", ".join(sorted(i.name for lid, i in self._state.loops.items() if lid not in self._state.alias))
-        raise ScheduleError(f"loop('{name}'): no such loop (loops: {known})")
+        was = next((f"; {name} was split into {o} and {i}" for n, o, i in self._state.split_into.values()
+                    if n == name), "")
+        raise ScheduleError(f"loop('{name}'): no such loop (loops: {known}){was}")
 
     def loops(self, statement: str) -> list[Loop]:
         """The loops enclosing `statement`, outermost first."""
@@ -187,6 +190,9 @@ class Schedule:
         lid = loop.id
         while lid in self._state.alias:
             lid = self._state.alias[lid]
+        if lid in self._state.split_into:
+            _, o, i = self._state.split_into[lid]
+            raise ScheduleError(f"{prim}: {loop.name} was split into {o} and {i}; use the loops split returned")
         if lid not in self._state.loops:
             raise ScheduleError(f"{prim}: {loop.name} is not a loop of this schedule")
         if modify and lid in self._annotated:
@@ -227,7 +233,7 @@ class Schedule:
 
     def _copy(self) -> _State:
         s = self._state
-        return _State(dict(s.maps), [dict(r) for r in s.dims], dict(s.loops), dict(s.alias))
+        return _State(dict(s.maps), [dict(r) for r in s.dims], dict(s.loops), dict(s.alias), dict(s.split_into))
 
     def _apply(self, state: _State, statements, transform: str) -> None:
         """Apply `{ [d...] -> [e...] }` (isl text over d0..dn) to the maps of `statements`."""
@@ -264,11 +270,19 @@ class Schedule:
         o, i = self._new_loop(f"{name}_o", stmts), self._new_loop(f"{name}_i", stmts)
         del state.loops[lid]
         state.loops.update(self._pending_loops)
+        state.split_into[lid] = (name, state.loops[o].name, state.loops[i].name)
         row = state.dims[pos]
         state.dims[pos] = {k: (o if v == lid else v) for k, v in row.items()}
         state.dims.insert(pos + 1, {k: (i if v == lid else None) for k, v in row.items()})
         self._commit(prim, state, f"s.split(s.loop({name!r}), {factor})")
+        # a tensor staged at the split loop keeps its footprint: one iteration of the old loop is
+        # one iteration of the inner loop (within one of the outer)
+        self._restage(name, state.loops[i].name)
         return Loop(o, state.loops[o].name), Loop(i, state.loops[i].name)
+
+    def _restage(self, old: str, new: str) -> None:
+        """Stages at the loop called `old` move to the loop called `new`, which replaces it."""
+        self.stages = [replace(st, loop=new) if st.loop == old else st for st in self.stages]
 
     def reorder(self, *loops: Loop) -> None:
         """Permute loops that enclose the same statements into the given order (outermost first).
@@ -386,9 +400,16 @@ class Schedule:
         for name in sb:
             state.dims[pa][name] = a
         state.loops[a] = _LoopInfo(state.loops[a].name, sa | sb)
-        del state.loops[b]
+        gone = state.loops.pop(b).name
         state.alias[b] = a
+        saved = (self._state, list(self.trace), list(self.stages))
         self._commit(prim, state, f"s.fuse(s.loop({first.name!r}), s.loop({second.name!r}))")
+        self._restage(gone, state.loops[a].name)  # the fused loop's iterations hold both bodies
+        try:
+            self._check_capacity(prim)
+        except CapacityError:
+            self._state, self.trace, self.stages = saved
+            raise
         return Loop(a, state.loops[a].name)
 
     def distribute(self, loop: Loop, *statements: str) -> Loop:

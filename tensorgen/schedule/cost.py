@@ -1,8 +1,10 @@
 """The automatic scheduler's cost model: the cycles of the microcode the lowering emits.
 
 Every DMA costs its setup plus its bytes over DRAM bandwidth; every MATMUL its M rows plus
-the array's fill; every vector instruction the vector unit's setup plus its elements over the
-lanes (how many instructions a statement takes comes from the instruction selection itself).
+the array's fill, less what the MATMUL before it hides with two weight buffers; every vector
+instruction the vector unit's setup plus its elements over the lanes (the instructions' cycles
+are isa.py's definitions, `matmul_cycles` and `vector_cycles`; how many instructions a
+statement takes comes from the instruction selection itself).
 The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
 loads and stores overlap its compute. A buffer whose boxes meet across iterations (partial sums
 of a chunk of the reduction) is loaded and stored, except that the iterations that are the first
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tensorgen.mc import isa
 from tensorgen.target import Target
 
 ALIGN = 16  # the lowering's buffer alignment, in bytes
@@ -73,7 +76,7 @@ class Probe:
 
 
 def vector_cycles(target: Target, elements: int) -> int:
-    return target.vector_setup_cycles + -(-elements // target.lanes)
+    return isa.vector_cycles(target, elements)  # the instruction's own cost, defined once
 
 
 def _align(n: int) -> int:

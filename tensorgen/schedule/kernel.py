@@ -155,6 +155,9 @@ def _can_join(program: Program, deps, group: list[Statement], stmt: Statement, o
     first = group[0]
     if set(out) != set(out_indices(program, first)) or _bounds(stmt, out) != _bounds(first, out):
         return False
+    # a kernel runs at the shared-loop values of its statements (one guard for all of them)
+    if _bounds(stmt, program.shared_names) != _bounds(first, program.shared_names):
+        return False
     # a tensor written through two different subscripts (two slices of a concatenation) would
     # share one tile buffer whose box covers both slices and the rows between them
     if any(g.lhs.tensor == stmt.lhs.tensor and g.lhs != stmt.lhs for g in group):
@@ -202,7 +205,10 @@ def plan_buffers(program: Program, kernel: Kernel) -> list[Buffer]:
     for name, r in resident.items():
         tensor = program.tensor(name)
         read_elsewhere = any(a.tensor == name for s in program.statements if s.name not in in_kernel for a in s.reads)
-        store = tensor.role != "none" or read_elsewhere or name in pre_reads
+        # a temporary the kernel loads (accumulates onto, or reads before writing) carries its value
+        # from one shared-loop iteration to the next: the next iteration loads what this one stores
+        carried = bool(program.shared_loops) and r["load"]
+        store = tensor.role != "none" or read_elsewhere or name in pre_reads or carried
         out.append(Buffer(name, name, r["mem"], tensor.dtype, "tile", tuple(r["uses"]), r["load"], store))
     return out + streamed
 

@@ -11,16 +11,26 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensorgen.errors import BinaryError, SimulatorError
+from tensorgen.errors import SimulatorError
+from tensorgen.inputs import one_line
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import ITEMSIZE, Box, View
-from tensorgen.target import Target, load_target
+from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
+from tensorgen.target import Target
+from tensorgen.target.energy import energy_breakdown
+
+__all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
+
+# A reduction nest is run as one numpy call only while its arrays stay this small; a larger one
+# runs iteration by iteration (same values), so its memory is bounded by one iteration's.
+MAX_NEST_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -31,10 +41,12 @@ class Stats:
     vector_ops: int = 0
     dram_read_bytes: int = 0
     dram_write_bytes: int = 0
-    onchip_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})
+    onchip_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})  # read + written
+    onchip_write_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})
     busy: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
     stalled: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
-    energy_pj: float = 0.0
+    energy_pj: float = 0.0  # the sum of energy_breakdown
+    energy_breakdown: dict = field(default_factory=dict)  # pJ per component (tensorgen.target.energy)
 
     @property
     def dram_bytes(self) -> int:
@@ -44,7 +56,9 @@ class Stats:
         return {"cycles": self.cycles, "instructions": self.instructions, "macs": self.macs,
                 "vector_ops": self.vector_ops, "dram_read_bytes": self.dram_read_bytes,
                 "dram_write_bytes": self.dram_write_bytes, "onchip_bytes": dict(self.onchip_bytes),
-                "busy": dict(self.busy), "stalled": dict(self.stalled), "energy_pj": self.energy_pj}
+                "onchip_write_bytes": dict(self.onchip_write_bytes), "busy": dict(self.busy),
+                "stalled": dict(self.stalled), "energy_pj": self.energy_pj,
+                "energy_breakdown": dict(self.energy_breakdown)}
 
 
 @dataclass(frozen=True)
@@ -166,11 +180,12 @@ class Machine:
 
 
 class Simulator:
-    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True) -> None:
-        target = target or load_target(binary.target_name)
-        if target.hash != binary.target_hash:
-            raise BinaryError(f"binary was built for target '{binary.target_name}' with other parameters "
-                              f"(hash {binary.target_hash.hex()}, this {target.name} is {target.hash.hex()})")
+    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True,
+                 limits: SimLimits | None = None) -> None:
+        target = target or binary_target(binary)
+        self.limits = limits or SimLimits()
+        verify_binary(binary, target, self.limits)  # before anything is allocated or run
+        self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
         self.machine = Machine(binary, target)
         self.stats = Stats()
@@ -184,6 +199,9 @@ class Simulator:
         self.costs = [ins.defn.cost(target, f) if ins.defn.cost else None for ins, f in zip(binary.code, self.fields)]
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self.vectorize_loops = vectorize_loops
+        # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
+        # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
+        self.streaming: tuple[int, int] | None = None
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -221,10 +239,9 @@ class Simulator:
         for (a, b), q in self.tokens.items():
             if q:
                 raise SimulatorError(f"{len(q)} token(s) from {a} to {b} were signalled but never awaited")
-        e = self.target.energy_pj
         s = self.stats
-        s.energy_pj = (s.macs * e["mac"] + s.vector_ops * e["vector_op"] + s.onchip_bytes["spad"] * e["spad_byte"]
-                       + s.onchip_bytes["acc"] * e["acc_byte"] + s.dram_bytes * e["dram_byte"])
+        s.energy_breakdown = energy_breakdown(self.target, s)
+        s.energy_pj = sum(s.energy_breakdown.values())
         outputs = {}
         for t in self.binary.tensors:
             if t.role in ("output", "inout"):
@@ -257,6 +274,7 @@ class Simulator:
                     self._step(pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest)
                     pc += 1 + body
                     continue
+                self._iterate(ins.arg("count"))
                 for c in range(ins.arg("count")):
                     self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
@@ -269,6 +287,7 @@ class Simulator:
                         self._block(pc + 1, pc + 1 + body, counters)
                 else:
                     lo, hi = max(ins.arg("lower").values(counters)), min(ins.arg("upper").values(counters))
+                    self._iterate(hi - lo + 1)
                     for c in range(lo, hi + 1):
                         self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
@@ -276,15 +295,23 @@ class Simulator:
                 self._step(pc, ins, counters)
                 pc += 1
 
+    def _iterate(self, n: int) -> None:
+        # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their
+        # iterations are bounded by the same budget as the instructions.
+        self.iterations += max(n, 0)
+        if self.iterations > self.limits.max_iterations:
+            raise SimulatorError(f"the program's loops run more than {self.limits.max_iterations:,} iterations, "
+                                 "the simulator's limit (SimLimits.max_iterations)")
+
     def _reduction_nest(self, pc: int, depth: int) -> list[tuple[int, int]] | None:
         """(level, count) of a perfect loop nest at `pc` around one token-free instruction that
         reduces into a destination the loops do not move, or None."""
         code, nest = self.binary.code, []
-        while code[pc].mnemonic == "LOOP":
+        while pc < len(code) and code[pc].mnemonic == "LOOP":
             nest.append((depth + len(nest), code[pc].arg("count")))
             pc += 1
         # a perfect nest: the i-th LOOP's body is exactly the inner LOOPs and the instruction
-        if any(code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))):
+        if pc >= len(code) or any(code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))):
             return None
         ins = code[pc]
         defn = ins.defn
@@ -293,43 +320,52 @@ class Simulator:
         dest = ins.arg(defn.fields[0][0])
         if any(lvl < len(dest.base.coefs) and dest.base.coefs[lvl] for lvl, _ in nest):
             return None
+        largest = max(v.size for v in self.fields[pc].values() if isinstance(v, View))
+        if math.prod(n for _, n in nest) * largest > MAX_NEST_ELEMENTS:
+            return None  # too big for one numpy call: run it iteration by iteration
         return nest
 
     def _step(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...],
               nest: list[tuple[int, int]] | None = None) -> None:
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
-        reps = int(np.prod([n for _, n in nest], dtype=np.int64)) if nest else 1
+        reps = math.prod(n for _, n in nest) if nest else 1
+        if st.instructions + reps > self.limits.max_steps:  # LOOPB and IF nests are only bounded up front
+            raise SimulatorError(step_limit_message(None, self.limits))
         q = ins.queue
-        start = self.queue_time[q]
+        tokens = 0  # when the last token it waits for arrives
         for src in ins.wait:
             fifo = self.tokens.get((src, q))
             if not fifo:
                 raise SimulatorError(f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
                                      f"that was never signalled (at loop counters {list(counters)})")
-            start = max(start, fifo.popleft())
+            tokens = max(tokens, fifo.popleft())
+        start = max(self.queue_time[q], tokens)
         cost = self.costs[pc]
         m.touched = []
         if nest:
             dest = ins.arg(ins.defn.fields[0][0])
-            ins.defn.execute_reduction_loop(m, self.fields[pc])
+            self._execute(pc, ins, ins.defn.execute_reduction_loop)
             dmem, dlo, dhi, _ = m.touched[-1]
             for mem, lo, hi, write in m.touched[:-1]:
                 if mem == dmem and lo < dhi and dlo < hi and not (lo == dlo and hi == dhi and mem == dest.mem):
                     raise SimulatorError(f"instruction {pc}: a reduction loop reads memory its destination overlaps")
             cost = isa.Cost(cost.cycles * reps, cost.dram_bytes * reps, cost.macs * reps, cost.vector_ops * reps,
-                            tuple((mem, n * reps) for mem, n in cost.bytes))
+                            tuple((mem, n * reps) for mem, n in cost.bytes),
+                            tuple((mem, n * reps) for mem, n in cost.written), cost.fill)
         elif ins.defn.execute is not None:
-            ins.defn.execute(m, self.fields[pc])
+            self._execute(pc, ins, ins.defn.execute)
         if cost.dram_bytes:
             end = self._transfer(start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle))
             if ins.mnemonic == "LOAD":
                 st.dram_read_bytes += cost.dram_bytes
             else:
                 st.dram_write_bytes += cost.dram_bytes
+        elif q == "EX":
+            end, reads_from = self._execute_timing(cost, reps, start, tokens)
         else:
             end = start + cost.cycles
-        self._check_hazards(pc, ins, q, start, end)
+        self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
         st.stalled[q] += start - self.queue_time[q]
         st.busy[q] += end - start
         self.queue_time[q] = end
@@ -340,6 +376,38 @@ class Simulator:
         st.vector_ops += cost.vector_ops
         for mem, n in cost.bytes:
             st.onchip_bytes[mem] += n
+        for mem, n in cost.written:
+            st.onchip_write_bytes[mem] += n
+
+    def _execute_timing(self, cost: isa.Cost, reps: int, start: int, tokens: int) -> tuple[int, int]:
+        """(end, first cycle it reads memory) of an instruction on EX starting at `start`, the
+        last token it waits for arriving at `tokens`: `cost.cycles`, except that a MATMUL's fill
+        overlaps the streaming of a MATMUL right before it (SYNCs between them aside) as
+        isa.matmul_fill defines, its weights loading no earlier than its tokens and those of the
+        SYNCs (a nest of `reps` runs them back to back)."""
+        if not cost.fill:
+            if cost.cycles or self.streaming is None:
+                self.streaming = None
+            else:  # a SYNC between two MATMULs: the next one's weights wait for its tokens too
+                self.streaming = (max(self.streaming[0], tokens), self.streaming[1])
+            return start + cost.cycles, start
+        rows = cost.cycles // reps - cost.fill
+        previous = self.streaming if self.target.weight_buffers > 1 else None
+        begin = start if previous is None else max(previous[0], tokens)  # its weights start loading
+        stream = max(start, begin + cost.fill)
+        end = stream + rows + (reps - 1) * isa.matmul_cycles(self.target, rows, rows)
+        self.streaming = (end - rows, rows)
+        return end, min(begin, start)
+
+    def _execute(self, pc: int, ins: isa.Instruction, semantics) -> None:
+        # The verifier checks what can be known statically; operands whose shapes do not fit
+        # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
+        try:
+            with np.errstate(all="ignore"):  # float overflow in a crafted scale: wrong, not a warning
+                semantics(self.machine, self.fields[pc])
+        except (ValueError, IndexError, TypeError, KeyError) as err:
+            raise SimulatorError(f"instruction {pc} ({ins.mnemonic}): operands do not fit its semantics "
+                                 f"({one_line(err, 120)}) at loop counters {list(self.machine.counters)}") from None
 
     def _transfer(self, ready: int, cycles: int) -> int:
         """Give a DMA the DRAM channel at the first time >= `ready` when it is free for `cycles`
@@ -383,9 +451,10 @@ class Simulator:
 
 
 def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
-             vectorize_loops: bool = True, marks: tuple[int, ...] = ()) -> SimResult:
+             vectorize_loops: bool = True, marks: tuple[int, ...] = (), limits: SimLimits | None = None) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
     that the vectorised path computes the same values and counters). `marks`: top-level
     instruction indices (or the code length, for the end) at which to record the counters, e.g.
-    the boundaries of a model's layers."""
-    return Simulator(binary, target, vectorize_loops).run(inputs, marks)
+    the boundaries of a model's layers. The binary is verified against the target first
+    (`tensorgen.mc.verify.verify_binary`), within `limits`."""
+    return Simulator(binary, target, vectorize_loops, limits).run(inputs, marks)

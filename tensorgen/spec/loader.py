@@ -14,10 +14,12 @@ import islpy as isl
 import yaml
 
 from tensorgen.errors import SpecError
-from tensorgen.inputs import compose_yaml, read_text
+from tensorgen.inputs import LIMITS, compose_yaml, one_line, read_text
 from tensorgen.ir import poly
 from tensorgen.ir.core import DTYPES, ROLES, Access, Program, Statement, Tensor, dtype_range
-from tensorgen.spec.statement import parse_statement
+from tensorgen.spec.limits import check_statement_size, check_tensor_sizes, check_where
+from tensorgen.spec.statement import name_problem, parse_statement
+from tensorgen.spec.types import check_types
 
 FORMAT_VERSION = 1
 TOP_KEYS = {"tensorgen", "name", "tensors", "statements", "loops", "target", "schedule", "description"}
@@ -42,38 +44,25 @@ class _Doc:
             if not isinstance(k, yaml.ScalarNode):
                 raise self.error(k, f"expected a plain key in {what}")
             if k.value in seen:
-                raise self.error(k, f"duplicate key '{k.value}' in {what}")
+                raise self.error(k, f"duplicate key '{one_line(k.value, 60)}' in {what}")
             seen.add(k.value)
             out.append((k.value, k, v))
         return out
 
-    def scalar(self, node: yaml.Node, kind: type | tuple, what: str):
+    def scalar(self, node: yaml.Node, kind: type, what: str):
+        """The value of a scalar as YAML reads it (its tag decides: `'1'` and `!!str 1` are
+        strings, `1` and `0x1` integers, `true` a bool), which must be a `kind`."""
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, f"expected {what}")
-        value = yaml.SafeLoader("").construct_scalar(node)
-        if node.tag == "tag:yaml.org,2002:int" or (node.style is None and _is_int(value)):
-            value = int(value)
-        elif node.style is None and _is_float(value):
-            value = float(value)
+        try:
+            value = yaml.SafeLoader("").construct_object(node)
+        except Exception:  # noqa: BLE001  PyYAML's constructors fail in many ways: `!!int xx` (ValueError),
+            # `!!timestamp xx` (AttributeError), 5000 digits (ValueError), an unknown tag (YAMLError)
+            raise self.error(node, f"expected {what}, got '{one_line(node.value, 60)}' "
+                                   f"(not a valid {node.tag.rsplit(':', 1)[-1]})") from None
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise self.error(node, f"expected {what}, got '{node.value}'")
+            raise self.error(node, f"expected {what}, got '{one_line(node.value, 60)}'")
         return value
-
-
-def _is_int(s: str) -> bool:
-    try:
-        int(s)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_float(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
 
 
 def load_program(path: str | Path, target: str | None = None) -> Program:
@@ -82,6 +71,18 @@ def load_program(path: str | Path, target: str | None = None) -> Program:
 
 
 def parse_program(text: str, path: str = "<op.yaml>", target: str | None = None) -> Program:
+    try:
+        return _parse_program(text, path, target)
+    except SpecError as err:
+        # one line whatever a file name, key or value quoted in it holds (control characters,
+        # line separators); a message is already one line almost always, so this rarely rewrites
+        message = str(err)
+        if message.isprintable():
+            raise
+        raise SpecError(one_line(message, 1000), err.detail) from None
+
+
+def _parse_program(text: str, path: str, target: str | None) -> Program:
     doc = _Doc(path)
     root = compose_yaml(text, path, SpecError)
     if root is None:
@@ -89,7 +90,7 @@ def parse_program(text: str, path: str = "<op.yaml>", target: str | None = None)
     top = {k: (kn, v) for k, kn, v in doc.mapping(root, "the op.yaml file")}
     for key, (kn, _) in top.items():
         if key not in TOP_KEYS:
-            raise doc.error(kn, f"unknown key '{key}' (expected one of {', '.join(sorted(TOP_KEYS))})")
+            raise doc.error(kn, f"unknown key '{one_line(key, 60)}' (expected one of {', '.join(sorted(TOP_KEYS))})")
     for key in ("tensorgen", "tensors", "statements"):
         if key not in top:
             raise doc.error(root, f"missing key '{key}'")
@@ -97,10 +98,13 @@ def parse_program(text: str, path: str = "<op.yaml>", target: str | None = None)
     if version != FORMAT_VERSION:
         raise doc.error(top["tensorgen"][1], f"unsupported format version {version} (expected 1)")
     name = doc.scalar(top["name"][1], str, "a name") if "name" in top else Path(path).stem
+    if not name.isprintable() or not 0 < len(name) <= 128:
+        raise doc.error(top["name"][1], "expected a name of 1 to 128 printable characters")
     tensors = _tensors(doc, top["tensors"][1])
     shared = _loops(doc, top["loops"][1]) if "loops" in top else ()
     statements = _statements(doc, top["statements"][1], tensors, shared)
-    tgt = target or (doc.scalar(top["target"][1], str, "a target name") if "target" in top else "tg1")
+    named = doc.scalar(top["target"][1], str, "a target name") if "target" in top else "tg1"
+    tgt = target or named
     sched = doc.scalar(top["schedule"][1], str, "a schedule") if "schedule" in top else "default"
     program = Program(name, tuple(tensors.values()), tuple(statements), shared, tgt, sched, path)
     _check_roles(doc, program, top["statements"][1])
@@ -110,17 +114,21 @@ def parse_program(text: str, path: str = "<op.yaml>", target: str | None = None)
 def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
     tensors: dict[str, Tensor] = {}
     for name, kn, spec in doc.mapping(node, "'tensors'"):
-        if not name.isidentifier():
-            raise doc.error(kn, f"tensor name '{name}' is not an identifier")
+        problem = name_problem(name, "tensor")
+        if problem:
+            raise doc.error(kn, problem)
         fields = {k: (knode, v) for k, knode, v in doc.mapping(spec, f"tensor {name}")}
         for k, (knode, _) in fields.items():
             if k not in TENSOR_KEYS:
-                raise doc.error(knode, f"unknown key '{k}' in tensor {name} (expected shape, dtype, role, pad)")
+                raise doc.error(knode, f"unknown key '{one_line(k, 60)}' in tensor {name} (expected shape, dtype, role, pad)")
         if "shape" not in fields or "dtype" not in fields:
             raise doc.error(spec, f"tensor {name} needs 'shape' and 'dtype'")
         shape_node = fields["shape"][1]
         if not isinstance(shape_node, yaml.SequenceNode) or not shape_node.value:
             raise doc.error(shape_node, f"expected a non-empty list of dimensions for {name}'s shape")
+        if len(shape_node.value) > LIMITS.tensor_rank:
+            raise doc.error(shape_node, f"{name} has {len(shape_node.value)} dimensions; at most "
+                                        f"{LIMITS.tensor_rank} (limit InputLimits.tensor_rank in tensorgen/inputs.py)")
         shape = []
         for d in shape_node.value:
             v = doc.scalar(d, int, "a positive integer dimension")
@@ -129,10 +137,10 @@ def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
             shape.append(v)
         dtype = doc.scalar(fields["dtype"][1], str, "a dtype")
         if dtype not in DTYPES:
-            raise doc.error(fields["dtype"][1], f"unknown dtype '{dtype}' (expected {', '.join(DTYPES)})")
+            raise doc.error(fields["dtype"][1], f"unknown dtype '{one_line(dtype, 60)}' (expected {', '.join(DTYPES)})")
         role = doc.scalar(fields["role"][1], str, "a role") if "role" in fields else "none"
         if role not in ROLES:
-            raise doc.error(fields["role"][1], f"unknown role '{role}' (expected {', '.join(ROLES)})")
+            raise doc.error(fields["role"][1], f"unknown role '{one_line(role, 60)}' (expected {', '.join(ROLES)})")
         pad = doc.scalar(fields["pad"][1], int, "an integer pad value") if "pad" in fields else 0
         lo, hi = dtype_range(dtype)
         if not lo <= pad <= hi:
@@ -140,17 +148,22 @@ def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
         tensors[name] = Tensor(name, tuple(shape), dtype, role, pad)
     if not tensors:
         raise doc.error(node, "expected at least one tensor")
+    check_tensor_sizes(doc, {n: kn for n, kn, _ in doc.mapping(node, "'tensors'")}, tensors)
     return tensors
 
 
 def _loops(doc: _Doc, node: yaml.Node) -> tuple[tuple[str, int], ...]:
     loops = []
     for name, kn, v in doc.mapping(node, "'loops'"):
-        if not name.isidentifier():
-            raise doc.error(kn, f"loop name '{name}' is not an identifier")
+        problem = name_problem(name, "loop")
+        if problem:
+            raise doc.error(kn, problem)
         extent = doc.scalar(v, int, "a positive trip count")
         if extent <= 0:
             raise doc.error(v, f"expected a positive trip count, got {extent}")
+        if extent > LIMITS.loop_extent:
+            raise doc.error(v, f"trip count {extent} is over the limit of {LIMITS.loop_extent:,} "
+                               "(limit InputLimits.loop_extent in tensorgen/inputs.py)")
         loops.append((name, extent))
     return tuple(loops)
 
@@ -162,12 +175,13 @@ def _statement_text(doc: _Doc, node: yaml.Node) -> tuple[str, int, int, str, yam
         fields = {k: (kn, v) for k, kn, v in doc.mapping(node, "a statement")}
         for k, (kn, _) in fields.items():
             if k not in ("stmt", "where"):
-                raise doc.error(kn, f"unknown key '{k}' in a statement (expected stmt, where)")
+                raise doc.error(kn, f"unknown key '{one_line(k, 60)}' in a statement (expected stmt, where)")
         if "stmt" not in fields:
             raise doc.error(node, "expected 'stmt:' in a statement mapping")
         if "where" in fields:
             where_node = fields["where"][1]
             where = doc.scalar(where_node, str, "isl constraints like '0 <= r < 3 and j <= i'")
+            check_where(doc, where_node, where)
         node = fields["stmt"][1]
     if not isinstance(node, yaml.ScalarNode):
         raise doc.error(node, "expected a statement like 'Y[i, j] += A[i, k] * B[k, j]'")
@@ -178,6 +192,9 @@ def _statement_text(doc: _Doc, node: yaml.Node) -> tuple[str, int, int, str, yam
 def _statements(doc: _Doc, node: yaml.Node, tensors: dict[str, Tensor], shared) -> list[Statement]:
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise doc.error(node, "expected a non-empty list of statements")
+    if len(node.value) > LIMITS.statements:
+        raise doc.error(node, f"{len(node.value)} statements; at most {LIMITS.statements} "
+                              "(limit InputLimits.statements in tensorgen/inputs.py)")
     shared_names = [n for n, _ in shared]
     out = []
     for pos, item in enumerate(node.value):
@@ -188,7 +205,12 @@ def _statements(doc: _Doc, node: yaml.Node, tensors: dict[str, Tensor], shared) 
             _check_access(loc, acc, tensors)
         indices = _index_order(parsed, shared_names)
         stmt = Statement(f"S{pos}", parsed.lhs, parsed.op, parsed.rhs, tuple(indices), (), where, text, loc)
+        if not indices:  # the reference (and isl's ast) need an index to iterate over
+            raise SpecError(f"{loc}: a statement needs at least one index; write a single element as "
+                            f"'C[i, 0] = ...' with where: 'i = 0'")
+        check_types(stmt, tensors)
         stmt = _infer_bounds(doc, stmt, tensors, dict(shared), where_node or item)
+        check_statement_size(stmt)
         _check_write_in_bounds(stmt, tensors[stmt.lhs.tensor])
         out.append(stmt)
     return out
@@ -202,7 +224,7 @@ def _reads(rhs) -> list[Access]:
 
 def _check_access(loc: str, acc: Access, tensors: dict[str, Tensor]) -> None:
     if acc.tensor not in tensors:
-        raise SpecError(f"{loc}: unknown tensor '{acc.tensor}' (declared: {', '.join(tensors)})")
+        raise SpecError(f"{loc}: unknown tensor '{acc.tensor}' (declared: {one_line(', '.join(tensors), 200)})")
     rank = len(tensors[acc.tensor].shape)
     if len(acc.index) != rank:
         raise SpecError(
@@ -252,9 +274,9 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
     try:
         dom = isl.Set(text)
     except isl.Error:
-        raise doc.error(where_node, f"cannot parse where: '{stmt.where}' (expected isl constraints like '0 <= r < 3')") from None
+        raise doc.error(where_node, f"cannot parse where: '{one_line(stmt.where, 80)}' (expected isl constraints like '0 <= r < 3')") from None
     if dom.is_empty():
-        raise doc.error(where_node, f"where: '{stmt.where}' leaves the statement no iterations; "
+        raise doc.error(where_node, f"where: '{one_line(stmt.where, 80)}' leaves the statement no iterations; "
                                     f"expected constraints that some index values satisfy")
     bounds = []
     for pos, name in enumerate(stmt.indices):

@@ -4,6 +4,7 @@ loaded from .pt2 files (frontend/load.py) and compiled bit-exact."""
 from __future__ import annotations
 
 import operator
+import re
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,136 @@ def test_cli_compiles_a_pt2(cli, small_cnn, tmp_path):
     assert result.code == 0, result.err
     assert out.stat().st_size > 0
     assert f"{out}:" in result.out and "inputs x" in result.out
+
+
+class RunsACommand:
+    """Unpickling this runs a shell command that leaves a marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def rewrite_pt2(src: Path, dst: Path, change: dict[str, bytes]) -> Path:
+    """A copy of the archive `src` with some records replaced or added."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+
+    with PT2ArchiveReader(str(src)) as reader:
+        records = {name: reader.read_bytes(name) for name in reader.get_file_names()}
+    records.update(change)
+    with PT2ArchiveWriter(str(dst)) as writer:
+        for name, data in records.items():
+            if not name.startswith(".data/"):  # the writer adds its own
+                writer.write_bytes(name, data)
+    return dst
+
+
+def _pickled(obj: object) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _json_record(pt2: Path, name: str, edit) -> bytes:
+    import json
+
+    from torch.export.pt2_archive._package import PT2ArchiveReader
+
+    with PT2ArchiveReader(str(pt2)) as reader:
+        data = json.loads(reader.read_string(name))
+    edit(data)
+    return json.dumps(data).encode()
+
+
+def _crafted(kind: str, pt2: Path, tmp_path: Path, marker: Path) -> Path:
+    payload = _pickled(RunsACommand(marker))
+    weights = "data/weights/model_weights_config.json"
+
+    def mark_pickled(config: dict) -> None:
+        next(iter(config["config"].values()))["use_pickle"] = True
+
+    def add_guard(program: dict) -> None:
+        program["guards_code"] = [f"__import__('os').system('touch {marker}')"]
+
+    def symbolic_size(program: dict) -> None:
+        graph = program["graph_module"]["graph"]
+        inputs = {arg["as_tensor"]["name"] for arg in graph["inputs"]}
+        size = next(v for k, v in graph["tensor_values"].items() if k not in inputs)["sizes"]  # an inner value
+        size[0] = {"as_expr": {"expr_str": f"__import__('os').system('touch {marker}')", "hint": {"as_int": 4}}}
+
+    change = {
+        "use_pickle": {weights: _json_record(pt2, weights, mark_pickled), "data/weights/weight_0": payload},
+        "sample_inputs": {"data/sample_inputs/model.pt": payload},
+        "opaque_object": {"data/constants/opaque_obj_0": payload},
+        "aotinductor": {"data/aotinductor/model/model.so": b"\x7fELF"},
+        "guards": {"models/model.json": _json_record(pt2, "models/model.json", add_guard)},
+        "symbolic": {"models/model.json": _json_record(pt2, "models/model.json", symbolic_size)},
+    }[kind]
+    return rewrite_pt2(pt2, tmp_path / f"{kind}.pt2", change)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("use_pickle", r"conv1\.weight is stored as a pickled object, which loading would run"),
+    ("sample_inputs", r"its example inputs are not plain tensors \(the weights-only unpickler refuses them"),
+    ("opaque_object", r"unexpected record 'data/constants/opaque_obj_0'"),
+    ("aotinductor", r"unexpected record 'data/aotinductor/model/model\.so'"),
+    ("guards", r"the program has symbolic shapes or guards, which loading would evaluate as Python"),
+    ("symbolic", r"the program has symbolic shapes or guards, which loading would evaluate as Python"),
+])
+def test_a_pt2_never_runs_code(cli, small_cnn, tmp_path, kind, message):
+    _, _, pt2 = small_cnn
+    marker = tmp_path / "marker"
+    crafted = _crafted(kind, pt2, tmp_path, marker)
+    out = tmp_path / "out.tgb"
+    result = cli("compile", crafted, "-o", out)
+    err = result.err.strip().splitlines()
+    assert result.code == 2 and len(err) == 1 and not out.exists(), result.err
+    assert re.match(rf"^error: {re.escape(str(crafted))}: {message}", err[0]), err[0]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["use_pickle", "sample_inputs", "symbolic", "guards"])
+def test_canary_torch_export_load_runs_the_code_of_a_crafted_pt2(small_cnn, tmp_path, kind):
+    # why tensorgen checks an archive before torch loads it: torch 2.13 unpickles pickles, evaluates
+    # symbolic sizes with sympy (eval) and runs guards code when the module runs
+    _, _, pt2 = small_cnn
+    marker = tmp_path / "marker"
+    crafted = _crafted(kind, pt2, tmp_path, marker)
+    try:
+        ep = torch.export.load(str(crafted))
+        ep.module()(*ep.example_inputs[0])
+    except Exception:  # noqa: BLE001 - whatever it built is broken; the command ran before
+        pass
+    assert marker.exists()
+
+
+def test_pytorch_warnings_never_precede_the_error_line(tmp_path):
+    # a factory that quantizes its model itself: torch.ao warns while it runs, then the
+    # Sigmoid is refused; stderr holds the error line only (a process: pytest captures warnings)
+    import subprocess
+    import sys
+
+    factory = tmp_path / "sigmoid.py"
+    factory.write_text(
+        "import torch\nfrom torch import nn\n"
+        "from torch.ao.quantization import get_default_qconfig_mapping\n"
+        "from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx\n\n\n"
+        "def build():\n"
+        "    torch.backends.quantized.engine = 'qnnpack'\n"
+        "    model, x = nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()).eval(), (torch.randn(2, 8),)\n"
+        "    prepared = prepare_fx(model, get_default_qconfig_mapping('qnnpack'), x)\n"
+        "    prepared(*x)\n"
+        "    return convert_fx(prepared), x\n")
+    out = tmp_path / "out.tgb"
+    root = Path(__file__).parents[2]
+    proc = subprocess.run([sys.executable, "-W", "default", "-m", "tensorgen.cli", "compile", str(factory),
+                           "-o", str(out)], capture_output=True, text=True, cwd=root, timeout=300,
+                          env={"PYTHONPATH": str(root), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert (proc.returncode, proc.stderr) == (2, "error: Sigmoid at 1: unsupported operator\n")
+    assert not out.exists()

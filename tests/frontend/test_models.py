@@ -360,3 +360,27 @@ def test_repair_leaves_graphs_without_clamps_unchanged() -> None:
     _, _, qmodel = quantized("resnet18", "qnnpack")
     code = qmodel.code
     assert repair_qnnpack_clamp(qmodel) is qmodel and qmodel.code == code
+
+
+# --- the qnnpack dilated max pooling bug -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,buggy", [
+    (3, 1, 1, 2, True), (3, 2, 1, 2, True), (2, 1, 1, 3, True),
+    (3, 1, 0, 2, False), (3, 1, 1, 1, False), (2, 2, 0, 1, False)])
+def test_qnnpack_dilated_max_pool_bug_is_still_in_torch(kernel, stride, padding, dilation, buggy) -> None:
+    """A canary: torch 2.13's qnnpack quantized max pooling is wrong at the borders exactly when
+    dilation > 1 and padding > 0 (in both layouts); x86 agrees with float max pooling of the
+    dequantized values. When the buggy cases start passing, torch has fixed it and the refusal
+    in fx.py (max_pool) can go."""
+    x = torch.randn(1, 4, 14, 14, generator=torch.Generator().manual_seed(0))
+    q = torch.quantize_per_tensor(x, 0.03, 128, torch.quint8)
+    args = (kernel, stride, padding, dilation)
+    expected = torch.quantize_per_tensor(F.max_pool2d(q.dequantize(), *args), 0.03, 128,
+                                         torch.quint8).int_repr()
+    for channels_last in (False, True):
+        qi = q.contiguous(memory_format=torch.channels_last) if channels_last else q
+        with quantized_engine("x86"):
+            assert torch.equal(F.max_pool2d(qi, *args).int_repr(), expected)
+        with quantized_engine("qnnpack"):
+            assert torch.equal(F.max_pool2d(qi, *args).int_repr(), expected) != buggy

@@ -8,9 +8,12 @@ alternative (a double instead of a float product, an FMA instead of a multiply-a
 a test constructs the inputs on which the two disagree and asserts that PyTorch sides
 with the rule and not with the alternative, so every rule here could fail.
 
-fbgemm/x86 caveat: fbgemm sums uint8 x int8 pairs with a saturating int16 add, so its
-conv/linear are exact only while activations stay <= 127 with full-range int8 weights;
-those tests keep activations in [0, 127] (and one test shows the mismatch beyond).
+fbgemm/x86 and the CPU: without AVX512-VNNI fbgemm sums uint8 x int8 pairs with a saturating
+int16 add, so its conv/linear are exact only while activations stay <= 127 with full-range int8
+weights; with VNNI PyTorch's products are exact. tensorgen.frontend.probe finds out which; the
+conv tests use full-range activations where the probe says exact and [0, 127] elsewhere, one
+test asserts what this CPU does beyond 127, and the saturating behaviour is also pinned by its
+numpy model (arith.dot_sat16), so both behaviours are tested on every CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
 
 from tensorgen.frontend import numerics
+from tensorgen.frontend.probe import x86_behaviour
 from tensorgen.mc import arith
 
 pytestmark = pytest.mark.filterwarnings(
@@ -34,6 +38,16 @@ pytestmark = pytest.mark.filterwarnings(
 F32 = np.float32
 FBGEMM_ENGINES = ("fbgemm", "x86")
 X_SAFE_MAX = 127  # largest activation for which fbgemm's int16 pair sums cannot saturate
+
+
+def x_max_exact(eng: str, case: str = "3x3", per_channel: bool = True) -> int:
+    """The largest activation for which `eng`'s conv/linear are exact on this CPU. Depthwise
+    convs run other kernels: fbgemm's (also under x86 when the weights have a zero point,
+    which oneDNN does not take) or, under x86 with symmetric weights, oneDNN's."""
+    if case == "depthwise":
+        b = x86_behaviour(eng if per_channel else "fbgemm")
+        return 255 if b.exact_depthwise else X_SAFE_MAX
+    return 255 if x86_behaviour(eng).exact_products else X_SAFE_MAX
 
 
 # -- fixtures and helpers --------------------------------------------------------------------
@@ -309,22 +323,99 @@ def test_conv2d_qnnpack(engine, case: str, per_channel: bool) -> None:
 @pytest.mark.parametrize("case", ["3x3", "depthwise", "grouped/2"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
 def test_conv2d_fbgemm(engine, eng: str, case: str, per_channel: bool) -> None:
-    """fbgemm/x86 conv with activations in [0, 127] (no int16 saturation)."""
+    """fbgemm/x86 conv: full-range activations where this CPU's products are exact, else in
+    [0, 127] (no int16 saturation)."""
     engine(eng)
     rng = np.random.default_rng(7)
     total = 0
     while total < 100_000:
-        y, acc, params = run_conv(rng, case, per_channel, relu=False, x_max=X_SAFE_MAX)
+        y, acc, params = run_conv(rng, case, per_channel, relu=False, x_max=x_max_exact(eng, case, per_channel))
         assert np.array_equal(expected_fbgemm(acc, *params), y)
         total += y.size
 
 
-def test_conv2d_fbgemm_is_not_exact_with_full_range_activations(engine) -> None:
-    """The stated condition is needed: with uint8 activations up to 255 fbgemm saturates."""
-    engine("x86")
+@pytest.mark.parametrize("eng", FBGEMM_ENGINES)
+def test_conv2d_fbgemm_full_range_activations_follow_the_probe(engine, eng: str) -> None:
+    """With uint8 activations up to 255 the conv is exact exactly when the probe says so: on
+    CPUs without VNNI fbgemm saturates (a mismatch in > 5% of outputs), with VNNI it does not."""
+    engine(eng)
     rng = np.random.default_rng(8)
     y, acc, params = run_conv(rng, "3x3", True, relu=False, x_max=255)
-    assert (expected_fbgemm(acc, *params) != y).mean() > 0.05
+    mismatch = (expected_fbgemm(acc, *params) != y).mean()
+    if x86_behaviour(eng).exact_products:
+        assert mismatch == 0
+    else:
+        assert mismatch > 0.05
+
+
+@pytest.mark.parametrize("eng", ["qnnpack", "x86"])
+@pytest.mark.parametrize("s_out", [1.1920928955078125e-07, 1e-4, 1e-12, 1e-30])
+def test_requantize_with_multiplier_above_one(engine, eng: str, s_out: float) -> None:
+    """A dead ReLU's output scale (float32 eps) gives M = s_in * s_w / s_out far above 1: PyTorch
+    runs the layer with the same rules, and a product beyond int32 converts to INT32_MIN (x86's
+    cvtps2dq), so it comes out as the clamp's low end whatever its sign; saturating it to 255
+    instead (what an int64 conversion gives) is what PyTorch does not do."""
+    engine(eng)
+    rng = np.random.default_rng(21)
+    f_in, f_out, s_in, zp_x, zp_y = 256, 8, 0.5, 128, 7
+    wq = rng.integers(-128, 128, size=(f_out, f_in))
+    w = (torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq.astype(np.int8)), 0.5, 0)
+         if eng == "qnnpack" else torch._make_per_channel_quantized_tensor(
+             torch.from_numpy(wq.astype(np.int8)), torch.full((f_out,), 0.5, dtype=torch.float64),
+             torch.zeros(f_out, dtype=torch.long), 0))
+    xq = np.concatenate([rng.integers(0, 256, (1000, f_in)), rng.integers(127, 130, (1000, f_in))])
+    bias = rng.normal(0, 1, f_out).astype(F32)
+    acc = (xq - zp_x) @ wq.T
+    mod = nnq.Linear(f_in, f_out)
+    mod.set_weight_bias(w, torch.from_numpy(bias))
+    mod.scale, mod.zero_point = s_out, zp_y
+    y = ints(mod(qtensor(xq, s_in, zp_x)))
+    if eng == "qnnpack":
+        m = numerics.requant_multiplier(s_in, 0.5, s_out)
+        assert m > 1
+        acc_b = acc + numerics.quantize_bias(bias, s_in, 0.5)
+        want = arith.requantize(acc_b, m, zp_y, 0, 255)
+        prod = acc_b.astype(F32) * m
+    else:
+        p = numerics.fbgemm_requant_params(s_in, np.full(f_out, 0.5), s_out)
+        want = arith.requantize_fbgemm(acc, bias, p.atws, p.inv_atws, p.cm, zp_y, 0, 255, True)
+        prod = (acc.astype(F32) + bias / p.atws) * p.cm
+    assert np.array_equal(want, y)
+    if s_out == 1.1920928955078125e-07:  # every kind of element occurs: 0, 255, in between
+        big = np.abs(prod) >= 2**31
+        assert big.any() and (y[big & (prod > 0)] == 0).all() and (y == 255).any()
+
+
+def test_dot_sat16_is_fbgemms_saturating_pair_sum() -> None:
+    """The pinned model of the behaviour without VNNI (tested on every CPU): pairs of products
+    saturate to int16 before the exact int32 sum, so 255 * 127 pairs lose their excess; it is
+    the exact dot product while activations stay <= 127, and with full-range activations it
+    changes a large share of the requantized outputs, as fbgemm on AVX2 does."""
+    x = np.array([[255, 255, 255, 255, 1, 2, 3]])
+    w = np.array([[127, 127, -128, -128, 5, 6, 7]])
+    assert arith.dot_sat16(x, w).tolist() == [[32767 - 32768 + 17 + 21]]
+    rng = np.random.default_rng(20)
+    wq = rng.integers(-128, 128, (32, 64))
+    safe = rng.integers(0, 128, (500, 64))
+    assert np.array_equal(arith.dot_sat16(safe, wq), safe @ wq.T)
+    full = rng.integers(0, 256, (500, 64))
+    exact, sat = full @ wq.T, arith.dot_sat16(full, wq)
+    assert (sat != exact).mean() > 0.3
+    m = np.float32(1 / 2000)
+    assert (arith.requantize(sat, m, 128, 0, 255) != arith.requantize(exact, m, 128, 0, 255)).mean() > 0.05
+
+
+def test_probe_verdict_is_one_consistent_record() -> None:
+    """The probe's record says what the tests above rely on, is cached, and names the CPU."""
+    for eng in FBGEMM_ENGINES:
+        b = x86_behaviour(eng)
+        assert x86_behaviour(eng) is b
+        assert b.add_block is not None  # 64 on AVX2 and AVX512 CPUs: torch 2.13 has no AVX512 qadd
+        text = b.describe()
+        assert text.startswith(f"{eng} engine: ") and "\n" not in text
+        assert ("exact int8 products" in text) == b.exact_products
+    with pytest.raises(ValueError, match="x86_behaviour"):
+        x86_behaviour("qnnpack")
 
 
 @pytest.mark.parametrize(
@@ -736,8 +827,9 @@ def test_avg_pool2d_qnnpack(engine, k, stride, pad, count_include_pad, divisor) 
 
 
 def test_parameter_functions_check_their_arguments() -> None:
-    with pytest.raises(ValueError, match="requant_multiplier: s_in .* below 1"):
-        numerics.requant_multiplier(1.0, 1.0, 0.5)
+    assert numerics.requant_multiplier(1.0, 1.0, 0.5) == 2  # M >= 1 is allowed, as PyTorch runs it
+    with pytest.raises(ValueError, match="requant_multiplier: s_out must be finite and positive"):
+        numerics.requant_multiplier(1.0, 1.0, 0.0)
     with pytest.raises(ValueError, match="quantize_bias: s_w must be finite and positive"):
         numerics.quantize_bias(np.zeros(2, F32), 0.1, np.array([0.1, -1.0]))
     with pytest.raises(ValueError, match="avgpool_multiplier: n must be"):

@@ -26,7 +26,8 @@ from tensorgen.mc.binary import Binary, TensorEntry, assemble, decode, disassemb
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
 # docs/isa.md: magic, version u16, reserved u16, target name 16s, target hash 8s, then u32
-# tensor count, pool bytes, code words, constant bytes; u64 DRAM bytes; u32 CRC-32 of the rest.
+# tensor count, pool bytes, code words, constant bytes; u64 DRAM bytes; u32 CRC-32 of the whole
+# file with this field read as zero (version 2: the header is covered too).
 HEADER = struct.Struct("<4sHH16s8sIIIIQI")
 HEADER_FIELDS = "magic version reserved target hash tensors pool code_words const_bytes dram crc"
 VERSION_AT = 4  # byte offset of the version field
@@ -46,7 +47,9 @@ def code_section(data: bytes) -> slice:
 
 def with_crc(data: bytearray) -> bytes:
     """`data` with its checksum recomputed: corruption that the CRC alone cannot catch."""
-    struct.pack_into("<I", data, HEADER.size - 4, zlib.crc32(data[HEADER.size:]))
+    data = bytearray(data)
+    struct.pack_into("<I", data, HEADER.size - 4, 0)
+    struct.pack_into("<I", data, HEADER.size - 4, zlib.crc32(data))
     return bytes(data)
 
 
@@ -57,16 +60,18 @@ def flip(data: bytes, pos: int) -> bytes:
 
 
 def with_version(data: bytes, version: int) -> bytes:
+    """`data` claiming another format version, with a checksum that matches (as a file that
+    really is of that version would have), so that the version check is what refuses it."""
     out = bytearray(data)
     struct.pack_into("<H", out, VERSION_AT, version)
-    return bytes(out)
+    return with_crc(out)
 
 
 def test_header_is_as_documented(matmul_binary):
     binary, data = matmul_binary
     h = header(data)
     assert HEADER.size == 60
-    assert (h["magic"], h["version"], h["tensors"]) == (b"TGB\x1a", 1, len(binary.tensors))
+    assert (h["magic"], h["version"], h["tensors"]) == (b"TGB\x1a", 2, len(binary.tensors))
     assert h["code_words"] == len(binary.code)
     assert h["target"].rstrip(b"\0") == b"tiny"
     assert code_section(data).start == HEADER.size + TENSOR_ENTRY * h["tensors"] + h["pool"]
@@ -156,9 +161,9 @@ def test_foreign_file(foreign):
         decode(foreign)
 
 
-@pytest.mark.parametrize("version", [0, 2, 0xFFFF])
+@pytest.mark.parametrize("version", [0, 1, 3, 0xFFFF])
 def test_other_version(matmul_binary, version):
-    expected = rf"^unsupported \.tgb version {version} \(this tool reads version 1\)$"
+    expected = rf"^unsupported \.tgb version {version} \(this tool reads version 2\)$"
     with pytest.raises(BinaryError, match=expected):
         decode(with_version(matmul_binary[1], version))
 
@@ -204,7 +209,7 @@ REASONS = {
     "png": r"not a \.tgb file \(bad magic\)",
     "random": r"not a \.tgb file \(bad magic\)",
     "empty": TOO_SHORT,
-    "version": r"unsupported \.tgb version 2 \(this tool reads version 1\)",
+    "version": r"unsupported \.tgb version 1 \(this tool reads version 2\)",
 }
 
 
@@ -214,7 +219,7 @@ def bad_file(data: bytes, kind: str) -> bytes:
             "png": lambda: PNG_HEADER + bytes(100),
             "random": lambda: random.Random(2).randbytes(500),
             "empty": lambda: b"",
-            "version": lambda: with_version(data, 2)}[kind]()
+            "version": lambda: with_version(data, 1)}[kind]()
 
 
 @pytest.mark.parametrize("kind", sorted(REASONS))
@@ -331,3 +336,13 @@ def test_out_of_range_assembly_names_the_line(matmul_binary, pattern, replace):
         assert str(err).startswith(f"line {lineno}: ")
         return
     raise AssertionError("accepted")
+
+
+@pytest.mark.parametrize("directive, reason", [
+    (".target ../tiny 00", r"target name '\.\./tiny' is not a name"),
+    (".tensor ../A int8 4 input dram=0", r"tensor name '\.\./A' is not a dotted identifier"),
+])
+def test_assembler_refuses_names_that_are_paths(directive, reason):
+    text = ".target tiny 00\n" + directive + "\n"
+    with pytest.raises(BinaryError, match=rf"^line 2: cannot assemble '{re.escape(directive)}' \(.*{reason}.*\)$"):
+        assemble(text)

@@ -86,3 +86,65 @@ statements:
 """)
     x = np.arange(1, 7, dtype=np.int32)
     np.testing.assert_array_equal(torch_ref.evaluate(p, {"X": x})["S"], np.cumsum(x))
+
+
+def test_max_into_a_narrow_tensor_wraps_at_every_instance() -> None:
+    # each instance stores wrap8(max(Z, x)): 200 wraps to -56, then max(-56, 3) = 3; a single max
+    # of the int32 values (200) wrapped once would give -56
+    p = parse_program("""tensorgen: 1
+tensors:
+  X: {shape: [3, 2], dtype: int32, role: input}
+  Z: {shape: [2], dtype: int8, role: output}
+statements:
+  - Z[i] max= X[r, i]
+""")
+    x = np.array([[200, 1], [3, -300], [-1, 130]], dtype=np.int32)
+    z = torch_ref.evaluate(p, {"X": x})["Z"]
+    expected = []
+    for col in x.T:
+        acc = 0
+        for v in col:
+            acc = (max(acc, int(v)) + 128) % 256 - 128
+        expected.append(acc)
+    np.testing.assert_array_equal(z, np.array(expected, dtype=np.int8))
+    assert z.tolist() == [3, -126]
+
+
+def test_where_on_a_shared_loop_skips_the_other_steps() -> None:
+    p = parse_program("""tensorgen: 1
+tensors:
+  Y: {shape: [2], dtype: int32, role: output}
+loops: {t: 5}
+statements:
+  - {stmt: "Y[i] += 1", where: "1 <= t <= 2"}
+""")
+    assert torch_ref.evaluate(p, {})["Y"].tolist() == [2, 2]
+
+
+def test_temporary_starts_at_zero_and_carries_across_steps() -> None:
+    p = parse_program("""tensorgen: 1
+tensors:
+  X: {shape: [3, 2], dtype: int32, role: input}
+  T: {shape: [2], dtype: int32}
+  Y: {shape: [3, 2], dtype: int32, role: output}
+loops: {t: 3}
+statements:
+  - T[i] += X[t, i]
+  - Y[t, i] = T[i]
+""")
+    x = np.arange(6, dtype=np.int32).reshape(3, 2)
+    np.testing.assert_array_equal(torch_ref.evaluate(p, {"X": x})["Y"], np.cumsum(x, axis=0))
+
+
+def test_statement_reading_its_own_element_over_a_reduction_runs_in_order() -> None:
+    # Q[i] = 2 X[t, i] + Q[i] over t: each instance reads the previous one's write (found by the
+    # property test: the reference once evaluated every t from the initial Q and kept the last)
+    p = parse_program("""tensorgen: 1
+tensors:
+  X: {shape: [3, 2], dtype: int32, role: input}
+  Q: {shape: [2], dtype: int32, role: output}
+statements:
+  - {stmt: "Q[i] = X[t, i] + (X[t, i] + Q[i])", where: "0 <= t <= 2"}
+""")
+    x = np.array([[1, 10], [2, 20], [4, 40]], dtype=np.int32)
+    assert torch_ref.evaluate(p, {"X": x})["Q"].tolist() == [14, 140]
