@@ -9,10 +9,8 @@ from hypothesis import strategies as st
 
 SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-# To turn on once the .tgb branch is merged: "flip-crc", "header", "tensor", "pool", "code" and
-# "shuffle" (crafted fields behind a valid checksum: IndexError/KeyError exits 3, names outside
-# --out, a foreign target's hash accepted).
-KINDS = frozenset({"flip", "truncate", "extend"})
+# Every mutator (tensorgen/testing/fuzzbin.py): all keep the contract since the binary branch.
+KINDS = frozenset({"flip", "flip-crc", "truncate", "extend", "header", "tensor", "pool", "code", "shuffle"})
 
 
 @SETTINGS
