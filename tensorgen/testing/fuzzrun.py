@@ -93,7 +93,10 @@ def run_inprocess(case: Case, d: Path, limit: float = 20.0, memory: int | None =
     seconds), the CLI run in this process."""
     from tensorgen.cli import main
 
+    fired = []
+
     def alarm(signum, frame):
+        fired.append(signum)  # a C library may swallow the exception (islpy's callbacks): remember
         raise CaseTimeout
 
     argv = argv_of(case, d)
@@ -121,6 +124,8 @@ def run_inprocess(case: Case, d: Path, limit: float = 20.0, memory: int | None =
         code = None
     finally:
         signal.signal(signal.SIGALRM, old_handlers[0])
+        if fired:
+            code = None
         signal.signal(signal.SIGPROF, old_handlers[1])
         resource.setrlimit(resource.RLIMIT_AS, old_as)
         os.chdir(old_cwd)

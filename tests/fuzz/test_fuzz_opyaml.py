@@ -8,11 +8,13 @@ from hypothesis import strategies as st
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-# The mutators whose cases keep the contract on this branch (tensorgen/testing/fuzz.py names them).
-# To turn on once the loader's limits are merged: "deep-expression" (RecursionError, exit 3),
-# "many-statements" and "huge-loop" (hangs), "huge-number" (MemoryError, exit 3).
+# The mutators whose cases keep the contract since the loader branch (tensorgen/testing/fuzz.py).
+# "many-statements" is left out: 100-2000 copies of a conv statement are within the loader's
+# limits and take minutes to compile and check (seed 82: 921 instructions, compiled in 15 s);
+# "where" too: a restricted conv1x1 under --schedule auto spends over 15 CPU-s in the reference's
+# isl point enumeration (seed 547).
 KINDS = frozenset({"tok-insert", "tok-delete", "tok-replace", "char", "yaml-tag", "control-char", "non-utf8",
-                   "line", "billion-laughs", "deep-nesting", "where"})
+                   "line", "billion-laughs", "deep-nesting", "deep-expression", "huge-loop", "huge-number"})
 
 
 @SETTINGS
