@@ -75,6 +75,24 @@ def _params(items: list[str] | None) -> dict[str, int]:
     return out
 
 
+MAX_TRIALS = 1000  # a check is a test, not a soak: more trials are more runs with other --seed values
+MAX_SEED = 2**32 - 1  # numpy's and torch's generators take any seed + trial up to far beyond this
+
+
+def _bounded_int(lo: int, hi: int, what: str):
+    """An argparse type: an integer in [lo, hi], refused (exit 2, argparse's one error) otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside {lo}..{hi} ({what})")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
 def _compile_model(args):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -444,8 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--explain", action="store_true",
                    help="with the automatic scheduler: print its choice as a schedule file, its bottleneck and "
                         "how it beat its neighbours")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--trials", type=int, default=1)
+    c.add_argument("--seed", type=_bounded_int(0, MAX_SEED, "a 32-bit seed"), default=0)
+    c.add_argument("--trials", type=_bounded_int(0, MAX_TRIALS, "MAX_TRIALS in tensorgen/cli.py; run again with "
+                                                                "another --seed for more"), default=1)
     _model_options(c)
     c.add_argument("--input", action="append", metavar="FILE.npy",
                    help="for a model: also check on this input (float32, the model's input shape)")
@@ -456,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-o", "--output", required=True)
     m.add_argument("--asm", help="also write readable microcode here")
     m.add_argument("--target", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the calibration data")
+    m.add_argument("--seed", type=_bounded_int(0, MAX_SEED, "a 32-bit seed"), default=0,
+                   help="seed of the calibration data")
     _model_options(m)
     m.set_defaults(func=cmd_compile)
 

@@ -1,0 +1,1 @@
+"""Testing aids shared by the test suite and the benchmarks (the fuzz harness)."""
