@@ -7,6 +7,7 @@ traceback), 3 an internal error (a bug: please report it with the traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import io
 import sys
 import time
@@ -542,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `tensorgen ... | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
+        return 141
     except Exception:  # a bug in tensorgen, not in the input
         traceback.print_exc()
         print("internal error: this is a tensorgen bug; please report it with the traceback above", file=sys.stderr)

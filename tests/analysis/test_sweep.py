@@ -33,7 +33,7 @@ def test_parse_vary_values():
                  "weight_buffers": [1, 2]}
     d = sw.derive(sw.load_base("tg1"), {"mac_array": "8x32", "spad": 131072, "lanes": 8, "node": 16})
     assert (d["mac_array"]["rows"], d["mac_array"]["cols"], d["memories"]["spad"]["bytes"]) == (8, 32, 131072)
-    assert (d["vector"]["lanes"], d["node_nm"]) == (8, 16)
+    assert (d["vector"]["lanes"], d["technology"]["node_nm"]) == (8, 16)
 
 
 def test_sweep_rows_failures_and_resume(matmul, tmp_path, capsys):
