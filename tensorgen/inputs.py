@@ -69,19 +69,28 @@ def read_bytes(path: str | Path, what: str, error: type[TensorgenError] = Tensor
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         raise error(f"{name}: cannot read ({err.strerror})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise error(f"{name}: cannot read ({kind}, expected {what})")
+    too_large = f"{name}: {what} is larger than the limit of {limit:,} bytes (InputLimits)"
+    if st.st_size > limit:
+        os.close(fd)
+        raise error(too_large)
     with os.fdopen(fd, "rb") as f:
+        # NOTE: read(n) allocates n bytes up front, so read what the file holds (plus one byte to
+        # see it grew), never the limit itself; a file that grows past the limit is still cut off.
+        chunks, total = [], 0
         try:
-            data = f.read(limit + 1)
+            while chunk := f.read(max(st.st_size - total, 0) + 1 if total <= st.st_size else 1 << 20):
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    raise error(too_large)
         except OSError as err:
             raise error(f"{name}: cannot read ({err.strerror})") from None
-    if len(data) > limit:
-        raise error(f"{name}: {what} is larger than the limit of {limit:,} bytes (InputLimits)")
-    return data
+    return b"".join(chunks)
 
 
 def read_text(path: str | Path, what: str, error: type[TensorgenError] = TensorgenError,
