@@ -9,6 +9,7 @@ contents, its parameters, the derived target's data and the tensorgen version.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -90,13 +91,22 @@ def derive(base: dict, params: dict) -> dict:
     return d
 
 
+@functools.lru_cache(maxsize=1)
 def tensorgen_version() -> str:
+    """The package version and a digest of the package's own files: a point computed by other
+    code (a new commit under the same version number) is computed again, never reused."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("tensorgen")
+        number = version("tensorgen")
     except PackageNotFoundError:
-        return "unknown"
+        number = "unknown"
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*")):
+        if f.suffix in (".py", ".yaml") and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return f"{number}+{h.hexdigest()[:12]}"
 
 
 def source_digest(source: str) -> str:
