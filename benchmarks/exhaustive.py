@@ -54,8 +54,14 @@ from tensorgen.target import Target, load_target
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "exhaustive.json"
-EXHAUSTIVE_LAYERS = ("matmul_256", "resnet18_layer3_proj_1x1s2", "mbv2_pw_96to24_56",
-                     "resnet18_conv3x3_small", "mbv2_dw3x3s1_small", "bert_ffn_down_small")
+EXHAUSTIVE_LAYERS = (
+    "matmul_256",
+    "resnet18_layer3_proj_1x1s2",
+    "mbv2_pw_96to24_56",
+    "resnet18_conv3x3_small",
+    "mbv2_dw3x3s1_small",
+    "bert_ffn_down_small",
+)
 
 
 def describe(cand: Candidate, blocks) -> str:
@@ -79,7 +85,9 @@ def enumerate_layer(layer: Layer, target: Target, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     space = Space.of(program, target, recognise(program))
     candidates = refused = failed = 0
-    runs: list[tuple[int, int, str, bool]] = []  # (simulated cycles, model cycles, description, bit-exact)
+    runs: list[
+        tuple[int, int, str, bool]
+    ] = []  # (simulated cycles, model cycles, description, bit-exact)
     for shape, order in space.nests():
         for cand in space.costed(shape, order):
             candidates += 1
@@ -123,11 +131,15 @@ def enumerate_layer(layer: Layer, target: Target, seed: int = 0) -> dict:
         "auto_considered": len(plan.considered),
         "worst_cycles": max(runs)[0],
         "median_cycles": sorted(c for c, _, _, _ in runs)[len(runs) // 2],
-        "max_model_error": max(model_errors),  # |model / simulated - 1| over the simulated candidates
+        "max_model_error": max(
+            model_errors
+        ),  # |model / simulated - 1| over the simulated candidates
         "exhaustive_s": exhaustive_s,
         "auto_search_s": plan.search_s,
         "auto_bit_exact": auto_exact,
-        "inexact": sum(not exact for _, _, _, exact in runs),  # candidates whose outputs differ: compiler bugs
+        "inexact": sum(
+            not exact for _, _, _, exact in runs
+        ),  # candidates whose outputs differ: compiler bugs
         "inexact_examples": [d for _, _, d, exact in runs if not exact][:5],
         "all_bit_exact": auto_exact and all(exact for _, _, _, exact in runs),
         "error": None,
@@ -149,10 +161,25 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def render(report: dict) -> Table:
-    table = Table(title=f"automatic vs exhaustive (simulated) schedules on {report['target']}",
-                  title_justify="left")
-    for header in ("layer", "auto cycles", "best cycles", "auto/best", "rank", "candidates", "fit", "simulated",
-                   "exhaustive s", "auto s", "speed-up", "max model err", "bit-exact"):
+    table = Table(
+        title=f"automatic vs exhaustive (simulated) schedules on {report['target']}",
+        title_justify="left",
+    )
+    for header in (
+        "layer",
+        "auto cycles",
+        "best cycles",
+        "auto/best",
+        "rank",
+        "candidates",
+        "fit",
+        "simulated",
+        "exhaustive s",
+        "auto s",
+        "speed-up",
+        "max model err",
+        "bit-exact",
+    ):
         table.add_column(header, justify="left" if header == "layer" else "right")
     for r in report["layers"]:
         if r["error"] is not None:
@@ -160,18 +187,29 @@ def render(report: dict) -> Table:
             continue
         ratio = r["auto_over_best"]
         table.add_row(
-            r["name"], f"{r['auto_cycles']:,}", f"{r['best_cycles']:,}",
-            f"[{'green' if ratio <= 1.05 else 'red'}]{ratio:.3f}x[/]", str(r["auto_rank"]),
-            f"{r['candidates']:,}", f"{r['fitting']:,}", f"{r['simulated']:,}",
-            f"{r['exhaustive_s']:.1f}", f"{r['auto_search_s']:.2f}",
-            f"{r['exhaustive_s'] / r['auto_search_s']:.0f}x", f"{r['max_model_error']:.1%}",
-            "[green]yes[/green]" if r["all_bit_exact"] else
-            f"[red]no[/red] ({r['inexact']}; auto {'yes' if r['auto_bit_exact'] else 'no'})")
-    table.caption = ("auto/best: simulated cycles of the automatic choice / of the fastest candidate; rank: 1 + "
-                     "candidates simulated faster than auto; candidates: the whole space, fit: accepted by the "
-                     "cost model, simulated: of those, lowered and run; speed-up: exhaustive s / auto s; "
-                     "max model err: |model/simulated - 1| over the simulated candidates; bit-exact: every "
-                     "candidate (else how many are not, and whether auto is)")
+            r["name"],
+            f"{r['auto_cycles']:,}",
+            f"{r['best_cycles']:,}",
+            f"[{'green' if ratio <= 1.05 else 'red'}]{ratio:.3f}x[/]",
+            str(r["auto_rank"]),
+            f"{r['candidates']:,}",
+            f"{r['fitting']:,}",
+            f"{r['simulated']:,}",
+            f"{r['exhaustive_s']:.1f}",
+            f"{r['auto_search_s']:.2f}",
+            f"{r['exhaustive_s'] / r['auto_search_s']:.0f}x",
+            f"{r['max_model_error']:.1%}",
+            "[green]yes[/green]"
+            if r["all_bit_exact"]
+            else f"[red]no[/red] ({r['inexact']}; auto {'yes' if r['auto_bit_exact'] else 'no'})",
+        )
+    table.caption = (
+        "auto/best: simulated cycles of the automatic choice / of the fastest candidate; rank: 1 + "
+        "candidates simulated faster than auto; candidates: the whole space, fit: accepted by the "
+        "cost model, simulated: of those, lowered and run; speed-up: exhaustive s / auto s; "
+        "max model err: |model/simulated - 1| over the simulated candidates; bit-exact: every "
+        "candidate (else how many are not, and whether auto is)"
+    )
     return table
 
 
@@ -185,12 +223,24 @@ def select(names: list[str] | None) -> list[Layer]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Simulate every candidate of the automatic scheduler's search "
-                                            "space on small layers; compare the automatic choice with the best.")
-    p.add_argument("--target", default="tg1", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"layers (default: {' '.join(EXHAUSTIVE_LAYERS)})")
-    p.add_argument("--json", default=str(DEFAULT_JSON), metavar="PATH",
-                   help="where to write the JSON report (default benchmarks/exhaustive.json)")
+    p = argparse.ArgumentParser(
+        description="Simulate every candidate of the automatic scheduler's search "
+        "space on small layers; compare the automatic choice with the best."
+    )
+    p.add_argument(
+        "--target",
+        default="tg1",
+        help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)",
+    )
+    p.add_argument(
+        "--only", nargs="+", metavar="NAME", help=f"layers (default: {' '.join(EXHAUSTIVE_LAYERS)})"
+    )
+    p.add_argument(
+        "--json",
+        default=str(DEFAULT_JSON),
+        metavar="PATH",
+        help="where to write the JSON report (default benchmarks/exhaustive.json)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = p.parse_args(argv)
     try:
@@ -211,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(render(report))
     for r in rows:
         if r["error"] is None:
-            console.print(escape(f"{r['name']}: best {r['best']}\n{' ' * len(r['name'])}  auto {r['auto']}"))
+            console.print(
+                escape(f"{r['name']}: best {r['best']}\n{' ' * len(r['name'])}  auto {r['auto']}")
+            )
             for example in r["inexact_examples"]:
                 console.print(f"{' ' * len(r['name'])}  [red]not bit-exact[/red] {escape(example)}")
     path = Path(args.json)

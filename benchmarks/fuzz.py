@@ -36,16 +36,25 @@ from tensorgen.testing.fuzzrun import BREAKS, CLASSES, WorkerPool, save_reproduc
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=100, help="inputs per family")
-    ap.add_argument("--family", action="append", choices=FAMILIES, help="only these families (repeatable)")
+    ap.add_argument(
+        "--family", action="append", choices=FAMILIES, help="only these families (repeatable)"
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kinds", help="only these mutators, comma-separated (tensorgen/testing/fuzz*.py)")
+    ap.add_argument(
+        "--kinds", help="only these mutators, comma-separated (tensorgen/testing/fuzz*.py)"
+    )
     ap.add_argument("--json", type=Path, help="write the tally and the first reproducers here")
     ap.add_argument("--save", type=Path, help="save the first reproducer of each class here")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--limit", type=float, default=20.0, help="wall-clock seconds per case")
     ap.add_argument("--memory", type=float, default=4.0, help="address-space limit per worker, GiB")
-    ap.add_argument("--process-every", type=int, default=25, metavar="K",
-                    help="also run every K-th case as a real process (0: never)")
+    ap.add_argument(
+        "--process-every",
+        type=int,
+        default=25,
+        metavar="K",
+        help="also run every K-th case as a real process (0: never)",
+    )
     return ap.parse_args(argv)
 
 
@@ -97,15 +106,33 @@ def main(argv: list[str] | None = None) -> int:
         tally[mode][family][outcome.cls] += 1
         finished = sum(sum(c.values()) for m in tally.values() for c in m.values())
         if finished % 100 == 0:
-            print(f"{finished}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"{finished}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if not outcome.broken:
             return
         key = f"{outcome.cls}-{family}"
         if len(examples[key]) < 12 and all(e["detail"] != outcome.detail for e in examples[key]):
-            examples[key].append({"case": n, "mode": mode, "kinds": case.kinds, "argv": case.argv,
-                                  "detail": outcome.detail, "err": outcome.err[-600:]})
+            examples[key].append(
+                {
+                    "case": n,
+                    "mode": mode,
+                    "kinds": case.kinds,
+                    "argv": case.argv,
+                    "detail": outcome.detail,
+                    "err": outcome.err[-600:],
+                }
+            )
         if key not in first:
-            first[key] = {"case": n, "mode": mode, "kinds": case.kinds, "argv": case.argv, "detail": outcome.detail}
+            first[key] = {
+                "case": n,
+                "mode": mode,
+                "kinds": case.kinds,
+                "argv": case.argv,
+                "detail": outcome.detail,
+            }
             if args.save:
                 save_reproducer(case, outcome, args.save / key)
                 first[key]["saved"] = str(args.save / key)
@@ -120,18 +147,34 @@ def main(argv: list[str] | None = None) -> int:
             pool.close()
     seconds = time.perf_counter() - t0
     console = Console(width=200)
-    console.print(table(tally["in-process"], f"{args.count} inputs per family, in-process (seed {args.seed})"))
+    console.print(
+        table(tally["in-process"], f"{args.count} inputs per family, in-process (seed {args.seed})")
+    )
     if tally["process"]:
         console.print(table(tally["process"], f"every {args.process_every}th input as a process"))
     breaks = sum(c[b] for mode in tally.values() for c in mode.values() for b in BREAKS)
     print(f"{len(tasks)} runs in {seconds:.0f} s; {breaks} broke the contract")
     for key, info in sorted(first.items()):
-        print(f"  first {key}: {'+'.join(info['kinds'])}: {info['detail']}"
-              + (f" -> {info['saved']}/cmd.sh" if "saved" in info else ""))
+        print(
+            f"  first {key}: {'+'.join(info['kinds'])}: {info['detail']}"
+            + (f" -> {info['saved']}/cmd.sh" if "saved" in info else "")
+        )
     if args.json:
-        args.json.write_text(json.dumps({"count": args.count, "seed": args.seed, "seconds": round(seconds, 1),
-                                         "breaks": breaks, "tally": tally, "first": first,
-                                         "examples": examples}, indent=1, default=list))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "count": args.count,
+                    "seed": args.seed,
+                    "seconds": round(seconds, 1),
+                    "breaks": breaks,
+                    "tally": tally,
+                    "first": first,
+                    "examples": examples,
+                },
+                indent=1,
+                default=list,
+            )
+        )
     return 1 if breaks else 0
 
 

@@ -70,8 +70,10 @@ class Conv2d:
         if self.depthwise and self.cout != self.cin:
             raise ValueError(f"depthwise conv needs cout == cin, got {self.cin} -> {self.cout}")
         if self.out_size <= 0:
-            raise ValueError(f"conv {self.kernel}x{self.kernel}/{self.stride} pad {self.pad} "
-                             f"on {self.size}x{self.size} has no output")
+            raise ValueError(
+                f"conv {self.kernel}x{self.kernel}/{self.stride} pad {self.pad} "
+                f"on {self.size}x{self.size} has no output"
+            )
 
     @property
     def out_size(self) -> int:
@@ -85,8 +87,10 @@ class Conv2d:
     def describe(self) -> str:
         kind = "depthwise " if self.depthwise else ""
         k, o = self.kernel, self.out_size
-        return (f"{kind}{k}x{k}/{self.stride} conv, {self.cin}->{self.cout} ch, "
-                f"{self.size}x{self.size} -> {o}x{o}, pad {self.pad}")
+        return (
+            f"{kind}{k}x{k}/{self.stride} conv, {self.cin}->{self.cout} ch, "
+            f"{self.size}x{self.size} -> {o}x{o}, pad {self.pad}"
+        )
 
     def op_yaml(self, name: str) -> str:
         n, c, k, hw, ohw, r = self.batch, self.cin, self.cout, self.size, self.out_size, self.kernel
@@ -194,13 +198,20 @@ class Layer:
 
 def _resnet18() -> list[Layer]:
     """The conv shapes of ResNet-18 at 224x224 (He et al. 2016, table 1) beyond stage 1's 3x3."""
-    def conv(name: str, cin: int, cout: int, size: int, kernel: int, stride: int, pad: int) -> Layer:
-        return Layer(name, Conv2d(cin, cout, size, kernel, stride=stride, pad=pad), network="ResNet-18")
+
+    def conv(
+        name: str, cin: int, cout: int, size: int, kernel: int, stride: int, pad: int
+    ) -> Layer:
+        return Layer(
+            name, Conv2d(cin, cout, size, kernel, stride=stride, pad=pad), network="ResNet-18"
+        )
 
     layers = [conv("resnet18_stem_7x7s2", 3, 64, 224, 7, 2, 3)]
     for stage, (cin, cout, size) in enumerate([(64, 128, 56), (128, 256, 28), (256, 512, 14)], 2):
         layers += [
-            conv(f"resnet18_layer{stage}_3x3s2", cin, cout, size, 3, 2, 1),  # first conv of the stage
+            conv(
+                f"resnet18_layer{stage}_3x3s2", cin, cout, size, 3, 2, 1
+            ),  # first conv of the stage
             conv(f"resnet18_layer{stage}_3x3", cout, cout, size // 2, 3, 1, 1),  # the other three
             conv(f"resnet18_layer{stage}_proj_1x1s2", cin, cout, size, 1, 2, 0),  # the shortcut
         ]
@@ -210,6 +221,7 @@ def _resnet18() -> list[Layer]:
 def _mobilenet_v2() -> list[Layer]:
     """Depthwise and pointwise convs of MobileNetV2's first blocks at 224x224 (Sandler et al.
     2018, table 2): block 1 (dw 32, project 16), block 2 (expand 96, dw s2, project 24), block 3's dw."""
+
     def dw(name: str, channels: int, size: int, stride: int) -> Layer:
         conv = Conv2d(channels, channels, size, 3, stride=stride, pad=1, depthwise=True)
         return Layer(name, conv, network="MobileNetV2")
@@ -253,6 +265,8 @@ LAYERS: tuple[Layer, ...] = (
 # structure and (for the matmul) K = 4N proportions, with smaller extents; not part of the suite.
 SMALL_VARIANTS: tuple[Layer, ...] = (
     Layer("resnet18_conv3x3_small", Conv2d(32, 32, 28, 3, pad=1), network="ResNet-18"),
-    Layer("mbv2_dw3x3s1_small", Conv2d(32, 32, 28, 3, pad=1, depthwise=True), network="MobileNetV2"),
+    Layer(
+        "mbv2_dw3x3s1_small", Conv2d(32, 32, 28, 3, pad=1, depthwise=True), network="MobileNetV2"
+    ),
     Layer("bert_ffn_down_small", Matmul(128, 256, 1024), network="BERT-base"),
 )

@@ -57,18 +57,29 @@ def main() -> None:
             t = time.perf_counter()
             legality.find_violation(program, umap)
             check.append(time.perf_counter() - t)
-        rows.append({"step": name, "check_median_s": statistics.median(check),
-                     "primitive_median_s": statistics.median(whole), "repeats": args.repeats})
+        rows.append(
+            {
+                "step": name,
+                "check_median_s": statistics.median(check),
+                "primitive_median_s": statistics.median(whole),
+                "repeats": args.repeats,
+            }
+        )
     table = Table(title="legality checks on conv3x3_resnet18 (1x64x56x56, 3x3, 64 channels)")
     for col in ("step", "isl check (median)", "whole primitive (median)"):
         table.add_column(col, justify="right" if col != "step" else "left")
     for r in rows:
-        table.add_row(r["step"], f"{r['check_median_s'] * 1e3:.1f} ms", f"{r['primitive_median_s'] * 1e3:.1f} ms")
+        table.add_row(
+            r["step"],
+            f"{r['check_median_s'] * 1e3:.1f} ms",
+            f"{r['primitive_median_s'] * 1e3:.1f} ms",
+        )
     console = Console()
     console.print(table)
     console.print(f"dependences of the program (once, cached): {deps_s * 1e3:.1f} ms")
-    Path(args.json).write_text(json.dumps({"layer": "conv3x3_resnet18", "dependences_s": deps_s, "steps": rows},
-                                          indent=2))
+    Path(args.json).write_text(
+        json.dumps({"layer": "conv3x3_resnet18", "dependences_s": deps_s, "steps": rows}, indent=2)
+    )
     console.print(f"wrote {args.json}")
 
 

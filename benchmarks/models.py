@@ -57,12 +57,24 @@ def run(name: str, target, engine: str, repeats: int) -> dict:
     s = result.stats
     macs = sum(r.macs for r in cm.layers)
     pl = cm.linked.placement
-    return {"name": name, "layers": len(cm.layers), "macs": macs, "cycles": s.cycles,
-            "utilization": macs / (s.cycles * target.peak_macs_per_cycle), "dram_bytes": s.dram_bytes,
-            "dram_peak_bytes": pl.peak_bytes, "dram_sum_bytes": pl.total_bytes, "weight_bytes": pl.const_bytes,
-            "energy_uj": s.energy_pj / 1e6, "compile_s": cm.compile_s, "check_s": check_s,
-            "torch_s": statistics.median(times), "bit_exact": cmp.exact, "message": cmp.message,
-            "auto_layers": sum(r.schedule == "auto" for r in cm.layers)}
+    return {
+        "name": name,
+        "layers": len(cm.layers),
+        "macs": macs,
+        "cycles": s.cycles,
+        "utilization": macs / (s.cycles * target.peak_macs_per_cycle),
+        "dram_bytes": s.dram_bytes,
+        "dram_peak_bytes": pl.peak_bytes,
+        "dram_sum_bytes": pl.total_bytes,
+        "weight_bytes": pl.const_bytes,
+        "energy_uj": s.energy_pj / 1e6,
+        "compile_s": cm.compile_s,
+        "check_s": check_s,
+        "torch_s": statistics.median(times),
+        "bit_exact": cmp.exact,
+        "message": cmp.message,
+        "auto_layers": sum(r.schedule == "auto" for r in cm.layers),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,18 +92,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name} ...", file=sys.stderr, flush=True)
         rows.append(run(name, target, args.engine, args.repeats))
     table = Table(title=f"models on {target.name}, {args.engine}", title_justify="left")
-    cols = ("model", "layers", "auto", "MACs", "cycles", "util", "DRAM B", "peak / sum DRAM", "compile s",
-            "sim s", "torch s", "sim/torch", "bit-exact")
+    cols = (
+        "model",
+        "layers",
+        "auto",
+        "MACs",
+        "cycles",
+        "util",
+        "DRAM B",
+        "peak / sum DRAM",
+        "compile s",
+        "sim s",
+        "torch s",
+        "sim/torch",
+        "bit-exact",
+    )
     for c in cols:
         table.add_column(c, justify="left" if c in ("model", "bit-exact") else "right")
     for r in rows:
-        table.add_row(r["name"], str(r["layers"]), str(r["auto_layers"]), f"{r['macs']:,}", f"{r['cycles']:,}",
-                      f"{r['utilization']:.1%}", f"{r['dram_bytes']:,}",
-                      f"{r['dram_peak_bytes']:,} / {r['dram_sum_bytes']:,}", f"{r['compile_s']:.1f}",
-                      f"{r['check_s']:.2f}", f"{r['torch_s']:.4f}", f"{r['check_s'] / r['torch_s']:.0f}x",
-                      "yes" if r["bit_exact"] else f"NO: {r['message']}")
+        table.add_row(
+            r["name"],
+            str(r["layers"]),
+            str(r["auto_layers"]),
+            f"{r['macs']:,}",
+            f"{r['cycles']:,}",
+            f"{r['utilization']:.1%}",
+            f"{r['dram_bytes']:,}",
+            f"{r['dram_peak_bytes']:,} / {r['dram_sum_bytes']:,}",
+            f"{r['compile_s']:.1f}",
+            f"{r['check_s']:.2f}",
+            f"{r['torch_s']:.4f}",
+            f"{r['check_s'] / r['torch_s']:.0f}x",
+            "yes" if r["bit_exact"] else f"NO: {r['message']}",
+        )
     Console(width=200).print(table)
-    Path(args.json).write_text(json.dumps({"target": target.name, "engine": args.engine, "models": rows}, indent=1))
+    Path(args.json).write_text(
+        json.dumps({"target": target.name, "engine": args.engine, "models": rows}, indent=1)
+    )
     print(f"wrote {args.json}")
     return 0 if all(r["bit_exact"] for r in rows) else 1
 

@@ -124,7 +124,7 @@ def _mark_footprint(mask: np.ndarray, stmt: Statement, access: Access) -> bool:
     names = [n for sub in access.index for n in sub.names]
     if stmt.where or len(names) != len(set(names)):  # dimensions not independent of each other
         return False
-    per_dim = [_subscript_values(stmt, sub, n) for sub, n in zip(access.index, mask.shape)]
+    per_dim = [_subscript_values(stmt, sub, n) for sub, n in zip(access.index, mask.shape, strict=False)]
     if any(v is None for v in per_dim):
         return False
     mask[np.ix_(*per_dim)] = True
@@ -195,8 +195,12 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         "name": layer.name,
         "network": layer.network,
         "description": layer.op.describe(),
-        **performance(layer, program, compiled.macs, result.stats, target, unit_peak(program, target)),
-        "schedule": options.schedule if model_cycles is not None or options.schedule == "default" else "default",
+        **performance(
+            layer, program, compiled.macs, result.stats, target, unit_peak(program, target)
+        ),
+        "schedule": options.schedule
+        if model_cycles is not None or options.schedule == "default"
+        else "default",
         "schedule_fallback": reason,  # with --schedule auto: why the default schedule was used instead
         "model_cycles": model_cycles,
         "model_over_sim": model_cycles / result.stats.cycles if model_cycles else None,
@@ -228,8 +232,14 @@ def unit_peak(program: Program, target: Target) -> tuple[str, float] | None:
     return space.band_kind, space.peak_macs_per_cycle()
 
 
-def performance(layer: Layer, program: Program, macs: int, stats: Stats, target: Target,
-                unit: tuple[str, float] | None = None) -> dict:
+def performance(
+    layer: Layer,
+    program: Program,
+    macs: int,
+    stats: Stats,
+    target: Target,
+    unit: tuple[str, float] | None = None,
+) -> dict:
     """The simulated run against its physical limits: roofline and DRAM lower bound; and the
     ceiling of the roofline attainment that the unit the layer runs on sets (`unit`)."""
     compulsory, compulsory_exact = compulsory_bytes(program)
@@ -264,8 +274,13 @@ def performance(layer: Layer, program: Program, macs: int, stats: Stats, target:
 
 
 def failed_row(layer: Layer, err: BaseException) -> dict:
-    return {"name": layer.name, "network": layer.network, "description": layer.op.describe(),
-            "bit_exact": False, "error": f"{type(err).__name__}: {err}"}
+    return {
+        "name": layer.name,
+        "network": layer.network,
+        "description": layer.op.describe(),
+        "bit_exact": False,
+        "error": f"{type(err).__name__}: {err}",
+    }
 
 
 # --- the suite --------------------------------------------------------------------------------
@@ -287,12 +302,23 @@ def summarize(rows: list[dict]) -> dict:
         "geomean_sim_over_torch": _geomean([r["sim_over_torch"] for r in ran]),
         "geomean_dram_over_lower_bound": _geomean([r["dram_over_lower_bound"] for r in ran]),
         # the layers below half the roofline, each with the ceiling its unit sets (the explanation)
-        "below_half": [{"name": r["name"], "roofline_attainment": r["roofline_attainment"], "unit": r.get("unit"),
-                        "unit_ceiling": r.get("unit_ceiling")} for r in ran if r["roofline_attainment"] < 0.5],
+        "below_half": [
+            {
+                "name": r["name"],
+                "roofline_attainment": r["roofline_attainment"],
+                "unit": r.get("unit"),
+                "unit_ceiling": r.get("unit_ceiling"),
+            }
+            for r in ran
+            if r["roofline_attainment"] < 0.5
+        ],
         # with --schedule auto: the layers that got the default schedule instead, and why
         "auto_scheduled": sum(r["schedule"] == "auto" for r in ran),
-        "fallbacks": [{"name": r["name"], "reason": r["schedule_fallback"]} for r in ran
-                      if r.get("schedule_fallback") is not None],
+        "fallbacks": [
+            {"name": r["name"], "reason": r["schedule_fallback"]}
+            for r in ran
+            if r.get("schedule_fallback") is not None
+        ],
         "total_macs": sum(r["macs"] for r in ran),
         "total_cycles": sum(r["cycles"] for r in ran),
         "total_compile_s": sum(r["compile_s"] for r in ran),
@@ -303,8 +329,12 @@ def summarize(rows: list[dict]) -> dict:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(HERE), "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(HERE), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -327,8 +357,12 @@ def environment(options: Options) -> dict:
     }
 
 
-def run_suite(layers: list[Layer], target: Target, options: Options = Options(),
-              console: Console | None = None) -> dict:
+def run_suite(
+    layers: list[Layer],
+    target: Target,
+    options: Options = Options(),
+    console: Console | None = None,
+) -> dict:
     """Every layer in turn; a layer that fails is reported as such and the others still run."""
     rows = []
     for layer in layers:
@@ -340,8 +374,12 @@ def run_suite(layers: list[Layer], target: Target, options: Options = Options(),
             if console:
                 console.print(f"[red]{layer.name} failed:[/red]\n{escape(traceback.format_exc())}")
             rows.append(failed_row(layer, err))
-    return {"target": target.name, "environment": environment(options), "layers": rows,
-            "summary": summarize(rows)}
+    return {
+        "target": target.name,
+        "environment": environment(options),
+        "layers": rows,
+        "summary": summarize(rows),
+    }
 
 
 # --- presentation -----------------------------------------------------------------------------
@@ -359,8 +397,23 @@ def _ceiling(row: dict) -> str:
 
 def render(report: dict) -> Table:
     table = Table(title=f"tensorgen layer suite on {report['target']}", title_justify="left")
-    for header in ("layer", "MACs", "cycles", "model", "util", "roofline", "ceiling", "DRAM B", "lower bd B", "DRAM/lb",
-                   "compile s", "sim s", "torch s", "sim/torch", "bit-exact"):
+    for header in (
+        "layer",
+        "MACs",
+        "cycles",
+        "model",
+        "util",
+        "roofline",
+        "ceiling",
+        "DRAM B",
+        "lower bd B",
+        "DRAM/lb",
+        "compile s",
+        "sim s",
+        "torch s",
+        "sim/torch",
+        "bit-exact",
+    ):
         table.add_column(header, justify="left" if header == "layer" else "right")
     for r in report["layers"]:
         if r["error"] is not None:
@@ -369,30 +422,48 @@ def render(report: dict) -> Table:
             continue
         bound = "m" if r["roofline_bound"] == "memory" else "c"
         table.add_row(
-            r["name"], f"{r['macs']:,}", f"{r['cycles']:,}",
+            r["name"],
+            f"{r['macs']:,}",
+            f"{r['cycles']:,}",
             f"{r['model_over_sim']:.3f}x" if r.get("model_over_sim") else r.get("schedule", "-"),
             f"{r['utilization']:.1%}",
-            f"{r['roofline_attainment']:.1%} {bound}", _ceiling(r), f"{r['dram_bytes']:,}",
-            f"{r['dram_lower_bound']:,}", f"{r['dram_over_lower_bound']:.2f}x",
-            f"{r['compile_s']:.2f}", f"{r['sim_s']:.2f}", f"{r['torch_s']:.4f}",
+            f"{r['roofline_attainment']:.1%} {bound}",
+            _ceiling(r),
+            f"{r['dram_bytes']:,}",
+            f"{r['dram_lower_bound']:,}",
+            f"{r['dram_over_lower_bound']:.2f}x",
+            f"{r['compile_s']:.2f}",
+            f"{r['sim_s']:.2f}",
+            f"{r['torch_s']:.4f}",
             f"{r['sim_over_torch']:.0f}x",
             "[green]yes[/green]" if r["bit_exact"] else f"[red]no[/red] {escape(r['check'])}",
         )
     s = report["summary"]
     table.add_section()
     table.add_row(
-        f"geomean / total ({s['layers']})", f"{s['total_macs']:,}", f"{s['total_cycles']:,}", "",
-        _fmt(s["geomean_utilization"], ".1%"), _fmt(s["geomean_roofline_attainment"], ".1%"),
-        "", "", "", _fmt(s["geomean_dram_over_lower_bound"], ".2f") + "x", f"{s['total_compile_s']:.2f}",
-        f"{s['total_sim_s']:.2f}", f"{s['total_torch_s']:.4f}",
+        f"geomean / total ({s['layers']})",
+        f"{s['total_macs']:,}",
+        f"{s['total_cycles']:,}",
+        "",
+        _fmt(s["geomean_utilization"], ".1%"),
+        _fmt(s["geomean_roofline_attainment"], ".1%"),
+        "",
+        "",
+        "",
+        _fmt(s["geomean_dram_over_lower_bound"], ".2f") + "x",
+        f"{s['total_compile_s']:.2f}",
+        f"{s['total_sim_s']:.2f}",
+        f"{s['total_torch_s']:.4f}",
         _fmt(s["geomean_sim_over_torch"], ".0f") + "x",
         "[green]all[/green]" if s["all_bit_exact"] else "[red]not all[/red]",
     )
-    table.caption = ("model: the cost model's cycles / simulated cycles (or the schedule used when there is no "
-                     "model); roofline: max(compute, compulsory DRAM) cycles / cycles, c|m: which one; "
-                     "ceiling: the roofline at the useful peak of the unit the layer runs on (v: vector unit); "
-                     "lower bd: matmul I/O bound or compulsory traffic; sim, torch: median wall "
-                     "times; last row: totals, and geomeans of ratios")
+    table.caption = (
+        "model: the cost model's cycles / simulated cycles (or the schedule used when there is no "
+        "model); roofline: max(compute, compulsory DRAM) cycles / cycles, c|m: which one; "
+        "ceiling: the roofline at the useful peak of the unit the layer runs on (v: vector unit); "
+        "lower bd: matmul I/O bound or compulsory traffic; sim, torch: median wall "
+        "times; last row: totals, and geomeans of ratios"
+    )
     return table
 
 
@@ -413,22 +484,42 @@ def select_layers(patterns: list[str] | None, run_all: bool) -> list[Layer]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Compile, simulate and check the layer suite; report "
-                                            "the measures of quality of DESIGN.md.")
-    p.add_argument("--target", default="tg1", help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)")
-    p.add_argument("--only", nargs="+", metavar="NAME",
-                   help="layers to run, by name or shell pattern")
+    p = argparse.ArgumentParser(
+        description="Compile, simulate and check the layer suite; report "
+        "the measures of quality of DESIGN.md."
+    )
+    p.add_argument(
+        "--target",
+        default="tg1",
+        help="target name (tensorgen/target/isa/NAME.yaml) or a path (default tg1)",
+    )
+    p.add_argument(
+        "--only", nargs="+", metavar="NAME", help="layers to run, by name or shell pattern"
+    )
     p.add_argument("--all", action="store_true", help="run every layer, not only the default ones")
     p.add_argument("--list", action="store_true", help="list the layers and exit")
-    p.add_argument("--json", default=str(DEFAULT_JSON), metavar="PATH",
-                   help="where to write the JSON report (default benchmarks/results.json)")
+    p.add_argument(
+        "--json",
+        default=str(DEFAULT_JSON),
+        metavar="PATH",
+        help="where to write the JSON report (default benchmarks/results.json)",
+    )
     p.add_argument("--seed", type=int, default=Options.seed, help="seed of the random inputs")
-    p.add_argument("--schedule", choices=("auto", "default"), default=Options.schedule,
-                   help="the automatic scheduler (default) or the default schedule")
-    p.add_argument("--repeats", type=int, default=Options.repeats,
-                   help="timed PyTorch calls per layer")
-    p.add_argument("--sim-repeats", type=int, default=Options.sim_repeats,
-                   help="timed simulator runs per layer, after the checked run")
+    p.add_argument(
+        "--schedule",
+        choices=("auto", "default"),
+        default=Options.schedule,
+        help="the automatic scheduler (default) or the default schedule",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=Options.repeats, help="timed PyTorch calls per layer"
+    )
+    p.add_argument(
+        "--sim-repeats",
+        type=int,
+        default=Options.sim_repeats,
+        help="timed simulator runs per layer, after the checked run",
+    )
     return p
 
 
@@ -454,15 +545,22 @@ def main(argv: list[str] | None = None) -> int:
     console.print(render(report))
     for low in report["summary"]["below_half"]:
         ceiling = low["unit_ceiling"]
-        why = "no ceiling known" if ceiling is None else \
-            f"{low['unit']} unit ceiling {ceiling:.1%}: {low['roofline_attainment'] / ceiling:.0%} of it attained"
+        why = (
+            "no ceiling known"
+            if ceiling is None
+            else f"{low['unit']} unit ceiling {ceiling:.1%}: {low['roofline_attainment'] / ceiling:.0%} of it attained"
+        )
         console.print(f"below 50%: {low['name']} at {low['roofline_attainment']:.1%} ({why})")
     if options.schedule == "auto":
         s = report["summary"]
-        console.print(f"automatic schedule: {s['auto_scheduled']} of {s['layers'] - len(s['failed'])} layers")
+        console.print(
+            f"automatic schedule: {s['auto_scheduled']} of {s['layers'] - len(s['failed'])} layers"
+        )
         for fallback in s["fallbacks"]:
-            console.print(f"[yellow]warning:[/yellow] {fallback['name']} fell back to the default schedule: "
-                          f"{escape(fallback['reason'])}")
+            console.print(
+                f"[yellow]warning:[/yellow] {fallback['name']} fell back to the default schedule: "
+                f"{escape(fallback['reason'])}"
+            )
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(report, indent=2) + "\n").encode())

@@ -62,7 +62,10 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
         return AutoResult(compile_default(program, target), plan)
     try:
         return AutoResult(compile_scheduled(program, target, plan.schedule), plan)
-    except (CodegenError, ScheduleError) as err:  # a gap in the general backend: never worse than default
+    except (
+        CodegenError,
+        ScheduleError,
+    ) as err:  # a gap in the general backend: never worse than default
         plan.reason = f"the chosen schedule did not lower ({err})"
         plan.schedule = None
         return AutoResult(compile_default(program, target), plan)
@@ -101,11 +104,16 @@ def compare(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Comp
         if ref.shape != out.shape or not np.array_equal(ref, out):
             where = np.argwhere(ref != out)[0] if ref.shape == out.shape else None
             if where is None:
-                return Comparison(False, f"MISMATCH {name}: shape {list(out.shape)}, PyTorch {list(ref.shape)}")
+                return Comparison(
+                    False, f"MISMATCH {name}: shape {list(out.shape)}, PyTorch {list(ref.shape)}"
+                )
             idx = ", ".join(map(str, where))
             count = int((ref != out).sum())
-            return Comparison(False, f"MISMATCH {name}[{idx}]: simulator {out[tuple(where)]}, PyTorch "
-                                     f"{ref[tuple(where)]} ({count} of {ref.size} elements differ)")
+            return Comparison(
+                False,
+                f"MISMATCH {name}[{idx}]: simulator {out[tuple(where)]}, PyTorch "
+                f"{ref[tuple(where)]} ({count} of {ref.size} elements differ)",
+            )
     return Comparison(True, "BIT-EXACT")
 
 
@@ -140,7 +148,9 @@ def write_files_atomic(files: list[tuple[str | Path, bytes]]) -> None:
         for path, data in files:
             path = Path(path)
             try:
-                fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+                fd, tmp = tempfile.mkstemp(
+                    dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp"
+                )
                 temps.append((path, tmp))
                 os.fchmod(fd, _file_mode())
                 with os.fdopen(fd, "wb") as f:

@@ -31,7 +31,9 @@ class InputLimits:
     # docs/op-yaml.md, "Limits"). Each keeps every later count, offset and product int64-exact.
     tensor_elements: int = 1 << 31  # elements of one tensor
     dram_bytes: int = 1 << 32  # all tensors together: the DRAM image of the binary
-    tensor_rank: int = 6  # dimensions of a tensor: the rank of a box in the binary (mc.operands.MAX_RANK)
+    tensor_rank: int = (
+        6  # dimensions of a tensor: the rank of a box in the binary (mc.operands.MAX_RANK)
+    )
     name_chars: int = 32  # a tensor, index or loop name: the .tgb tensor table holds 32 bytes
     loop_extent: int = 1 << 31  # trip count of one index or shared loop (LOOP counts are u32)
     statement_iterations: int = 1 << 40  # instances of one statement, shared loops included
@@ -53,12 +55,18 @@ LIMITS = InputLimits()
 def one_line(text: object, limit: int = 200) -> str:
     """`text` as a single printable line: control characters escaped, long text cut."""
     s = str(text)
-    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in s.replace("\n", " ").replace("\r", " "))
+    out = "".join(
+        ch if ch.isprintable() else repr(ch)[1:-1] for ch in s.replace("\n", " ").replace("\r", " ")
+    )
     return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
-def read_bytes(path: str | Path, what: str, error: type[TensorgenError] = TensorgenError,
-               max_bytes: int | None = None) -> bytes:
+def read_bytes(
+    path: str | Path,
+    what: str,
+    error: type[TensorgenError] = TensorgenError,
+    max_bytes: int | None = None,
+) -> bytes:
     """The bytes of the regular file `path`, at most `max_bytes` (default `LIMITS.binary_bytes`).
 
     A FIFO, device, socket or directory is refused before it is opened for reading, so nothing
@@ -83,7 +91,9 @@ def read_bytes(path: str | Path, what: str, error: type[TensorgenError] = Tensor
         # see it grew), never the limit itself; a file that grows past the limit is still cut off.
         chunks, total = [], 0
         try:
-            while chunk := f.read(max(st.st_size - total, 0) + 1 if total <= st.st_size else 1 << 20):
+            while chunk := f.read(
+                max(st.st_size - total, 0) + 1 if total <= st.st_size else 1 << 20
+            ):
                 chunks.append(chunk)
                 total += len(chunk)
                 if total > limit:
@@ -93,18 +103,26 @@ def read_bytes(path: str | Path, what: str, error: type[TensorgenError] = Tensor
     return b"".join(chunks)
 
 
-def read_text(path: str | Path, what: str, error: type[TensorgenError] = TensorgenError,
-              max_bytes: int | None = None) -> str:
+def read_text(
+    path: str | Path,
+    what: str,
+    error: type[TensorgenError] = TensorgenError,
+    max_bytes: int | None = None,
+) -> str:
     """The UTF-8 text of the regular file `path` (at most `LIMITS.text_bytes` by default)."""
     data = read_bytes(path, what, error, LIMITS.text_bytes if max_bytes is None else max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise error(f"{path}:{line}: {what} is not UTF-8 text (byte 0x{data[err.start]:02x})") from None
+        raise error(
+            f"{path}:{line}: {what} is not UTF-8 text (byte 0x{data[err.start]:02x})"
+        ) from None
 
 
-def _yaml_error(err: yaml.YAMLError, where: str, error: type[TensorgenError], text: str = "") -> TensorgenError:
+def _yaml_error(
+    err: yaml.YAMLError, where: str, error: type[TensorgenError], text: str = ""
+) -> TensorgenError:
     mark = getattr(err, "problem_mark", None)
     at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
     if mark is None and isinstance(err, yaml.reader.ReaderError) and text:
@@ -115,7 +133,9 @@ def _yaml_error(err: yaml.YAMLError, where: str, error: type[TensorgenError], te
     return error(f"{at}: malformed YAML ({one_line(problem)})")
 
 
-def compose_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenError) -> yaml.Node | None:
+def compose_yaml(
+    text: str, where: str, error: type[TensorgenError] = TensorgenError
+) -> yaml.Node | None:
     """YAML text -> its node graph (positions kept), refusing nesting deeper than
     `LIMITS.yaml_depth` and more than `LIMITS.yaml_nodes` nodes once aliases are expanded."""
     try:
@@ -123,7 +143,9 @@ def compose_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenE
     except yaml.YAMLError as err:
         raise _yaml_error(err, where, error, text) from None
     except RecursionError:
-        raise error(f"{where}: YAML nested too deeply (limit {LIMITS.yaml_depth}, InputLimits)") from None
+        raise error(
+            f"{where}: YAML nested too deeply (limit {LIMITS.yaml_depth}, InputLimits)"
+        ) from None
     if root is not None:
         _check_size(root, where, error)
     return root
@@ -137,11 +159,15 @@ def _check_size(root: yaml.Node, where: str, error: type[TensorgenError]) -> Non
         count += 1
         if depth > LIMITS.yaml_depth:
             mark = node.start_mark
-            raise error(f"{where}:{mark.line + 1}:{mark.column + 1}: YAML nested deeper than "
-                        f"{LIMITS.yaml_depth} levels (limit InputLimits.yaml_depth in tensorgen/inputs.py)")
+            raise error(
+                f"{where}:{mark.line + 1}:{mark.column + 1}: YAML nested deeper than "
+                f"{LIMITS.yaml_depth} levels (limit InputLimits.yaml_depth in tensorgen/inputs.py)"
+            )
         if count > LIMITS.yaml_nodes:
-            raise error(f"{where}: YAML expands to more than {LIMITS.yaml_nodes:,} nodes "
-                        "(limit InputLimits.yaml_nodes in tensorgen/inputs.py; aliases count once per use)")
+            raise error(
+                f"{where}: YAML expands to more than {LIMITS.yaml_nodes:,} nodes "
+                "(limit InputLimits.yaml_nodes in tensorgen/inputs.py; aliases count once per use)"
+            )
         if isinstance(node, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in node.value)
         elif isinstance(node, yaml.MappingNode):
@@ -159,5 +185,11 @@ def load_yaml(text: str, where: str, error: type[TensorgenError] = TensorgenErro
         return yaml.SafeLoader("").construct_document(root)
     except yaml.YAMLError as err:
         raise _yaml_error(err, where, error) from None
-    except (ValueError, TypeError, OverflowError, RecursionError, AttributeError) as err:  # a bad !!int, !!timestamp
+    except (
+        ValueError,
+        TypeError,
+        OverflowError,
+        RecursionError,
+        AttributeError,
+    ) as err:  # a bad !!int, !!timestamp
         raise error(f"{where}: malformed YAML value ({one_line(err)})") from None

@@ -1,8 +1,8 @@
 """Whole-model compilation: a quantized PyTorch model to one .tgb, checked bit for bit.
 
-    quantize (PyTorch's FX flow) -> lower every node to a layer (op.yaml program)
-    -> fold clamps into epilogues -> schedule and compile each layer (auto, else default)
-    -> plan DRAM by lifetime and link into one binary -> simulate and compare with PyTorch
+quantize (PyTorch's FX flow) -> lower every node to a layer (op.yaml program)
+-> fold clamps into epilogues -> schedule and compile each layer (auto, else default)
+-> plan DRAM by lifetime and link into one binary -> simulate and compare with PyTorch
 """
 
 from __future__ import annotations
@@ -60,16 +60,26 @@ class CompiledModel:
 
 def is_quantized(model: torch.nn.Module) -> bool:
     return isinstance(model, fx.GraphModule) and any(
-        n.op == "call_function" and n.target is torch.quantize_per_tensor for n in model.graph.nodes)
+        n.op == "call_function" and n.target is torch.quantize_per_tensor for n in model.graph.nodes
+    )
 
 
-def compile_model(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], target: Target,
-                  engine: str = "qnnpack", seed: int = 0,
-                  progress: Callable[[int, int, Layer], None] | None = None) -> CompiledModel:
+def compile_model(
+    model: torch.nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    target: Target,
+    engine: str = "qnnpack",
+    seed: int = 0,
+    progress: Callable[[int, int, Layer], None] | None = None,
+) -> CompiledModel:
     """Quantize `model` (unless it already is), lower, schedule, compile and link it."""
     t0 = time.perf_counter()
     with quantized_engine(engine):
-        qmodel = model if is_quantized(model) else quantize(model, example_inputs, engine=engine, seed=seed)
+        qmodel = (
+            model
+            if is_quantized(model)
+            else quantize(model, example_inputs, engine=engine, seed=seed)
+        )
         graph = lower_graph(qmodel, example_inputs, engine)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
@@ -89,8 +99,12 @@ def compile_model(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         for port in layer.ports:
             if port.const is not None:
                 name = f"{layer.name}/{port.name}"
-                buffers[name] = Buffer(name, port.const.nbytes, "const",
-                                       np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes())
+                buffers[name] = Buffer(
+                    name,
+                    port.const.nbytes,
+                    "const",
+                    np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes(),
+                )
                 bindings[port.name] = name
             elif port.value is not None:
                 bindings[port.name] = port.value
@@ -100,15 +114,37 @@ def compile_model(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         binaries.append(binary)
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
     linked = link(link_layers, buffers, public, target.name, target.hash)
-    cm = CompiledModel(linked.binary, graph, linked, [], binaries, target, qmodel, engine, example_inputs,
-                       0.0, [v.name for v in graph.inputs], [v.name for v in graph.outputs])
+    cm = CompiledModel(
+        linked.binary,
+        graph,
+        linked,
+        [],
+        binaries,
+        target,
+        qmodel,
+        engine,
+        example_inputs,
+        0.0,
+        [v.name for v in graph.inputs],
+        [v.name for v in graph.outputs],
+    )
     # one run of the whole binary on the example input gives every layer's cycles and traffic
     _, result = run_model(cm, example_inputs)
     before = Mark(0, 0, 0, 0)
-    for layer, n_macs, sched, mark in zip(graph.layers, macs, schedules, result.marks):
-        cm.layers.append(LayerReport(layer.name, layer.path, layer.op, layer.output.shape, n_macs,
-                                     mark.cycles - before.cycles, mark.dram_bytes - before.dram_bytes, sched,
-                                     tuple(layer.epilogue)))
+    for layer, n_macs, sched, mark in zip(graph.layers, macs, schedules, result.marks, strict=False):
+        cm.layers.append(
+            LayerReport(
+                layer.name,
+                layer.path,
+                layer.op,
+                layer.output.shape,
+                n_macs,
+                mark.cycles - before.cycles,
+                mark.dram_bytes - before.dram_bytes,
+                sched,
+                tuple(layer.epilogue),
+            )
+        )
         before = mark
     cm.compile_s = time.perf_counter() - t0
     return cm
@@ -122,25 +158,34 @@ def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> li
     return [o.detach().numpy() for o in outs]
 
 
-def run_model(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> tuple[list[np.ndarray], SimResult]:
-    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, inputs)}
+def run_model(
+    cm: CompiledModel, inputs: tuple[torch.Tensor, ...]
+) -> tuple[list[np.ndarray], SimResult]:
+    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, inputs, strict=False)}
     marks = tuple(end for _, end in cm.linked.layer_ranges)
     result = simulate(decode(encode(cm.binary)), feed, cm.target, marks=marks)
     return [result.outputs[name] for name in cm.output_names], result
 
 
-def check_model(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> tuple[Comparison, SimResult]:
+def check_model(
+    cm: CompiledModel, inputs: tuple[torch.Tensor, ...]
+) -> tuple[Comparison, SimResult]:
     """Simulate the model's binary on `inputs` and compare every output bit for bit with PyTorch."""
     got, result = run_model(cm, inputs)
-    for name, ref, out in zip(cm.output_names, reference_outputs(cm, inputs), got):
+    for name, ref, out in zip(cm.output_names, reference_outputs(cm, inputs), got, strict=False):
         if ref.shape != out.shape:
-            return Comparison(False, f"MISMATCH {name}: shape {list(out.shape)}, PyTorch {list(ref.shape)}"), result
+            return Comparison(
+                False, f"MISMATCH {name}: shape {list(out.shape)}, PyTorch {list(ref.shape)}"
+            ), result
         differ = ref.view(np.int32) != out.view(np.int32)
         if differ.any():
             where = tuple(np.argwhere(differ)[0])
-            return Comparison(False, f"MISMATCH {name}[{', '.join(map(str, where))}]: simulator {out[where]!r}, "
-                                     f"PyTorch {ref[where]!r} ({int(differ.sum())} of {ref.size} elements differ)"
-                                     + _first_bad_layer(cm, inputs)), result
+            return Comparison(
+                False,
+                f"MISMATCH {name}[{', '.join(map(str, where))}]: simulator {out[where]!r}, "
+                f"PyTorch {ref[where]!r} ({int(differ.sum())} of {ref.size} elements differ)"
+                + _first_bad_layer(cm, inputs),
+            ), result
     return Comparison(True, "BIT-EXACT"), result
 
 
@@ -151,7 +196,7 @@ def _first_bad_layer(cm: CompiledModel, inputs) -> str:
     with quantized_engine(cm.engine):
         results = {n.name: r for n, r in record(cm.qmodel, inputs).items()}
     latest = {}  # buffer -> the model value it holds when the next layer runs
-    for layer, binary in zip(cm.graph.layers, cm.layer_binaries):
+    for layer, binary in zip(cm.graph.layers, cm.layer_binaries, strict=False):
         feed = {}
         for port in layer.ports:
             if port.const is not None:

@@ -60,4 +60,3 @@ def matmul_tgb(tmp_path, matmul_binary) -> Path:
     path = tmp_path / "matmul.tgb"
     path.write_bytes(matmul_binary[1])
     return path
-

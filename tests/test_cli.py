@@ -49,7 +49,10 @@ def test_emit_writes_binary_and_assembly(tmp_path, cli):
     binary = decode(tgb.read_bytes())
     assert binary.target_name == "tiny"
     assert [(t.name, t.shape, t.role) for t in binary.tensors] == [
-        ("A", A_SHAPE, "input"), ("B", B_SHAPE, "input"), ("C", (100, 53), "output")]
+        ("A", A_SHAPE, "input"),
+        ("B", B_SHAPE, "input"),
+        ("C", (100, 53), "output"),
+    ]
     text = asm.read_text()
     assert text == disassemble(binary)
     assert assemble(text, binary.constants) == binary  # the .s is the .tgb, readable
@@ -127,12 +130,15 @@ def test_run_unknown_input(tmp_path, cli, matmul_tgb, operands):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("content, reason", [
-    pytest.param(None, "No such file or directory", id="missing"),
-    pytest.param(b"", "No data left in file", id="empty"),
-    pytest.param(b"A,B\n1,2\n", "", id="csv"),
-    pytest.param("first 200 bytes", "", id="truncated"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        pytest.param(None, "No such file or directory", id="missing"),
+        pytest.param(b"", "No data left in file", id="empty"),
+        pytest.param(b"A,B\n1,2\n", "", id="csv"),
+        pytest.param("first 200 bytes", "", id="truncated"),
+    ],
+)
 def test_run_unloadable_npy(tmp_path, cli, matmul_tgb, operands, content, reason):
     bad, out = tmp_path / "bad.npy", tmp_path / "DIR"
     if content == "first 200 bytes":
@@ -183,8 +189,13 @@ def test_unknown_target(tmp_path, cli, command):
 
 
 def tensorgen(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tensorgen.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tensorgen.cli", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -258,8 +269,10 @@ def test_run_never_writes_outside_out(tmp_path, cli, matmul_binary, monkeypatch,
     tgb = crafted(work, b, monkeypatch, tensors=tensors)
     before = tree(tmp_path)
     message = cli(*run_args(tgb, operands[2], operands[3], work / "out")).one_error()
-    assert message == (f"{tgb}: corrupt tensor table (tensor 2: tensor name {name!r} is not a dotted identifier "
-                       "of at most 32 bytes)")
+    assert message == (
+        f"{tgb}: corrupt tensor table (tensor 2: tensor name {name!r} is not a dotted identifier "
+        "of at most 32 bytes)"
+    )
     assert tree(tmp_path) == before
     assert not Path("/tmp/tensorgen_escape.npy").exists()
 
@@ -274,11 +287,22 @@ def test_output_paths_are_confined_to_out(tmp_path, name):
     assert _output_path(str(tmp_path / "out"), "C") == tmp_path / "out" / "C.npy"
 
 
-@pytest.mark.parametrize("target, reason", [
-    pytest.param("../../../etc/x", r"target name '\.\./\.\./\.\./etc/x' is not a name", id="path"),
-    pytest.param("tg9", r"binary was built for target 'tg9', which is not a built-in target", id="unknown"),
-])
-def test_run_target_name_is_a_name(tmp_path, cli, matmul_binary, monkeypatch, operands, target, reason):
+@pytest.mark.parametrize(
+    "target, reason",
+    [
+        pytest.param(
+            "../../../etc/x", r"target name '\.\./\.\./\.\./etc/x' is not a name", id="path"
+        ),
+        pytest.param(
+            "tg9",
+            r"binary was built for target 'tg9', which is not a built-in target",
+            id="unknown",
+        ),
+    ],
+)
+def test_run_target_name_is_a_name(
+    tmp_path, cli, matmul_binary, monkeypatch, operands, target, reason
+):
     tgb = crafted(tmp_path, matmul_binary[0], monkeypatch, target_name=target)
     message = cli(*run_args(tgb, operands[2], operands[3], tmp_path / "out")).one_error()
     assert re.search(reason, message), message
@@ -288,10 +312,14 @@ def test_run_target_name_is_a_name(tmp_path, cli, matmul_binary, monkeypatch, op
 def test_run_target_hash_mismatch(tmp_path, cli, matmul_binary, monkeypatch, operands):
     tgb = crafted(tmp_path, matmul_binary[0], monkeypatch, target_hash=bytes(8))
     message = cli(*run_args(tgb, operands[2], operands[3], tmp_path / "out")).one_error()
-    assert re.fullmatch(rf"{re.escape(str(tgb))}: binary was built for target 'tiny' with other parameters "
-                        r"\(hash 0000000000000000\); this target 'tiny' has hash [0-9a-f]{16}", message), message
-    message = cli(*run_args(tgb, operands[2], operands[3], tmp_path / "out",
-                            "--target", "tg1")).one_error()
+    assert re.fullmatch(
+        rf"{re.escape(str(tgb))}: binary was built for target 'tiny' with other parameters "
+        r"\(hash 0000000000000000\); this target 'tiny' has hash [0-9a-f]{16}",
+        message,
+    ), message
+    message = cli(
+        *run_args(tgb, operands[2], operands[3], tmp_path / "out", "--target", "tg1")
+    ).one_error()
     assert "this target 'tg1' has hash" in message
     assert not (tmp_path / "out").exists()
 
@@ -299,10 +327,21 @@ def test_run_target_hash_mismatch(tmp_path, cli, matmul_binary, monkeypatch, ope
 def test_run_with_an_explicit_target_file(tmp_path, cli, matmul_tgb, operands):
     from tensorgen.target import ISA_DIR
 
-    result = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--target", ISA_DIR / "tiny.yaml"))
+    result = cli(
+        *run_args(
+            matmul_tgb,
+            operands[2],
+            operands[3],
+            tmp_path / "out",
+            "--target",
+            ISA_DIR / "tiny.yaml",
+        )
+    )
     assert result.code == 0, result.err
-    np.testing.assert_array_equal(np.load(tmp_path / "out" / "C.npy"),
-                                  operands[0].astype(np.int32) @ operands[1].astype(np.int32))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "out" / "C.npy"),
+        operands[0].astype(np.int32) @ operands[1].astype(np.int32),
+    )
 
 
 @pytest.mark.parametrize("shape", [(10**6, 10**6), (100, 37, 10**6)])
@@ -319,12 +358,31 @@ def test_run_npy_header_promising_huge_arrays(tmp_path, cli, matmul_tgb, operand
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("array, reason", [
-    pytest.param(np.zeros((100, 37)), r"^input 'A' has dtype float64; expected integers \(int8\)$", id="float64"),
-    pytest.param(np.zeros((100, 37), bool), r"^input 'A' has dtype bool; expected integers \(int8\)$", id="bool"),
-    pytest.param(np.zeros((100, 37), "i1,i1"), r"^input 'A' has dtype .*; expected integers", id="structured"),
-    pytest.param(np.zeros((100, 37), object), r"^input 'A' has dtype object; expected integers", id="pickled-object"),
-])
+@pytest.mark.parametrize(
+    "array, reason",
+    [
+        pytest.param(
+            np.zeros((100, 37)),
+            r"^input 'A' has dtype float64; expected integers \(int8\)$",
+            id="float64",
+        ),
+        pytest.param(
+            np.zeros((100, 37), bool),
+            r"^input 'A' has dtype bool; expected integers \(int8\)$",
+            id="bool",
+        ),
+        pytest.param(
+            np.zeros((100, 37), "i1,i1"),
+            r"^input 'A' has dtype .*; expected integers",
+            id="structured",
+        ),
+        pytest.param(
+            np.zeros((100, 37), object),
+            r"^input 'A' has dtype object; expected integers",
+            id="pickled-object",
+        ),
+    ],
+)
 def test_run_npy_of_the_wrong_dtype(tmp_path, cli, matmul_tgb, operands, array, reason):
     bad = tmp_path / "bad.npy"
     np.save(bad, array, allow_pickle=True)
@@ -337,7 +395,10 @@ def test_run_npy_with_missing_data(tmp_path, cli, matmul_tgb, operands):
     bad = tmp_path / "short.npy"
     bad.write_bytes(operands[2].read_bytes()[:-1])
     message = cli(*run_args(matmul_tgb, bad, operands[3], tmp_path / "out")).one_error()
-    assert message == f"--in A={bad}: cannot load {bad} (its data is 3,699 bytes, its header promises 3,700)"
+    assert (
+        message
+        == f"--in A={bad}: cannot load {bad} (its data is 3,699 bytes, its header promises 3,700)"
+    )
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
@@ -354,11 +415,17 @@ def test_run_npy_that_is_not_a_file(tmp_path, cli, matmul_tgb, operands, kind):
 
 
 def test_run_npy_for_a_tensor_that_is_not_an_input(tmp_path, cli, matmul_tgb, operands):
-    message = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--in",
-                            f"C={operands[2]}")).one_error()
+    message = cli(
+        *run_args(
+            matmul_tgb, operands[2], operands[3], tmp_path / "out", "--in", f"C={operands[2]}"
+        )
+    ).one_error()
     assert message == "unknown input tensor(s): C"
-    message = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--in",
-                            f"A={operands[2]}")).one_error()
+    message = cli(
+        *run_args(
+            matmul_tgb, operands[2], operands[3], tmp_path / "out", "--in", f"A={operands[2]}"
+        )
+    ).one_error()
     assert message == f"--in A={operands[2]}: a second array for A"
 
 
@@ -369,14 +436,24 @@ def test_run_tgb_that_is_not_a_file(tmp_path, cli):
 
 
 def test_run_max_steps(tmp_path, cli, matmul_tgb, operands):
-    message = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "100")).one_error()
-    assert message == (f"{matmul_tgb}: the program executes 1,204 instructions, over the simulator's limit of 100 "
-                       "(SimLimits.max_steps; raise it with `tensorgen run --max-steps N`)")
+    message = cli(
+        *run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "100")
+    ).one_error()
+    assert message == (
+        f"{matmul_tgb}: the program executes 1,204 instructions, over the simulator's limit of 100 "
+        "(SimLimits.max_steps; raise it with `tensorgen run --max-steps N`)"
+    )
     assert not (tmp_path / "out").exists()
-    ok = cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "1204"))
+    ok = cli(
+        *run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "1204")
+    )
     assert ok.code == 0 and (tmp_path / "out" / "C.npy").exists()
-    assert cli(*run_args(matmul_tgb, operands[2], operands[3], tmp_path / "o2", "--max-steps", "0")).one_error() \
+    assert (
+        cli(
+            *run_args(matmul_tgb, operands[2], operands[3], tmp_path / "o2", "--max-steps", "0")
+        ).one_error()
         == "--max-steps 0: at least one instruction"
+    )
 
 
 def test_run_failing_simulation_creates_no_out(tmp_path, cli, matmul_tgb, operands):
@@ -403,14 +480,18 @@ def test_run_failing_write_leaves_no_empty_out(tmp_path, cli, matmul_tgb, operan
 
 @pytest.mark.parametrize("where", ["missing-directory", "is-a-directory"])
 def test_emit_failing_output_removes_the_asm(tmp_path, cli, where):
-    out = {"missing-directory": tmp_path / "nowhere" / "X.tgb", "is-a-directory": tmp_path / "d"}[where]
+    out = {"missing-directory": tmp_path / "nowhere" / "X.tgb", "is-a-directory": tmp_path / "d"}[
+        where
+    ]
     if where == "is-a-directory":
         out.mkdir()
     asm = tmp_path / "X.s"
     result = cli("emit", MATMUL, "-o", out, "--asm", asm, "--target", "tiny")
     assert re.fullmatch(rf"{re.escape(str(out))}: cannot write \(.*\)", result.one_error())
     assert not asm.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == (["d"] if where == "is-a-directory" else [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == (
+        ["d"] if where == "is-a-directory" else []
+    )
     assert where != "is-a-directory" or list(out.iterdir()) == []
 
 
@@ -428,10 +509,15 @@ def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
     import time
 
     op = tmp_path / "neg256.yaml"
-    op.write_text((MATMUL.parent / "matmul_256.yaml").read_text().replace("A[i, k] * B[k, j]",
-                                                                          "A[i, k] * B[k, j] * -1"))
+    op.write_text(
+        (MATMUL.parent / "matmul_256.yaml")
+        .read_text()
+        .replace("A[i, k] * B[k, j]", "A[i, k] * B[k, j] * -1")
+    )
     t0 = time.perf_counter()
     message = cli("check", op, "--target", "tiny").one_error()
-    assert message.startswith("the program executes 50,855,936 instructions, over the simulator's limit of "
-                              "50,000,000 (SimLimits.max_steps")
+    assert message.startswith(
+        "the program executes 50,855,936 instructions, over the simulator's limit of "
+        "50,000,000 (SimLimits.max_steps"
+    )
     assert time.perf_counter() - t0 < 60

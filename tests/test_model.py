@@ -28,7 +28,7 @@ def compiled(name: str, engine: str = "qnnpack", **params):
     return _compiled(name, engine, tuple(sorted(params.items())))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(name: str, engine: str, params: tuple):
     """Compiled once per session: several tests look at the same model."""
     model, example = load_factory(str(MODELS / f"{name}.py"), dict(params))
@@ -49,8 +49,10 @@ def assert_bit_exact(cm, seeds=(0, 1), spread: float = 1.5) -> None:
     assert cmp.exact, cmp.message
 
 
-@pytest.mark.parametrize("name, params", [("small_cnn", {}), ("mlp", {}), ("resnet18", {"size": 32}),
-                                          ("mobilenetv2", {"size": 32})])
+@pytest.mark.parametrize(
+    "name, params",
+    [("small_cnn", {}), ("mlp", {}), ("resnet18", {"size": 32}), ("mobilenetv2", {"size": 32})],
+)
 def test_models_bit_exact_under_qnnpack(name, params):
     cm = compiled(name, **params)
     assert_bit_exact(cm)
@@ -60,7 +62,9 @@ def test_models_bit_exact_under_qnnpack(name, params):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, size", [("small_cnn", 32), ("mlp", 256), ("resnet18", 64), ("mobilenetv2", 64)])
+@pytest.mark.parametrize(
+    "name, size", [("small_cnn", 32), ("mlp", 256), ("resnet18", 64), ("mobilenetv2", 64)]
+)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_models_bit_exact_over_weight_seeds(name, size, seed):
     cm = compiled(name, size=size, seed=seed)
@@ -84,8 +88,11 @@ def test_x86_models_bit_exact_within_fbgemms_condition(name):
     for seed in (0, 1, 2):
         x = random_input(cm, seed, spread=3.0 if exact else 0.5)
         with quantized_engine("x86"):
-            acts = [r.int_repr() for n, r in record(cm.qmodel, x).items()
-                    if isinstance(r, torch.Tensor) and r.is_quantized and r.dtype == torch.quint8]
+            acts = [
+                r.int_repr()
+                for n, r in record(cm.qmodel, x).items()
+                if isinstance(r, torch.Tensor) and r.is_quantized and r.dtype == torch.quint8
+            ]
         if exact:
             assert max(int(a.max()) for a in acts) > 127  # beyond the saturating CPUs' condition
         else:
@@ -153,11 +160,16 @@ def test_float_operation_left_in_the_model_is_refused():
 
     x = torch.randn(1, 3, 8, 8)
     with quantized_engine("qnnpack"):
-        prepared = prepare_fx(FloatHead().eval(), get_default_qconfig_mapping("qnnpack").set_module_name("head", None),
-                              (x,))
+        prepared = prepare_fx(
+            FloatHead().eval(),
+            get_default_qconfig_mapping("qnnpack").set_module_name("head", None),
+            (x,),
+        )
         prepared(x)
         qmodel = convert_fx(prepared)
-    with pytest.raises(SpecError, match=r"^Linear at head: a float operation .* cannot be bit-exact"):
+    with pytest.raises(
+        SpecError, match=r"^Linear at head: a float operation .* cannot be bit-exact"
+    ):
         compile_model(qmodel, (x,), TG1)
 
 
@@ -179,16 +191,30 @@ def test_cli_compile_and_check_a_model(tmp_path, capsys):
     assert text.count("BIT-EXACT") == 2
     x = np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    assert main(["check", f"{MODELS / 'mlp.py'}:build", "--input", str(tmp_path / "x.npy"), "--trials", "0"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                f"{MODELS / 'mlp.py'}:build",
+                "--input",
+                str(tmp_path / "x.npy"),
+                "--trials",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "x.npy, qnnpack): BIT-EXACT" in capsys.readouterr().out
 
 
 def test_cli_refuses_an_unsupported_model_with_one_line(tmp_path, capsys):
     src = tmp_path / "sig.py"
-    src.write_text("import torch\nfrom torch import nn\n\n"
-                   "def build(size: int = 8, seed: int = 0):\n"
-                   "    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sigmoid()).eval()\n"
-                   "    return m, (torch.randn(1, 3, size, size),)\n")
+    src.write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "def build(size: int = 8, seed: int = 0):\n"
+        "    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sigmoid()).eval()\n"
+        "    return m, (torch.randn(1, 3, size, size),)\n"
+    )
     out = tmp_path / "sig.tgb"
     assert main(["compile", str(src), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -275,20 +301,28 @@ def _model_file(tmp_path, cls) -> Path:
     import inspect
 
     src = tmp_path / f"{cls.__name__.lower()}.py"
-    src.write_text("import torch\nfrom torch import nn\n\n\n" + inspect.getsource(cls)
-                   + f"\n\ndef build():\n    return {cls.__name__}().eval(), (torch.randn(1, 3, 8, 8),)\n")
+    src.write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        + inspect.getsource(cls)
+        + f"\n\ndef build():\n    return {cls.__name__}().eval(), (torch.randn(1, 3, 8, 8),)\n"
+    )
     return src
 
 
 def test_model_pytorch_qnnpack_cannot_run_is_one_line_exit_2(tmp_path, capfd):
-    with pytest.raises(SpecError, match="PyTorch's qnnpack cannot run this model: failed to create QNNPACK "
-                                        r"Add operator \(.*scale ratio must be in"):
+    with pytest.raises(
+        SpecError,
+        match="PyTorch's qnnpack cannot run this model: failed to create QNNPACK "
+        r"Add operator \(.*scale ratio must be in",
+    ):
         compile_model(BadAdd().eval(), (torch.randn(1, 3, 8, 8),), TG1)
     capfd.readouterr()
     out = tmp_path / "bad.tgb"
     assert main(["compile", str(_model_file(tmp_path, BadAdd)), "-o", str(out)]) == 2
     err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: PyTorch's qnnpack cannot run this model"), err
+    assert len(err) == 1 and err[0].startswith("error: PyTorch's qnnpack cannot run this model"), (
+        err
+    )
     assert not out.exists()
     # x86 runs the same model, and tensorgen reproduces it
     cm = compile_model(BadAdd().eval(), (torch.randn(1, 3, 8, 8),), TG1, engine="x86")

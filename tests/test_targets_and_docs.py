@@ -26,7 +26,11 @@ def test_bad_targets_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match="unknown target 'nope'"):
         load_target("nope")
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml").read_text().replace("rows: 4", "rows: -4"))
+    bad.write_text(
+        (ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml")
+        .read_text()
+        .replace("rows: 4", "rows: -4")
+    )
     with pytest.raises(TargetError, match="'mac_array.rows' must be positive"):
         load_target(str(bad))
     bad.write_text("name: x\n")
@@ -35,7 +39,9 @@ def test_bad_targets_are_refused(tmp_path: Path) -> None:
 
 
 def test_isa_doc_is_generated_from_the_definitions() -> None:
-    assert (ROOT / "docs" / "isa.md").read_text() == isa_markdown(), "run: tensorgen isa-doc > docs/isa.md"
+    assert (ROOT / "docs" / "isa.md").read_text() == isa_markdown(), (
+        "run: tensorgen isa-doc > docs/isa.md"
+    )
 
 
 def test_every_instruction_fits_one_word_and_has_unique_opcode() -> None:

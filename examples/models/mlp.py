@@ -11,8 +11,9 @@ from torch import nn
 
 
 class MLP(nn.Module):
-    def __init__(self, in_features: int, hidden: tuple[int, ...] = (128, 64),
-                 num_classes: int = 10) -> None:
+    def __init__(
+        self, in_features: int, hidden: tuple[int, ...] = (128, 64), num_classes: int = 10
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = in_features

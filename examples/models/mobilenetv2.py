@@ -48,11 +48,19 @@ def scaled(channels: int) -> int:
     return max(8, int(channels * WIDTH + 4) // 8 * 8)
 
 
-def conv_bn_relu6(in_channels: int, out_channels: int, kernel: int, stride: int = 1,
-                  groups: int = 1) -> nn.Sequential:
+def conv_bn_relu6(
+    in_channels: int, out_channels: int, kernel: int, stride: int = 1, groups: int = 1
+) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=kernel // 2,
-                  groups=groups, bias=False),
+        nn.Conv2d(
+            in_channels,
+            out_channels,
+            kernel,
+            stride=stride,
+            padding=kernel // 2,
+            groups=groups,
+            bias=False,
+        ),
         nn.BatchNorm2d(out_channels),
         nn.ReLU6(),
     )

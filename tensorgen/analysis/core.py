@@ -54,10 +54,16 @@ class LayerRow:
     def as_dict(self, target: Target) -> dict:
         bound, roof = self.roof(target)
         util = self.macs / (self.cycles * target.peak_macs_per_cycle) if self.cycles else 0.0
-        d = {"layer": self.name, "op": self.op, "macs": self.macs, "cycles": self.cycles,
-             "utilization": round(util, 6), "bound": bound if self.macs else "",
-             "attainment": round(self.ops_per_cycle() / roof, 6) if self.macs and roof else None,
-             "dram_bytes": self.dram_bytes}
+        d = {
+            "layer": self.name,
+            "op": self.op,
+            "macs": self.macs,
+            "cycles": self.cycles,
+            "utilization": round(util, 6),
+            "bound": bound if self.macs else "",
+            "attainment": round(self.ops_per_cycle() / roof, 6) if self.macs and roof else None,
+            "dram_bytes": self.dram_bytes,
+        }
         d.update({f"energy_{k}_pj": round(v, 3) for k, v in self.energy.items()})
         d["energy_pj"] = round(self.energy_pj, 3)
         return d
@@ -93,37 +99,72 @@ class Analysis:
         return sum(r.macs for r in self.layers)
 
     def utilization(self) -> float:
-        return self.macs / (self.stats.cycles * self.target.peak_macs_per_cycle) if self.stats.cycles else 0.0
+        return (
+            self.macs / (self.stats.cycles * self.target.peak_macs_per_cycle)
+            if self.stats.cycles
+            else 0.0
+        )
 
 
 def _stats_from(d: dict) -> Stats:
-    return Stats(cycles=d["cycles"], instructions=d["instructions"], macs=d["macs"], vector_ops=d["vector_ops"],
-                 dram_read_bytes=d["dram_read_bytes"], dram_write_bytes=d["dram_write_bytes"],
-                 onchip_bytes=dict(d["onchip_bytes"]), onchip_write_bytes=dict(d["onchip_write_bytes"]),
-                 busy=dict(d["busy"]), stalled=dict(d["stalled"]))
+    return Stats(
+        cycles=d["cycles"],
+        instructions=d["instructions"],
+        macs=d["macs"],
+        vector_ops=d["vector_ops"],
+        dram_read_bytes=d["dram_read_bytes"],
+        dram_write_bytes=d["dram_write_bytes"],
+        onchip_bytes=dict(d["onchip_bytes"]),
+        onchip_write_bytes=dict(d["onchip_write_bytes"]),
+        busy=dict(d["busy"]),
+        stalled=dict(d["stalled"]),
+    )
 
 
 def _delta(a: dict, b: dict, cycles: int) -> Stats:
     """The counters accumulated between two snapshots; `cycles` is the layer's span."""
-    sub = {k: (b[k] - a[k]) if not isinstance(b[k], dict) else {q: b[k][q] - a[k][q] for q in b[k]}
-           for k in ("instructions", "macs", "vector_ops", "dram_read_bytes", "dram_write_bytes",
-                     "onchip_bytes", "onchip_write_bytes", "busy", "stalled")}
+    sub = {
+        k: (b[k] - a[k]) if not isinstance(b[k], dict) else {q: b[k][q] - a[k][q] for q in b[k]}
+        for k in (
+            "instructions",
+            "macs",
+            "vector_ops",
+            "dram_read_bytes",
+            "dram_write_bytes",
+            "onchip_bytes",
+            "onchip_write_bytes",
+            "busy",
+            "stalled",
+        )
+    }
     return _stats_from({"cycles": cycles, **sub})
 
 
-def _layer_rows(names: list[tuple[str, str]], macs: list[int], marks: list[Mark], target: Target) -> list[LayerRow]:
+def _layer_rows(
+    names: list[tuple[str, str]], macs: list[int], marks: list[Mark], target: Target
+) -> list[LayerRow]:
     """One row per layer from the simulator's marks at the layers' ends."""
     rows, before = [], Mark(0, 0, 0, 0, Stats().as_dict())
-    for (name, op), n_macs, mark in zip(names, macs, marks):
+    for (name, op), n_macs, mark in zip(names, macs, marks, strict=False):
         cycles = mark.cycles - before.cycles
         d = _delta(before.counters, mark.counters, cycles)
-        rows.append(LayerRow(name, op, n_macs, cycles, before.cycles, d.dram_bytes, energy_breakdown(target, d)))
+        rows.append(
+            LayerRow(
+                name, op, n_macs, cycles, before.cycles, d.dram_bytes, energy_breakdown(target, d)
+            )
+        )
         before = mark
     return rows
 
 
-def analyze(source: str, target: Target, params: dict[str, int] | None = None, engine: str = "qnnpack",
-            seed: int = 0, record: bool = False) -> Analysis:
+def analyze(
+    source: str,
+    target: Target,
+    params: dict[str, int] | None = None,
+    engine: str = "qnnpack",
+    seed: int = 0,
+    record: bool = False,
+) -> Analysis:
     """Compile `source` (a model file or an op.yaml) for `target` with the automatic schedule,
     simulate it once on one input (the model's example input, or seeded random op inputs) and
     compare with PyTorch."""
@@ -134,8 +175,9 @@ def analyze(source: str, target: Target, params: dict[str, int] | None = None, e
     return _analyze_op(source, target, seed, record)
 
 
-def _analyze_model(source: str, target: Target, params: dict[str, int], engine: str, seed: int,
-                   record: bool) -> Analysis:
+def _analyze_model(
+    source: str, target: Target, params: dict[str, int], engine: str, seed: int, record: bool
+) -> Analysis:
     from tensorgen.frontend.load import load_model
     from tensorgen.mc.binary import decode, encode
     from tensorgen.model import compile_model, reference_outputs
@@ -144,11 +186,11 @@ def _analyze_model(source: str, target: Target, params: dict[str, int], engine: 
     model, example = load_model(source, params)
     cm = compile_model(model, example, target, engine=engine, seed=seed)
     t0 = time.perf_counter()
-    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, example)}
+    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, example, strict=False)}
     marks = tuple(end for _, end in cm.linked.layer_ranges)
     result = simulate(decode(encode(cm.binary)), feed, target, marks=marks, record=record)
     exact, message = True, "BIT-EXACT"
-    for name, ref in zip(cm.output_names, reference_outputs(cm, example)):
+    for name, ref in zip(cm.output_names, reference_outputs(cm, example), strict=False):
         out = result.outputs[name]
         if ref.shape != out.shape or not np.array_equal(ref.view(np.int32), out.view(np.int32)):
             exact, message = False, f"MISMATCH {name}: the simulator differs from PyTorch"
@@ -156,8 +198,18 @@ def _analyze_model(source: str, target: Target, params: dict[str, int], engine: 
     sim_s = time.perf_counter() - t0
     names = [(r.path or r.name, r.op + "".join(f"+{e}" for e in r.epilogue)) for r in cm.layers]
     rows = _layer_rows(names, [r.macs for r in cm.layers], result.marks, target)
-    return Analysis(source, target, rows, result.stats, exact, message, cm.compile_s, sim_s,
-                    result.recorder, area_breakdown(target))
+    return Analysis(
+        source,
+        target,
+        rows,
+        result.stats,
+        exact,
+        message,
+        cm.compile_s,
+        sim_s,
+        result.recorder,
+        area_breakdown(target),
+    )
 
 
 def _analyze_op(source: str, target: Target, seed: int, record: bool) -> Analysis:
@@ -177,5 +229,15 @@ def _analyze_op(source: str, target: Target, seed: int, record: bool) -> Analysi
     cmp = compare(evaluate(program, inputs), result.outputs)
     sim_s = time.perf_counter() - t0 - compile_s
     rows = _layer_rows([(program.name, "op")], [compiled.macs], result.marks, target)
-    return Analysis(source, target, rows, result.stats, cmp.exact, cmp.message, compile_s, sim_s,
-                    result.recorder, area_breakdown(target))
+    return Analysis(
+        source,
+        target,
+        rows,
+        result.stats,
+        cmp.exact,
+        cmp.message,
+        compile_s,
+        sim_s,
+        result.recorder,
+        area_breakdown(target),
+    )

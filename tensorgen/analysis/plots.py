@@ -10,8 +10,14 @@ import math
 
 from tensorgen.analysis.core import ENERGY_PARTS, Analysis
 
-COLORS = {"mac": "#4c72b0", "vector": "#55a868", "spad": "#c44e52", "acc": "#8172b2", "dram": "#ccb974",
-          "static": "#64b5cd"}
+COLORS = {
+    "mac": "#4c72b0",
+    "vector": "#55a868",
+    "spad": "#c44e52",
+    "acc": "#8172b2",
+    "dram": "#ccb974",
+    "static": "#64b5cd",
+}
 
 
 def _plt():
@@ -34,8 +40,11 @@ def roofline_png(a: Analysis) -> bytes:
     plt = _plt()
     tgt = a.target
     peak, bw = 2.0 * tgt.peak_macs_per_cycle, float(tgt.dram_bytes_per_cycle)
-    pts = [(r.intensity(), r.ops_per_cycle(), f"{i}") for i, r in enumerate(a.layers)
-           if r.macs and r.dram_bytes and r.cycles]
+    pts = [
+        (r.intensity(), r.ops_per_cycle(), f"{i}")
+        for i, r in enumerate(a.layers)
+        if r.macs and r.dram_bytes and r.cycles
+    ]
     fig, ax = plt.subplots(figsize=(11, 6.5))
     lo = min([p[0] for p in pts] + [peak / bw]) / 4
     hi = max([p[0] for p in pts] + [peak / bw]) * 4
@@ -44,11 +53,19 @@ def roofline_png(a: Analysis) -> bytes:
     ax.plot([ridge, hi], [peak, peak], color="#4c72b0", lw=2, label=f"compute {peak:g} ops/cycle")
     groups: dict[tuple[int, int], list] = {}  # points within ~5% of each other share one label
     for x, y, name in pts:
-        groups.setdefault((round(math.log10(x) * 40), round(math.log10(y) * 40)), []).append((x, y, name))
+        groups.setdefault((round(math.log10(x) * 40), round(math.log10(y) * 40)), []).append(
+            (x, y, name)
+        )
     for members in groups.values():
         x, y, _ = members[0]
         ax.scatter([m[0] for m in members], [m[1] for m in members], color="black", s=18, zorder=3)
-        ax.annotate(",".join(m[2] for m in members), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.annotate(
+            ",".join(m[2] for m in members),
+            (x, y),
+            textcoords="offset points",
+            xytext=(4, 3),
+            fontsize=7,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -60,8 +77,12 @@ def roofline_png(a: Analysis) -> bytes:
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right")
     # points cluster near the ridge: numbers on the plot, names in a key beside it
-    key = "\n".join(f"{i:>2}  {r.name}" for i, r in enumerate(a.layers) if r.macs and r.dram_bytes and r.cycles)
-    ax.text(1.02, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=7, family="monospace")
+    key = "\n".join(
+        f"{i:>2}  {r.name}" for i, r in enumerate(a.layers) if r.macs and r.dram_bytes and r.cycles
+    )
+    ax.text(
+        1.02, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=7, family="monospace"
+    )
     return _png(fig)
 
 
@@ -74,7 +95,7 @@ def energy_png(a: Analysis) -> bytes:
         vals = [r.energy.get(part, 0.0) / 1e6 for r in a.layers]  # uJ
         if any(vals):
             ax.bar(range(len(names)), vals, bottom=bottom, color=COLORS[part], label=part)
-            bottom = [b + v for b, v in zip(bottom, vals)]
+            bottom = [b + v for b, v in zip(bottom, vals, strict=False)]
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("energy (uJ)")
@@ -99,11 +120,21 @@ def timeline_png(a: Analysis, layer: str) -> bytes:
                 stall[q].append((max(ready, t0), min(start, t1) - max(ready, t0)))
             if end > start:
                 busy[q].append((max(start, t0), min(end, t1) - max(start, t0)))
-    dram = [(max(b, t0), min(e, t1) - max(b, t0)) for b, e in a.recorder.channel if e > t0 and b < t1]
+    dram = [
+        (max(b, t0), min(e, t1) - max(b, t0)) for b, e in a.recorder.channel if e > t0 and b < t1
+    ]
     lanes = queues + ["DRAM"]
     for i, q in enumerate(queues):
-        ax.broken_barh([s for s in stall[q] if s[1] > 0], (i - 0.35, 0.7), color="#dd8452", alpha=0.6, linewidth=0)
-        ax.broken_barh([s for s in busy[q] if s[1] > 0], (i - 0.35, 0.7), color="#4c72b0", linewidth=0)
+        ax.broken_barh(
+            [s for s in stall[q] if s[1] > 0],
+            (i - 0.35, 0.7),
+            color="#dd8452",
+            alpha=0.6,
+            linewidth=0,
+        )
+        ax.broken_barh(
+            [s for s in busy[q] if s[1] > 0], (i - 0.35, 0.7), color="#4c72b0", linewidth=0
+        )
     ax.broken_barh([s for s in dram if s[1] > 0], (3 - 0.35, 0.7), color="#ccb974", linewidth=0)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes)
@@ -114,9 +145,16 @@ def timeline_png(a: Analysis, layer: str) -> bytes:
     ax.set_title(f"timeline of {layer} ({row.cycles:,} cycles) on {a.target.name}")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color="#4c72b0", label="busy"), Patch(color="#dd8452", alpha=0.6, label="stalled"),
-                       Patch(color="#ccb974", label="DRAM transfer")], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.legend(
+        handles=[
+            Patch(color="#4c72b0", label="busy"),
+            Patch(color="#dd8452", alpha=0.6, label="stalled"),
+            Patch(color="#ccb974", label="DRAM transfer"),
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+    )
     return _png(fig)
 
 
@@ -130,12 +168,26 @@ def pareto_png(rows: list[dict], front: list[dict], label) -> bytes:
     sc = ax.scatter(lat, en, c=area, cmap="viridis", s=40, zorder=2)
     fig.colorbar(sc, ax=ax, label="area (mm^2)")
     fl = sorted(front, key=lambda r: r["latency_ms"])
-    ax.plot([r["latency_ms"] for r in fl], [r["energy_uj"] for r in fl], color="#c44e52", lw=1.5, zorder=1,
-            marker="o", markersize=11, markerfacecolor="none", label="Pareto front (latency, energy)")
+    ax.plot(
+        [r["latency_ms"] for r in fl],
+        [r["energy_uj"] for r in fl],
+        color="#c44e52",
+        lw=1.5,
+        zorder=1,
+        marker="o",
+        markersize=11,
+        markerfacecolor="none",
+        label="Pareto front (latency, energy)",
+    )
     for i, r in enumerate(fl):  # alternate above/below: neighbours on the front are often close
-        ax.annotate(label(r), (r["latency_ms"], r["energy_uj"]), textcoords="offset points",
-                    xytext=(8, 10 if i % 2 == 0 else -14), fontsize=7,
-                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.8})
+        ax.annotate(
+            label(r),
+            (r["latency_ms"], r["energy_uj"]),
+            textcoords="offset points",
+            xytext=(8, 10 if i % 2 == 0 else -14),
+            fontsize=7,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
     if lat and max(lat) / max(min(lat), 1e-12) > 20:
         ax.set_xscale("log")
     ax.set_xlabel("latency (ms)")

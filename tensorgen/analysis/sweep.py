@@ -38,12 +38,16 @@ def parse_value(key: str, text: str) -> object:
     if kind == "RxC":
         m = re.fullmatch(r"(\d+)[xX](\d+)", t)
         if not m:
-            raise TensorgenError(f"--vary {key}: bad value '{text}' (expected ROWSxCOLS, e.g. 16x16)")
+            raise TensorgenError(
+                f"--vary {key}: bad value '{text}' (expected ROWSxCOLS, e.g. 16x16)"
+            )
         return f"{int(m[1])}x{int(m[2])}"
     if kind == "bytes":
         m = re.fullmatch(r"(\d+)([KkMm]?)", t)
         if not m:
-            raise TensorgenError(f"--vary {key}: bad value '{text}' (expected bytes, e.g. 262144, 256K or 1M)")
+            raise TensorgenError(
+                f"--vary {key}: bad value '{text}' (expected bytes, e.g. 262144, 256K or 1M)"
+            )
         return int(m[1]) * {"": 1, "k": 1024, "m": 1 << 20}[m[2].lower()]
     if kind == "number":
         try:
@@ -87,7 +91,9 @@ def derive(base: dict, params: dict) -> dict:
         for p in parents:
             cur = cur.setdefault(p, {})
         cur[leaf] = value
-    d["description"] = f"{d.get('name', 'target')} with " + ", ".join(f"{k}={v}" for k, v in params.items())
+    d["description"] = f"{d.get('name', 'target')} with " + ", ".join(
+        f"{k}={v}" for k, v in params.items()
+    )
     return d
 
 
@@ -113,22 +119,35 @@ def source_digest(source: str) -> str:
     from tensorgen.inputs import read_bytes
 
     path = source.split(":", 1)[0]
-    return hashlib.sha256(read_bytes(path, "the model or op.yaml file") + source.encode()).hexdigest()
+    return hashlib.sha256(
+        read_bytes(path, "the model or op.yaml file") + source.encode()
+    ).hexdigest()
 
 
 def point_key(point: dict) -> str:
-    blob = json.dumps({k: point[k] for k in ("digest", "model_params", "engine", "target", "version")},
-                      sort_keys=True).encode()
+    blob = json.dumps(
+        {k: point[k] for k in ("digest", "model_params", "engine", "target", "version")},
+        sort_keys=True,
+    ).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def make_points(source: str, base: dict, vary: dict[str, list], model_params: dict, engine: str) -> list[dict]:
+def make_points(
+    source: str, base: dict, vary: dict[str, list], model_params: dict, engine: str
+) -> list[dict]:
     digest, version = source_digest(source), tensorgen_version()
     points = []
     for combo in itertools.product(*vary.values()):
-        params = dict(zip(vary, combo))
-        p = {"source": source, "digest": digest, "model_params": model_params, "engine": engine,
-             "params": params, "target": derive(base, params), "version": version}
+        params = dict(zip(vary, combo, strict=False))
+        p = {
+            "source": source,
+            "digest": digest,
+            "model_params": model_params,
+            "engine": engine,
+            "params": params,
+            "target": derive(base, params),
+            "version": version,
+        }
         p["key"] = point_key(p)
         points.append(p)
     return points
@@ -136,6 +155,7 @@ def make_points(source: str, base: dict, vary: dict[str, list], model_params: di
 
 def target_columns(d: dict) -> dict:
     """Every sweepable parameter of a derived target, as its row spells it (t_ prefix)."""
+
     def get(path: str):
         cur = d
         for k in path.split("."):
@@ -166,15 +186,35 @@ def run_point(point: dict) -> dict:
         row["area_mm2"] = round(area_breakdown(target)["total"], 6)
         a = analyze(point["source"], target, point["model_params"], point["engine"])
     except TensorgenError as err:
-        return {**row, "ok": False, "bit_exact": False, "reason": one_line(f"{type(err).__name__}: {err}")}
+        return {
+            **row,
+            "ok": False,
+            "bit_exact": False,
+            "reason": one_line(f"{type(err).__name__}: {err}"),
+        }
     except Exception as err:  # a tensorgen bug at this point: a row saying so, not a dead sweep
-        return {**row, "ok": False, "bit_exact": False, "internal": True,
-                "reason": one_line(f"internal error {type(err).__name__}: {err}")}
+        return {
+            **row,
+            "ok": False,
+            "bit_exact": False,
+            "internal": True,
+            "reason": one_line(f"internal error {type(err).__name__}: {err}"),
+        }
     energy = sum(a.energy.values())
-    return {**row, "ok": True, "cycles": a.stats.cycles, "latency_ms": round(a.latency_s * 1e3, 6),
-            "energy_uj": round(energy / 1e6, 6), "power_mw": round(a.power_w * 1e3, 4),
-            "utilization": round(a.utilization(), 6), "dram_bytes": a.stats.dram_bytes, "bit_exact": a.exact,
-            "reason": "" if a.exact else a.message, "compile_s": round(a.compile_s, 3), "sim_s": round(a.sim_s, 3)}
+    return {
+        **row,
+        "ok": True,
+        "cycles": a.stats.cycles,
+        "latency_ms": round(a.latency_s * 1e3, 6),
+        "energy_uj": round(energy / 1e6, 6),
+        "power_mw": round(a.power_w * 1e3, 4),
+        "utilization": round(a.utilization(), 6),
+        "dram_bytes": a.stats.dram_bytes,
+        "bit_exact": a.exact,
+        "reason": "" if a.exact else a.message,
+        "compile_s": round(a.compile_s, 3),
+        "sim_s": round(a.sim_s, 3),
+    }
 
 
 def pareto(rows: list[dict]) -> list[dict]:
@@ -182,8 +222,12 @@ def pareto(rows: list[dict]) -> list[dict]:
     ok = [r for r in rows if r.get("bit_exact")]
     front = []
     for r in ok:
-        if not any(o["latency_ms"] <= r["latency_ms"] and o["energy_uj"] <= r["energy_uj"]
-                   and (o["latency_ms"], o["energy_uj"]) != (r["latency_ms"], r["energy_uj"]) for o in ok):
+        if not any(
+            o["latency_ms"] <= r["latency_ms"]
+            and o["energy_uj"] <= r["energy_uj"]
+            and (o["latency_ms"], o["energy_uj"]) != (r["latency_ms"], r["energy_uj"])
+            for o in ok
+        ):
             front.append(r)
     return sorted(front, key=lambda r: r["latency_ms"])
 
@@ -205,7 +249,9 @@ def cached(points_dir: Path, key: str) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
-        return None  # unreadable: recompute it (writes are atomic, so this is another writer's damage)
+        return (
+            None  # unreadable: recompute it (writes are atomic, so this is another writer's damage)
+        )
 
 
 def _result(future, point: dict) -> dict:
@@ -216,8 +262,15 @@ def _result(future, point: dict) -> dict:
     try:
         return future.result()
     except Exception as err:
-        return {"key": point["key"], **point["params"], **target_columns(point["target"]), "ok": False,
-                "bit_exact": False, "internal": True, "reason": one_line(f"worker lost: {type(err).__name__}: {err}")}
+        return {
+            "key": point["key"],
+            **point["params"],
+            **target_columns(point["target"]),
+            "ok": False,
+            "bit_exact": False,
+            "internal": True,
+            "reason": one_line(f"worker lost: {type(err).__name__}: {err}"),
+        }
 
 
 def check_executor(executor: str, scheduler: str | None) -> None:
@@ -229,12 +282,16 @@ def check_executor(executor: str, scheduler: str | None) -> None:
     try:
         import distributed  # noqa: F401  (an optional extra: imported only when asked for)
     except ImportError:
-        raise TensorgenError("--executor dask needs the 'distributed' package (pip install 'tensorgen[dask]')") from None
+        raise TensorgenError(
+            "--executor dask needs the 'distributed' package (pip install 'tensorgen[dask]')"
+        ) from None
     if not scheduler:
         raise TensorgenError("--executor dask needs --scheduler tcp://HOST:PORT")
 
 
-def execute(points: list[dict], todo: list[dict], jobs: int, executor: str, scheduler: str | None, done) -> None:
+def execute(
+    points: list[dict], todo: list[dict], jobs: int, executor: str, scheduler: str | None, done
+) -> None:
     """Run `todo` and call `done(point, row)` as each finishes (in completion order)."""
     if executor == "dask":
         check_executor(executor, scheduler)
@@ -245,12 +302,16 @@ def execute(points: list[dict], todo: list[dict], jobs: int, executor: str, sche
         except (OSError, TimeoutError) as err:
             raise TensorgenError(f"--scheduler {scheduler}: cannot connect ({err})") from None
         with client:
-            futures = {client.submit(run_point, p, key=f"tensorgen-point-{p['key']}", pure=False): p for p in todo}
+            futures = {
+                client.submit(run_point, p, key=f"tensorgen-point-{p['key']}", pure=False): p
+                for p in todo
+            }
             for fut in as_completed(futures):
                 done(futures[fut], _result(fut, futures[fut]))
         return
-    from concurrent.futures import ProcessPoolExecutor, as_completed as local_completed
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import as_completed as local_completed
 
     if jobs == 1:
         for p in todo:
@@ -263,8 +324,18 @@ def execute(points: list[dict], todo: list[dict], jobs: int, executor: str, sche
             done(futures[fut], _result(fut, futures[fut]))
 
 
-def sweep(source: str, vary: dict[str, list], out: Path, base_target: str | None, model_params: dict,
-          engine: str, jobs: int, executor: str, scheduler: str | None, progress) -> tuple[list[dict], int]:
+def sweep(
+    source: str,
+    vary: dict[str, list],
+    out: Path,
+    base_target: str | None,
+    model_params: dict,
+    engine: str,
+    jobs: int,
+    executor: str,
+    scheduler: str | None,
+    progress,
+) -> tuple[list[dict], int]:
     """Run (or resume) the sweep; returns every point's row in the cross product's order and how
     many were already stored."""
     from tensorgen.analysis.report import write
@@ -290,7 +361,12 @@ def sweep(source: str, vary: dict[str, list], out: Path, base_target: str | None
 
 def spelled(key: str, value: object) -> str:
     """A parameter value as one would type it (`256K` rather than 262144)."""
-    if KEYS.get(key, ("", ""))[1] == "bytes" and isinstance(value, int) and value and value % 1024 == 0:
+    if (
+        KEYS.get(key, ("", ""))[1] == "bytes"
+        and isinstance(value, int)
+        and value
+        and value % 1024 == 0
+    ):
         return f"{value >> 20}M" if value % (1 << 20) == 0 else f"{value >> 10}K"
     return str(value)
 

@@ -10,9 +10,9 @@ compute (double buffering) relaxes it where the schedule asks for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
 
 import islpy as isl
 
@@ -34,7 +34,9 @@ class Emitter:
         if queue == self.queue:
             return frozenset()
         if self.fresh_block:
-            self.code.append(isa.make("SYNC", queue=QUEUE_INDEX[self.queue]).with_tokens(signal={queue}))
+            self.code.append(
+                isa.make("SYNC", queue=QUEUE_INDEX[self.queue]).with_tokens(signal={queue})
+            )
         else:
             last = self.code[-1]
             self.code[-1] = last.with_tokens(signal=last.signal | {queue})
@@ -90,8 +92,12 @@ class Dim:
     tile: int
 
 
-def tile_nest(em: Emitter, dims: list[Dim], body: Callable[[dict[str, tuple[LoopAffine, int]]], None],
-              queue: str | None = None) -> None:
+def tile_nest(
+    em: Emitter,
+    dims: list[Dim],
+    body: Callable[[dict[str, tuple[LoopAffine, int]]], None],
+    queue: str | None = None,
+) -> None:
     """Emit the loops over the tiles of `dims`, full tiles and partial ones separated.
 
     The loop structure comes from isl's AST generator: each combination of full
@@ -191,8 +197,10 @@ def floor_terms(e: isl.AstExpr, env: dict[str, LoopAffine], combine: str) -> lis
     if op in (t.div, t.pdiv_q, t.fdiv_q) and (_int(args[1]) or 0) > 0:
         k = _int(args[1])
         return [(a, d * k) for a, d in floor_terms(args[0], env, combine)]
-    raise CodegenError(f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
-                       f"take (a {combine} of floor(affine / constant) terms); choose other split factors or skews")
+    raise CodegenError(
+        f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
+        f"take (a {combine} of floor(affine / constant) terms); choose other split factors or skews"
+    )
 
 
 def _int(e: isl.AstExpr) -> int | None:
@@ -210,17 +218,23 @@ def _sum(x: Term, y: Term, e: isl.AstExpr) -> Term:
         return a + b.scale(d), d
     if d == 1:
         return b + a.scale(f), f
-    raise CodegenError(f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
-                       f"take (a sum of two divisions); choose other split factors or skews")
+    raise CodegenError(
+        f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
+        f"take (a sum of two divisions); choose other split factors or skews"
+    )
 
 
 def _const(e: isl.AstExpr) -> int:
     if e.get_type() != isl.ast_expr_type.int:
-        raise CodegenError(f"loop bound '{e.to_C_str()}' is not a constant; only rectangular nests are supported")
+        raise CodegenError(
+            f"loop bound '{e.to_C_str()}' is not a constant; only rectangular nests are supported"
+        )
     return int(e.get_val().to_python())
 
 
-def _walk(em: Emitter, node: isl.AstNode, env: dict[str, LoopAffine], dims: list[Dim], body) -> None:
+def _walk(
+    em: Emitter, node: isl.AstNode, env: dict[str, LoopAffine], dims: list[Dim], body
+) -> None:
     t = node.get_type()
     if t == isl.ast_node_type.block:
         children = node.block_get_children()
@@ -230,12 +244,21 @@ def _walk(em: Emitter, node: isl.AstNode, env: dict[str, LoopAffine], dims: list
         name = node.for_get_iterator().get_id().get_name()
         init = _const(node.for_get_init())
         cond = node.for_get_cond()
-        if _const(node.for_get_inc()) != 1 or cond.get_op_type() not in (isl.ast_expr_op_type.le, isl.ast_expr_op_type.lt):
+        if _const(node.for_get_inc()) != 1 or cond.get_op_type() not in (
+            isl.ast_expr_op_type.le,
+            isl.ast_expr_op_type.lt,
+        ):
             raise CodegenError(f"unexpected loop in the generated nest: {node.to_C_str()}")
         bound = _const(cond.get_op_arg(1))
         count = bound - init + (1 if cond.get_op_type() == isl.ast_expr_op_type.le else 0)
         with em.loop(count) as level:
-            _walk(em, node.for_get_body(), {**env, name: LoopAffine.make(init, {level: 1})}, dims, body)
+            _walk(
+                em,
+                node.for_get_body(),
+                {**env, name: LoopAffine.make(init, {level: 1})},
+                dims,
+                body,
+            )
     elif t == isl.ast_node_type.user:
         call = node.user_get_expr()
         key = call.get_op_arg(0).get_id().get_name()

@@ -65,7 +65,9 @@ def plan_dram(buffers: dict[str, Buffer], lifetimes: dict[str, tuple[int, int]])
             top += _align(b.nbytes)
     const_bytes = top
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
-    order = sorted((b for b in buffers.values() if b.role != "const"), key=lambda b: (-b.nbytes, b.name))
+    order = sorted(
+        (b for b in buffers.values() if b.role != "const"), key=lambda b: (-b.nbytes, b.name)
+    )
     for b in order:
         first, last = lifetimes[b.name]
         busy = sorted((o, e) for o, e, f, l in placed if not (l < first or last < f))
@@ -81,8 +83,13 @@ def plan_dram(buffers: dict[str, Buffer], lifetimes: dict[str, tuple[int, int]])
     return Placement(offsets, peak, total, const_bytes)
 
 
-def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, str],
-         target_name: str, target_hash: bytes) -> Linked:
+def link(
+    layers: list[LinkLayer],
+    buffers: dict[str, Buffer],
+    public: dict[str, str],
+    target_name: str,
+    target_hash: bytes,
+) -> Linked:
     """One binary running `layers` in order. `public` names the model's inputs and outputs: buffer
     name -> the name the tensor table shows (what `tensorgen run` reads and writes)."""
     buffers = dict(buffers)
@@ -97,14 +104,21 @@ def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, 
                 name = f"{layer.name}/{t.name}"
                 buffers[name] = Buffer(name, t.nbytes, "temp")
             elif name not in buffers:
-                raise CodegenError(f"layer {layer.name}: tensor {t.name} bound to unknown buffer {name}")
+                raise CodegenError(
+                    f"layer {layer.name}: tensor {t.name} bound to unknown buffer {name}"
+                )
             elif t.nbytes > buffers[name].nbytes:
-                raise CodegenError(f"layer {layer.name}: tensor {t.name} ({t.nbytes} B) does not fit buffer "
-                                   f"{name} ({buffers[name].nbytes} B)")
+                raise CodegenError(
+                    f"layer {layer.name}: tensor {t.name} ({t.nbytes} B) does not fit buffer "
+                    f"{name} ({buffers[name].nbytes} B)"
+                )
             first, last = lifetimes.get(name, (i, i))
             lifetimes[name] = (min(first, i), max(last, i))
     for name, b in list(buffers.items()):
-        if b.role in ("input", "output"):  # live for the whole program: the host reads and writes them
+        if b.role in (
+            "input",
+            "output",
+        ):  # live for the whole program: the host reads and writes them
             lifetimes[name] = (0, len(layers) - 1)
         elif name not in lifetimes:  # no layer touches it (a value a fused epilogue kept on chip)
             del buffers[name]
@@ -124,15 +138,28 @@ def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, 
             name = layer.bindings.get(t.name, f"{layer.name}/{t.name}")
             b = buffers[name]
             role = b.role
-            entry_name = public.get(name) if role in ("input", "output") else _short(layer.name, t.name, i)
+            entry_name = (
+                public.get(name) if role in ("input", "output") else _short(layer.name, t.name, i)
+            )
             if b.role == "const":
                 if name not in const_entry:
                     const_entry[name] = (len(constants), len(b.data))
                     constants += b.data + bytes(-len(b.data) % 8)
                 coff, cbytes = const_entry[name]
-                entry = TensorEntry(entry_name, t.dtype, t.shape, "const", placement.offsets[name], t.pad, coff, cbytes)
+                entry = TensorEntry(
+                    entry_name,
+                    t.dtype,
+                    t.shape,
+                    "const",
+                    placement.offsets[name],
+                    t.pad,
+                    coff,
+                    cbytes,
+                )
             else:
-                entry = TensorEntry(entry_name, t.dtype, t.shape, role, placement.offsets[name], t.pad)
+                entry = TensorEntry(
+                    entry_name, t.dtype, t.shape, role, placement.offsets[name], t.pad
+                )
             index.append(_intern(entries, entry))
         if code:
             code.extend(barrier())
@@ -146,12 +173,17 @@ def link(layers: list[LinkLayer], buffers: dict[str, Buffer], public: dict[str, 
 
 def barrier() -> list[isa.Instruction]:
     """SYNCs after which every queue's next instruction starts after every queue's last one."""
+
     def sync(queue: str, wait=(), signal=()) -> isa.Instruction:
         return isa.make("SYNC", queue=isa.QUEUES.index(queue)).with_tokens(wait, signal)
 
-    return [sync("LD", signal={"EX"}), sync("ST", signal={"EX"}),
-            sync("EX", wait={"LD", "ST"}, signal={"LD", "ST"}),
-            sync("LD", wait={"EX"}), sync("ST", wait={"EX"})]
+    return [
+        sync("LD", signal={"EX"}),
+        sync("ST", signal={"EX"}),
+        sync("EX", wait={"LD", "ST"}, signal={"LD", "ST"}),
+        sync("LD", wait={"EX"}),
+        sync("ST", wait={"EX"}),
+    ]
 
 
 def _intern(entries: list[TensorEntry], entry: TensorEntry) -> int:
@@ -159,7 +191,11 @@ def _intern(entries: list[TensorEntry], entry: TensorEntry) -> int:
     if entry.role in ("input", "output"):
         for i, e in enumerate(entries):
             if e.name == entry.name:
-                if (e.dtype, e.shape, e.dram_offset) != (entry.dtype, entry.shape, entry.dram_offset):
+                if (e.dtype, e.shape, e.dram_offset) != (
+                    entry.dtype,
+                    entry.shape,
+                    entry.dram_offset,
+                ):
                     break
                 return i
     entries.append(entry)
@@ -174,7 +210,10 @@ def _referenced(binary: Binary) -> set[int]:
 def _rebind(ins: isa.Instruction, index: list[int]) -> isa.Instruction:
     if not any(isinstance(v, Box) for _, v in ins.args):
         return ins
-    args = tuple((k, Box(index[v.tensor], v.origin, v.shape) if isinstance(v, Box) else v) for k, v in ins.args)
+    args = tuple(
+        (k, Box(index[v.tensor], v.origin, v.shape) if isinstance(v, Box) else v)
+        for k, v in ins.args
+    )
     return isa.Instruction(ins.mnemonic, args, ins.wait, ins.signal)
 
 

@@ -14,13 +14,30 @@ import numpy as np
 from tensorgen.codegen.emitter import Dim, Emitter, tile_nest
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir import poly
-from tensorgen.ir.core import Access, BinOp, Call, Const, Expr, Program, Read, Statement, dtype_range
+from tensorgen.ir.core import (
+    Access,
+    BinOp,
+    Call,
+    Const,
+    Expr,
+    Program,
+    Read,
+    Statement,
+    dtype_range,
+)
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
 from tensorgen.mc.operands import Bound, Box, LoopAffine, View
 from tensorgen.poly.footprint import FootprintBox
 from tensorgen.schedule.default import default_schedule
-from tensorgen.schedule.kernel import Buffer, Kernel, buffer_box, mac_mapping, plan_buffers, write_box
+from tensorgen.schedule.kernel import (
+    Buffer,
+    Kernel,
+    buffer_box,
+    mac_mapping,
+    plan_buffers,
+    write_box,
+)
 from tensorgen.target import Target
 
 ALIGN = 16
@@ -34,7 +51,9 @@ class Compiled:
     macs: int  # useful multiply-accumulates of the program
 
 
-def compile_program(program: Program, target: Target, kernels: list[Kernel] | None = None) -> Compiled:
+def compile_program(
+    program: Program, target: Target, kernels: list[Kernel] | None = None
+) -> Compiled:
     kernels = kernels if kernels is not None else default_schedule(program, target)
     plans = [plan_buffers(program, k) for k in kernels]
     tensors, dram = dram_layout(program, plans)
@@ -44,7 +63,7 @@ def compile_program(program: Program, target: Target, kernels: list[Kernel] | No
     shared = [Dim(name, lo, hi - lo + 1, 1) for name, (lo, hi) in shared_ranges(program).items()]
 
     def program_body(origins: Origins) -> None:
-        for kernel, plan in zip(kernels, plans):
+        for kernel, plan in zip(kernels, plans, strict=False):
             KernelLowering(program, target, kernel, plan, index, em).emit(origins)
 
     tile_nest(em, shared, program_body)
@@ -86,8 +105,15 @@ def dram_layout(program: Program, plans: list[list[Buffer]]) -> tuple[list[Tenso
 
 
 class KernelLowering:
-    def __init__(self, program: Program, target: Target, kernel: Kernel, plan: list[Buffer],
-                 tensor_index: dict[str, int], em: Emitter) -> None:
+    def __init__(
+        self,
+        program: Program,
+        target: Target,
+        kernel: Kernel,
+        plan: list[Buffer],
+        tensor_index: dict[str, int],
+        em: Emitter,
+    ) -> None:
         self.program, self.target, self.kernel, self.plan = program, target, kernel, plan
         self.tensor_index, self.em = tensor_index, em
         self.tiles = dict(kernel.tiles)
@@ -111,8 +137,10 @@ class KernelLowering:
         self.temp_limit = self.target.spad.bytes
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
             if top[mem] > cap:
-                raise CapacityError(f"kernel {', '.join(s.name for s in self.kernel.statements)}: staged buffers "
-                                    f"need {top[mem]} B of {mem}, target {self.target.name} has {cap} B")
+                raise CapacityError(
+                    f"kernel {', '.join(s.name for s in self.kernel.statements)}: staged buffers "
+                    f"need {top[mem]} B of {mem}, target {self.target.name} has {cap} B"
+                )
 
     def _box(self, buf: Buffer, sizes: dict[str, int]) -> FootprintBox:
         return buffer_box(self.kernel, buf, {**self.tiles, **sizes})
@@ -123,7 +151,9 @@ class KernelLowering:
         out = {}
         for stmt, _ in buf.uses:
             for name in stmt.indices:
-                if name in origins and (buf.level != "tile" or name in self.kernel.out or name in self.kernel.shared):
+                if name in origins and (
+                    buf.level != "tile" or name in self.kernel.out or name in self.kernel.shared
+                ):
                     out[name] = origins[name][0]
                 else:
                     out[name] = LoopAffine.make(stmt.bounds[stmt.indices.index(name)][0])
@@ -200,7 +230,9 @@ class KernelLowering:
         sizes = self._sizes(origins)
         box = self._box(buf, sizes)
         offset = self._offset(box, self._use_origins(buf, origins))
-        dst = View(buf.mem, buf.dtype, LoopAffine.make(self.base[buf.key]), box.size, self.strides[buf.key])
+        dst = View(
+            buf.mem, buf.dtype, LoopAffine.make(self.base[buf.key]), box.size, self.strides[buf.key]
+        )
         src = Box(self.tensor_index[buf.tensor], tuple(offset), box.size)
         self.em.emit(isa.make("LOAD", dst=dst, src=src))
 
@@ -214,11 +246,21 @@ class KernelLowering:
         for d, cs in enumerate(self.strides[buf.key]):
             base = base + (w_off[d] + full_off[d].scale(-1)).scale(cs * isz)
         src = View(buf.mem, buf.dtype, base, written.size, self.strides[buf.key])
-        self.em.emit(isa.make("STORE", dst=Box(self.tensor_index[buf.tensor], tuple(w_off), written.size), src=src))
+        self.em.emit(
+            isa.make(
+                "STORE", dst=Box(self.tensor_index[buf.tensor], tuple(w_off), written.size), src=src
+            )
+        )
 
     # -- operands ---------------------------------------------------------------------------
-    def _operand(self, stmt: Statement, acc: Access, actual: dict[str, LoopAffine], origins: Origins,
-                 dims: list[tuple[str | None, int]]) -> View:
+    def _operand(
+        self,
+        stmt: Statement,
+        acc: Access,
+        actual: dict[str, LoopAffine],
+        origins: Origins,
+        dims: list[tuple[str | None, int]],
+    ) -> View:
         """View of `acc` with one dimension per (index, size) of `dims`, starting at `actual`."""
         buf = self.serving[(stmt.name, acc)]
         sizes = self._sizes(origins)
@@ -232,14 +274,19 @@ class KernelLowering:
             for name, c in sub.terms:
                 elem = elem + actual[name].scale(c)
             base = base + (elem + offset[d].scale(-1)).scale(cs[d] * isz)
-        strides = tuple(sum(cs[d] * sub.coef(name) for d, sub in enumerate(acc.index)) if name else 0
-                        for name, _ in dims)
+        strides = tuple(
+            sum(cs[d] * sub.coef(name) for d, sub in enumerate(acc.index)) if name else 0
+            for name, _ in dims
+        )
         return View(buf.mem, buf.dtype, base, tuple(n for _, n in dims), strides)
 
     def _point_nest(self, stmt: Statement, origins: Origins, tensorized: set[str], body) -> None:
         """Hardware loops over the indices of `stmt` that are not mapped onto the instruction."""
-        looped = [n for n in stmt.indices if n not in tensorized and n not in self.kernel.shared
-                  and origins[n][1] > 1]
+        looped = [
+            n
+            for n in stmt.indices
+            if n not in tensorized and n not in self.kernel.shared and origins[n][1] > 1
+        ]
         dims = [Dim(n, 0, origins[n][1], 1) for n in looped]
 
         def inner(points: Origins) -> None:
@@ -254,15 +301,19 @@ class KernelLowering:
     def _matmul(self, stmt: Statement, mp, origins: Origins) -> None:
         size = lambda n: origins[n][1] if n else 1  # noqa: E731
         if size(mp.k) > self.target.rows or size(mp.n) > self.target.cols:
-            raise CodegenError(f"{stmt.name}: MAC tile K={size(mp.k)} N={size(mp.n)} exceeds the "
-                               f"{self.target.rows}x{self.target.cols} array")
+            raise CodegenError(
+                f"{stmt.name}: MAC tile K={size(mp.k)} N={size(mp.n)} exceeds the "
+                f"{self.target.rows}x{self.target.cols} array"
+            )
 
         def body(actual: dict[str, LoopAffine]) -> None:
             m, n, k = (mp.m, size(mp.m)), (mp.n, size(mp.n)), (mp.k, size(mp.k))
             acc = self._operand(stmt, stmt.lhs, actual, origins, [m, n])
             a = self._operand(stmt, mp.a, actual, origins, [m, k])
             b = self._operand(stmt, mp.b, actual, origins, [k, n])
-            self.em.emit(isa.make("MATMUL", acc=acc, a=a, b=b, accumulate=1, a_zp=mp.a_zp, b_zp=mp.b_zp))
+            self.em.emit(
+                isa.make("MATMUL", acc=acc, a=a, b=b, accumulate=1, a_zp=mp.a_zp, b_zp=mp.b_zp)
+            )
 
         self._point_nest(stmt, origins, {mp.m, mp.n, mp.k} - {None}, body)
 
@@ -271,9 +322,13 @@ class KernelLowering:
 
         def body(actual: dict[str, LoopAffine]) -> None:
             shape = tuple(n for _, n in dims)
-            ev = VectorExpr(self.em, self.program, stmt,
-                            lambda acc: self._operand(stmt, acc, actual, origins, dims),
-                            lambda slot: self.temp(slot, shape))
+            ev = VectorExpr(
+                self.em,
+                self.program,
+                stmt,
+                lambda acc: self._operand(stmt, acc, actual, origins, dims),
+                lambda slot: self.temp(slot, shape),
+            )
             ev.statement()
 
         self._point_nest(stmt, origins, set(self.kernel.out), body)
@@ -289,7 +344,15 @@ def _b(val) -> dict:
     return {"b": val, "imm": 0} if isinstance(val, View) else {"b": None, "imm": int(val)}
 
 
-_VOPS = {"+": "VADD", "-": "VSUB", "*": "VMUL", ">>": "VSHR", "<<": "VSHL", "max": "VMAX", "min": "VMIN"}
+_VOPS = {
+    "+": "VADD",
+    "-": "VSUB",
+    "*": "VMUL",
+    ">>": "VSHR",
+    "<<": "VSHL",
+    "max": "VMAX",
+    "min": "VMIN",
+}
 
 
 class VectorExpr:
@@ -299,7 +362,9 @@ class VectorExpr:
     int32 scratch view of the block's shape; both backends (kernels, general schedules) use it.
     """
 
-    def __init__(self, em: Emitter, program: Program, stmt: Statement, view_of, temp, overwrite: bool = False) -> None:
+    def __init__(
+        self, em: Emitter, program: Program, stmt: Statement, view_of, temp, overwrite: bool = False
+    ) -> None:
         self.em, self.program, self.stmt = em, program, stmt
         self.overwrite = overwrite  # a `+=` that writes its element first: `=` (VMUL for VMAC)
         self.view_of, self.temp_of = view_of, temp
@@ -311,8 +376,13 @@ class VectorExpr:
         dst = self.view_of(stmt.lhs)
         if stmt.op == "=" or (self.overwrite and stmt.op == "+="):
             self.into(rhs, dst)
-        elif stmt.op == "+=" and isinstance(rhs, BinOp) and rhs.op == "*" and isinstance(rhs.lhs, Read) \
-                and isinstance(rhs.rhs, Read):
+        elif (
+            stmt.op == "+="
+            and isinstance(rhs, BinOp)
+            and rhs.op == "*"
+            and isinstance(rhs.lhs, Read)
+            and isinstance(rhs.rhs, Read)
+        ):
             self.em.emit(isa.make("VMAC", dst=dst, a=self.view(rhs.lhs), b=self.view(rhs.rhs)))
         else:
             val = self.value(rhs)
@@ -333,7 +403,9 @@ class VectorExpr:
             return self.view(e)
         if isinstance(e, Const):
             if not isinstance(e.value, int):
-                raise CodegenError(f"{self.stmt.location}: float constant {e.value} outside requant()")
+                raise CodegenError(
+                    f"{self.stmt.location}: float constant {e.value} outside requant()"
+                )
             return e.value
         dst = self._temp()
         self.into(e, dst)
@@ -379,32 +451,88 @@ class VectorExpr:
             emit(isa.make("VADD", dst=dst, a=x, b=None, imm=0))
         elif e.fn == "requant":
             lo, hi = self.dst_range
-            emit(isa.make("VREQUANT", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
-                          zp=int(e.args[2].value), lo=lo, hi=hi))
+            emit(
+                isa.make(
+                    "VREQUANT",
+                    dst=dst,
+                    a=x,
+                    scale=float(np.float32(e.args[1].value)),
+                    zp=int(e.args[2].value),
+                    lo=lo,
+                    hi=hi,
+                )
+            )
         elif e.fn == "quantize":
             lo, hi = self.dst_range
             # RN(1/s) in float32, as PyTorch's quantize_per_tensor computes it (NUMERICS.md)
             inv = np.float32(1.0) / np.float32(e.args[1].value)
-            emit(isa.make("VQUANT", dst=dst, a=x, inv_scale=float(inv),
-                          zp=int(e.args[2].value), lo=lo, hi=hi))
+            emit(
+                isa.make(
+                    "VQUANT",
+                    dst=dst,
+                    a=x,
+                    inv_scale=float(inv),
+                    zp=int(e.args[2].value),
+                    lo=lo,
+                    hi=hi,
+                )
+            )
         elif e.fn == "dequantize":
-            emit(isa.make("VDEQUANT", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
-                          zp=int(e.args[2].value)))
+            emit(
+                isa.make(
+                    "VDEQUANT",
+                    dst=dst,
+                    a=x,
+                    scale=float(np.float32(e.args[1].value)),
+                    zp=int(e.args[2].value),
+                )
+            )
         elif e.fn == "requant_fbgemm":
             lo, hi = self.dst_range
-            emit(isa.make("VREQUANTF", dst=dst, a=x, bias=self.value(e.args[1]), mult=self.value(e.args[2]),
-                          zp=int(e.args[3].value), lo=lo, hi=hi))
+            emit(
+                isa.make(
+                    "VREQUANTF",
+                    dst=dst,
+                    a=x,
+                    bias=self.value(e.args[1]),
+                    mult=self.value(e.args[2]),
+                    zp=int(e.args[3].value),
+                    lo=lo,
+                    hi=hi,
+                )
+            )
         elif e.fn == "requant_fma":
             lo, hi = self.dst_range
-            emit(isa.make("VREQUANTZ", dst=dst, a=x, scale=float(np.float32(e.args[1].value)),
-                          zp=int(e.args[2].value), lo=lo, hi=hi))
+            emit(
+                isa.make(
+                    "VREQUANTZ",
+                    dst=dst,
+                    a=x,
+                    scale=float(np.float32(e.args[1].value)),
+                    zp=int(e.args[2].value),
+                    lo=lo,
+                    hi=hi,
+                )
+            )
         elif e.fn == "add_fbgemm":
             y = self.value(e.args[1])
             if not isinstance(y, View):
                 raise CodegenError(f"{self.stmt.location}: add_fbgemm() of a constant")
             s_a, off_a, s_b, off_b, inv = (float(np.float32(c.value)) for c in e.args[2:7])
-            emit(isa.make("VADDQF", dst=dst, a=x, b=y, s_a=s_a, off_a=off_a, s_b=s_b, off_b=off_b, inv=inv,
-                          zp=int(e.args[7].value)))
+            emit(
+                isa.make(
+                    "VADDQF",
+                    dst=dst,
+                    a=x,
+                    b=y,
+                    s_a=s_a,
+                    off_a=off_a,
+                    s_b=s_b,
+                    off_b=off_b,
+                    inv=inv,
+                    zp=int(e.args[7].value),
+                )
+            )
         elif e.fn == "rshift_round":
             emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
         else:
@@ -416,8 +544,15 @@ def _wrap32(v: int) -> int:
 
 
 def _fold(op: str, a: int, b: int) -> int:
-    ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "max": lambda: max(a, b),
-           "min": lambda: min(a, b), ">>": lambda: a >> min(max(b, 0), 31), "<<": lambda: a << min(max(b, 0), 31)}
+    ops = {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "max": lambda: max(a, b),
+        "min": lambda: min(a, b),
+        ">>": lambda: a >> min(max(b, 0), 31),
+        "<<": lambda: a << min(max(b, 0), 31),
+    }
     return _wrap32(ops[op]())
 
 

@@ -50,8 +50,13 @@ def vector_profile(program: Program, stmt: Statement) -> tuple[int, int]:
         return View("spad", dtype, LoopAffine.make(0), (1,), (1,))
 
     counter = _Count()
-    expr = VectorExpr(counter, program, stmt, lambda acc: view(program.tensor(acc.tensor).dtype),
-                      lambda slot: view("int32"))
+    expr = VectorExpr(
+        counter,
+        program,
+        stmt,
+        lambda acc: view(program.tensor(acc.tensor).dtype),
+        lambda slot: view("int32"),
+    )
     expr.statement()
     return len(counter.code), expr.next_slot
 
@@ -59,14 +64,16 @@ def vector_profile(program: Program, stmt: Statement) -> tuple[int, int]:
 MAX_ROW_DMAS = 16  # the most DMAs a compacted box is loaded with (row_compaction)
 
 
-def row_compaction(box, itemsize: int, target: Target, written: bool) -> tuple[int, int, int] | None:
+def row_compaction(
+    box, itemsize: int, target: Target, written: bool
+) -> tuple[int, int, int] | None:
     """(dimension, step, rows) when a box that is only read is better loaded with one DMA per
     accessed row of its outermost strided dimension, into a buffer that holds only those rows (a
     stride-2 convolution reads every other row of its input): the rows skipped save more DRAM
     cycles than the extra DMA setups cost. None to load it whole."""
     if written or not box.steps:
         return None
-    for d, (n, step) in enumerate(zip(box.size, box.steps)):
+    for d, (n, step) in enumerate(zip(box.size, box.steps, strict=False)):
         if step > 1 and n > 1:
             rows = (n - 1) // step + 1
             per_row = itemsize * int(np.prod(box.size)) // n
@@ -81,7 +88,7 @@ def compacted_size(size: tuple[int, ...], compaction) -> tuple[int, ...]:
     if compaction is None:
         return tuple(size)
     d, _, rows = compaction
-    return tuple(size[:d]) + (rows,) + tuple(size[d + 1:])
+    return tuple(size[:d]) + (rows,) + tuple(size[d + 1 :])
 
 
 class _Lowering:
@@ -91,10 +98,16 @@ class _Lowering:
         self.by_name = {s.name: s for s in program.statements}
         self.piece_of: dict[str, str] = {}  # AST statement (a piece of a statement) -> statement
         self.piece_maps: dict[str, isl.Map] = {}  # AST statement -> its schedule
-        self.compact: dict[str, tuple[int, int, int]] = {}  # loaded one DMA per accessed row (row_compaction)
+        self.compact: dict[
+            str, tuple[int, int, int]
+        ] = {}  # loaded one DMA per accessed row (row_compaction)
         self.bands = self._bands()
-        self.first_writes: dict[str, tuple] = {}  # statement -> its first writes and the rest, in uniform pieces
-        self.overwriting: set[str] = set()  # AST statements whose `+=` overwrites (first writes, first touches)
+        self.first_writes: dict[
+            str, tuple
+        ] = {}  # statement -> its first writes and the rest, in uniform pieces
+        self.overwriting: set[str] = (
+            set()
+        )  # AST statements whose `+=` overwrites (first writes, first touches)
         self._layout()
 
     # -- memory -----------------------------------------------------------------------------
@@ -102,14 +115,23 @@ class _Lowering:
         self.entries, self.index, offset = [], {}, 0
         for t in self.program.tensors:
             self.index[t.name] = len(self.entries)
-            self.entries.append(TensorEntry(t.name, t.dtype, t.shape, "temp" if t.role == "none" else t.role,
-                                            offset, t.pad))
+            self.entries.append(
+                TensorEntry(
+                    t.name, t.dtype, t.shape, "temp" if t.role == "none" else t.role, offset, t.pad
+                )
+            )
             offset += -(-t.nbytes // 64) * 64
         self.dram = offset
-        on_array = {s.lhs.tensor for s in self.program.statements
-                    for band in self.schedule.tensorized if mac_mapping(self.program, s)}
+        on_array = {
+            s.lhs.tensor
+            for s in self.program.statements
+            for band in self.schedule.tensorized
+            if mac_mapping(self.program, s)
+        }
         top = {"spad": 0, "acc": 0}
-        self.buf: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]] = {}  # mem, base, origin, size
+        self.buf: dict[
+            str, tuple[str, int, tuple[int, ...], tuple[int, ...]]
+        ] = {}  # mem, base, origin, size
         self.written = {s.lhs.tensor for s in self.program.statements}
         self.stored = set(self.written)  # staged tensors whose buffers are stored after each stage
         self.loop_stages = {}  # tensor -> (position, statements, mem, base, offset, size)
@@ -117,10 +139,14 @@ class _Lowering:
         self.unfilled: set[str] = set()  # fresh buffers that need not even be zeroed
         self.double: set[str] = set()  # loop-staged tensors with two buffers
         self.first: dict = {}  # staged tensor -> FirstTouch: the iterations that zero its buffer, not load it
-        self.disjoint: set[str] = set()  # written loop-staged tensors whose boxes in a pass of the loop are disjoint
+        self.disjoint: set[str] = (
+            set()
+        )  # written loop-staged tensors whose boxes in a pass of the loop are disjoint
         self.no_fill: set[str] = set()  # tensors in `first` whose first iterations need no zeros
         explicit = {st.tensor: st for st in self.schedule.stages}
-        self.layouts = {st.tensor: st.layout for st in self.schedule.stages if st.layout is not None}
+        self.layouts = {
+            st.tensor: st.layout for st in self.schedule.stages if st.layout is not None
+        }
         for st in self.schedule.stages:
             if st.loop:
                 self._plan_loop_stage(st, top)
@@ -130,7 +156,11 @@ class _Lowering:
             box = self.schedule.staged_box(t.name, None)
             if box is None:
                 continue
-            mem = explicit[t.name].memory if t.name in explicit else ("acc" if t.name in on_array else "spad")
+            mem = (
+                explicit[t.name].memory
+                if t.name in explicit
+                else ("acc" if t.name in on_array else "spad")
+            )
             size = self._compaction(t, box)
             self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), size)
             top[mem] += _align(int(np.prod(size)) * t.itemsize)
@@ -139,25 +169,37 @@ class _Lowering:
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
             need = top[mem]
             if need > cap:
-                live = ", ".join(f"{n} ({int(np.prod(b[3])) * self.program.tensor(n).itemsize} B)"
-                                 for n, b in self.buf.items() if b[0] == mem)
-                raise CapacityError(f"{mem} holds {need} B with every tensor staged whole but has {cap} B "
-                                    f"({need - cap} B over): {live}; stage smaller footprints")
+                live = ", ".join(
+                    f"{n} ({int(np.prod(b[3])) * self.program.tensor(n).itemsize} B)"
+                    for n, b in self.buf.items()
+                    if b[0] == mem
+                )
+                raise CapacityError(
+                    f"{mem} holds {need} B with every tensor staged whole but has {cap} B "
+                    f"({need - cap} B over): {live}; stage smaller footprints"
+                )
 
     def _plan_loop_stage(self, st, top: dict[str, int]) -> None:
         """A buffer for the footprint of `st.tensor` in one iteration of loop `st.loop` (its box from
         isl: offset affine in the schedule dimensions up to the loop, size its maximum)."""
         _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False)
         t = self.program.tensor(st.tensor)
-        outside = [s.name for s in self.program.statements if s.name not in stmts
-                   and any(a.tensor == t.name for a in [s.lhs] + s.reads)]
+        outside = [
+            s.name
+            for s in self.program.statements
+            if s.name not in stmts and any(a.tensor == t.name for a in [s.lhs] + s.reads)
+        ]
         if outside:
-            raise CodegenError(f"stage({t.name}, {st.loop}): {', '.join(outside)} also access {t.name} outside "
-                               f"{st.loop}; stage it at a loop that encloses them")
+            raise CodegenError(
+                f"stage({t.name}, {st.loop}): {', '.join(outside)} also access {t.name} outside "
+                f"{st.loop}; stage it at a loop that encloses them"
+            )
         box = self.schedule.staged_box(t.name, st.loop)
         if None in box.offset:
-            raise CodegenError(f"stage({t.name}, {st.loop}): the footprint's origin is not one affine function "
-                               f"of the loops (at the edges of a skewed tile?); stage it elsewhere")
+            raise CodegenError(
+                f"stage({t.name}, {st.loop}): the footprint's origin is not one affine function "
+                f"of the loops (at the edges of a skewed tile?); stage it elsewhere"
+            )
         size = self._compaction(t, box)
         self.loop_stages[t.name] = (pos, stmts, st.memory, top[st.memory], list(box.offset), size)
         self._note_fresh(t, box)
@@ -207,17 +249,28 @@ class _Lowering:
         # the first writes are whole blocks of the band: those of the earliest block of each element
         first = self.schedule.first_writes(stmt.name, positions[0])
         _, rest = _uniform_pieces(points, positions)
-        split = (_uniform_pieces(first, positions), _uniform_pieces(points.subtract(first), positions))
+        split = (
+            _uniform_pieces(first, positions),
+            _uniform_pieces(points.subtract(first), positions),
+        )
         for _, extra in split:
-            if extra is not None and not extra.is_empty() and (rest is None or not extra.is_subset(rest)):
+            if (
+                extra is not None
+                and not extra.is_empty()
+                and (rest is None or not extra.is_subset(rest))
+            ):
                 return False  # a first write would run element by element that a vector runs now
         # a staging loop whose iterations do not all hold first writes: isl would peel them out of it
         n = points.dim(isl.dim_type.set)
         for st in self.schedule.stages:
-            _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False) if st.loop else \
-                (None, -1, ())
-            if stmt.name in stmts and not first.project_out(isl.dim_type.set, pos + 1, n - pos - 1).is_equal(
-                    points.project_out(isl.dim_type.set, pos + 1, n - pos - 1)):
+            _, pos, stmts = (
+                self.schedule._resolve(self.schedule.loop(st.loop), "stage", False)
+                if st.loop
+                else (None, -1, ())
+            )
+            if stmt.name in stmts and not first.project_out(
+                isl.dim_type.set, pos + 1, n - pos - 1
+            ).is_equal(points.project_out(isl.dim_type.set, pos + 1, n - pos - 1)):
                 return False
         tensorized = any(kind == "array" and stmt.name in stmts for kind, _, stmts in self.bands)
         if tensorized and split[0][1] is not None and not split[0][1].is_empty():
@@ -225,12 +278,19 @@ class _Lowering:
         self.first_writes[stmt.name] = split
         return True
 
-    def _stage_origin(self, tensor: str, env: dict[str, LoopAffine], node) -> tuple[LoopAffine, ...]:
+    def _stage_origin(
+        self, tensor: str, env: dict[str, LoopAffine], node
+    ) -> tuple[LoopAffine, ...]:
         """The origin of `tensor`'s box in the iteration of its staging loop that the AST `node`
         runs in: schedule dimensions that are not loops around it are constants there."""
-        return tuple(self._dims_value(const, coefs, env, node) for const, coefs in self.loop_stages[tensor][4])
+        return tuple(
+            self._dims_value(const, coefs, env, node)
+            for const, coefs in self.loop_stages[tensor][4]
+        )
 
-    def _dims_value(self, const: int, coefs: dict[str, int], env: dict[str, LoopAffine], node) -> LoopAffine:
+    def _dims_value(
+        self, const: int, coefs: dict[str, int], env: dict[str, LoopAffine], node
+    ) -> LoopAffine:
         """const + sum(c * d<k>) over schedule dimensions, in the loops around the AST `node`."""
         value = LoopAffine.make(const)
         for name, c in coefs.items():
@@ -261,7 +321,9 @@ class _Lowering:
         first to touch their box are known is zeroed in those and loaded in the others. `raw`:
         without tokens (in a double-buffered loop; loads only, the zeroing is on EX)."""
         first = self.first.get(tensor)
-        load = (lambda: self._dma_raw("LOAD", tensor)) if raw else (lambda: self._dma("LOAD", tensor))
+        load = (
+            (lambda: self._dma_raw("LOAD", tensor)) if raw else (lambda: self._dma("LOAD", tensor))
+        )
         if first is None:
             load()
             return
@@ -271,7 +333,13 @@ class _Lowering:
 
     def _zero(self, tensor: str, raw: bool = False) -> None:
         mem, base, _, size = self.active[tensor]
-        view = View(mem, self.program.tensor(tensor).dtype, LoopAffine.make(base), size, self._strides(tensor, size))
+        view = View(
+            mem,
+            self.program.tensor(tensor).dtype,
+            LoopAffine.make(base),
+            size,
+            self._strides(tensor, size),
+        )
         ins = isa.make("VFILL", dst=view, imm=0)
         if raw:
             self.em.code.append(ins)
@@ -285,7 +353,9 @@ class _Lowering:
             points = p if points is None else points.union(p)
         lo, hi = points.dim_min(k), points.dim_max(k)
         if not (lo.is_cst() and hi.is_cst()) or _cst(lo) != _cst(hi):
-            raise CodegenError(f"schedule dimension {k} is neither a loop nor a constant around a staged tensor")
+            raise CodegenError(
+                f"schedule dimension {k} is neither a loop nor a constant around a staged tensor"
+            )
         return _cst(lo)
 
     def _bands(self) -> list[tuple[str, tuple[int, ...], frozenset[str]]]:
@@ -294,9 +364,14 @@ class _Lowering:
         for name in self.schedule.vectorized:
             _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize", False)
             out.append(("vector", (pos,), stmts))
-        self.n_position: dict[tuple[int, ...], int] = {}  # an array band's positions -> its N loop's
+        self.n_position: dict[
+            tuple[int, ...], int
+        ] = {}  # an array band's positions -> its N loop's
         for ms, n, ks in self.schedule.tensorized:
-            found = [self.schedule._resolve(self.schedule.loop(x), "tensorize", False) for x in (*ms, n, *ks)]
+            found = [
+                self.schedule._resolve(self.schedule.loop(x), "tensorize", False)
+                for x in (*ms, n, *ks)
+            ]
             positions = tuple(p for _, p, _ in found)
             self.n_position[positions] = positions[len(ms)]
             out.append(("array", positions, found[0][2]))
@@ -324,8 +399,10 @@ class _Lowering:
 
     # -- program ----------------------------------------------------------------------------
     def emit(self) -> None:
-        self.active = {name: (mem, base, tuple(LoopAffine.make(o) for o in origin), size)
-                       for name, (mem, base, origin, size) in self.buf.items()}
+        self.active = {
+            name: (mem, base, tuple(LoopAffine.make(o) for o in origin), size)
+            for name, (mem, base, origin, size) in self.buf.items()
+        }
         schedule = self._separated()
         for name in self.buf:
             self._dma("LOAD", name)
@@ -337,8 +414,11 @@ class _Lowering:
             # it whole, every piece of every statement in them together: they are staged alone
             n = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
             dims = ", ".join(f"d{i}" for i in range(n))
-            build = build.set_options(isl.UnionMap(
-                "{ " + "; ".join(f"[{dims}] -> separate[{p}]" for p in stage_dims) + " }"))
+            build = build.set_options(
+                isl.UnionMap(
+                    "{ " + "; ".join(f"[{dims}] -> separate[{p}]" for p in stage_dims) + " }"
+                )
+            )
         self.points: list[isl.Set] = []  # per AST statement: the schedule points it runs
 
         def note_points(node, build):
@@ -370,8 +450,13 @@ class _Lowering:
                 out = out.union(isl.UnionMap.from_map(m))
                 self.piece_maps[stmt.name] = m
                 continue
-            if stmt.name in self.first_writes:  # the first writes of a fresh `+=`: pieces `S__first`
-                parts = [("__first", self.first_writes[stmt.name][0]), ("", self.first_writes[stmt.name][1])]
+            if (
+                stmt.name in self.first_writes
+            ):  # the first writes of a fresh `+=`: pieces `S__first`
+                parts = [
+                    ("__first", self.first_writes[stmt.name][0]),
+                    ("", self.first_writes[stmt.name][1]),
+                ]
             else:  # the MATMULs that first touch a reloaded accumulator: pieces `S__w`
                 parts, points = [], m.range()
                 first = self._overwriting(stmt)
@@ -383,8 +468,10 @@ class _Lowering:
                         points = points.subtract(first)
                 parts.append(("", _uniform_pieces(points, positions)))
             for tag, (pieces, rest) in parts:
-                named = [(f"{stmt.name}{tag}" if i == 0 else f"{stmt.name}{tag}__p{i}", piece)
-                         for i, piece in enumerate(p for p in pieces if not p.is_empty())]
+                named = [
+                    (f"{stmt.name}{tag}" if i == 0 else f"{stmt.name}{tag}__p{i}", piece)
+                    for i, piece in enumerate(p for p in pieces if not p.is_empty())
+                ]
                 if rest is not None and not rest.is_empty():
                     named.append((f"{stmt.name}{tag}__rest", rest))
                 for name, where in named:
@@ -409,7 +496,9 @@ class _Lowering:
     def _walk(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
         self._walk_nodes([node], env, band)
 
-    def _walk_nodes(self, nodes: list, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
+    def _walk_nodes(
+        self, nodes: list, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]
+    ) -> None:
         """Sibling nodes in order. An iteration of a staging loop that isl peeled out of its loop
         is staged around the run of siblings that make it up (isl may emit it as several, one
         per piece of a statement): one load before them, one store after."""
@@ -426,8 +515,11 @@ class _Lowering:
             outer = [t for t in missing if self.loop_stages[t][0] == level]
             origins = self._peeled_origins(nodes[i], outer, env)
             j = i + 1
-            while j < len(nodes) and set(outer) <= set(self._peeled_stages(nodes[j], env)) and \
-                    self._peeled_origins(nodes[j], outer, env) == origins:
+            while (
+                j < len(nodes)
+                and set(outer) <= set(self._peeled_stages(nodes[j], env))
+                and self._peeled_origins(nodes[j], outer, env) == origins
+            ):
                 j += 1
             saved = {t: self.active.get(t) for t in outer}
             for t in outer:
@@ -448,12 +540,21 @@ class _Lowering:
         t = node.get_type()
         if t not in (isl.ast_node_type.for_, isl.ast_node_type.user):
             return []
-        limit = int(node.for_get_iterator().get_id().get_name()[1:]) if t == isl.ast_node_type.for_ else 10**6
+        limit = (
+            int(node.for_get_iterator().get_id().get_name()[1:])
+            if t == isl.ast_node_type.for_
+            else 10**6
+        )
         under = {self.piece_of.get(n, n) for n in _statements_under(node)}
-        return [name for name, (p, stmts, *_) in self.loop_stages.items()
-                if self.active.get(name) is None and p < limit and f"c{p}" not in env and under <= stmts]
+        return [
+            name
+            for name, (p, stmts, *_) in self.loop_stages.items()
+            if self.active.get(name) is None and p < limit and f"c{p}" not in env and under <= stmts
+        ]
 
-    def _walk_node(self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]) -> None:
+    def _walk_node(
+        self, node, env: dict[str, LoopAffine], band: dict[str, tuple[int, int]]
+    ) -> None:
         t = node.get_type()
         if t == isl.ast_node_type.block:
             self._walk_nodes(_block_children(node), env, band)
@@ -489,20 +590,33 @@ class _Lowering:
         upper = _bound_terms(cond.get_op_arg(1), env, "min")
         if op == isl.ast_expr_op_type.lt:
             upper = [(a + (-d), d) for a, d in upper]
-        constant = len(lower) == 1 and len(upper) == 1 and lower[0][1] == upper[0][1] == 1 \
-            and not any(lower[0][0].coefs) and not any(upper[0][0].coefs)
+        constant = (
+            len(lower) == 1
+            and len(upper) == 1
+            and lower[0][1] == upper[0][1] == 1
+            and not any(lower[0][0].coefs)
+            and not any(upper[0][0].coefs)
+        )
         in_band = self._band_at(pos, node)
         if in_band is not None and not constant:
-            raise CodegenError(f"loop {name} of a vectorized or tensorized band has bounds that vary "
-                               f"({node.to_C_str().splitlines()[0]}); split by a factor that divides its extent")
+            raise CodegenError(
+                f"loop {name} of a vectorized or tensorized band has bounds that vary "
+                f"({node.to_C_str().splitlines()[0]}); split by a factor that divides its extent"
+            )
         if in_band is not None:
             lo, hi = lower[0][0].const, upper[0][0].const
             lanes = {**band, name: (len(band), hi - lo + 1)}
-            self._walk(node.for_get_body(), {**env, name: LoopAffine.make(lo, {BAND_LEVEL + len(band): 1})}, lanes)
+            self._walk(
+                node.for_get_body(),
+                {**env, name: LoopAffine.make(lo, {BAND_LEVEL + len(band): 1})},
+                lanes,
+            )
             return
         if band:
-            raise CodegenError(f"a vectorized or tensorized loop ({', '.join(band)}) has a loop with non-constant "
-                               f"bounds inside it; split by a factor that divides the extent")
+            raise CodegenError(
+                f"a vectorized or tensorized loop ({', '.join(band)}) has a loop with non-constant "
+                f"bounds inside it; split by a factor that divides the extent"
+            )
         if constant and self._pipelined(node, pos, upper[0][0].const - lower[0][0].const + 1):
             self._pipelined_loop(node, pos, name, lower[0][0].const, upper[0][0].const, env, band)
         elif constant:
@@ -510,7 +624,9 @@ class _Lowering:
             with self.em.loop(hi - lo + 1) as level:
                 self._staged_body(node, pos, {**env, name: LoopAffine.make(lo, {level: 1})}, band)
         else:
-            with self.em.block("LOOPB", lower=Bound(tuple(lower)), upper=Bound(tuple(upper))) as level:
+            with self.em.block(
+                "LOOPB", lower=Bound(tuple(lower)), upper=Bound(tuple(upper))
+            ) as level:
                 self._staged_body(node, pos, {**env, name: LoopAffine.make(0, {level: 1})}, band)
 
     def _staged_body(self, node, pos: int, env, band) -> None:
@@ -559,7 +675,10 @@ class _Lowering:
         em.emit(isa.make("SYNC", queue=1))  # leave the serial chain on EX with everything done
         code = em.code
         sync = lambda q, wait=(), signal=(): code.append(  # noqa: E731
-            isa.make("SYNC", queue="LD EX ST".split().index(q)).with_tokens(wait=set(wait), signal=set(signal)))
+            isa.make("SYNC", queue=["LD", "EX", "ST"].index(q)).with_tokens(
+                wait=set(wait), signal=set(signal)
+            )
+        )
         for _ in range(2):
             if loads:
                 sync("EX", signal=["LD"])
@@ -571,8 +690,12 @@ class _Lowering:
             for t in here:
                 _, _, mem, base, _, size = self.loop_stages[t]
                 nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
-                self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, {**env, name: value}, node),
-                                  size)
+                self.active[t] = (
+                    mem,
+                    base + parity * nbytes,
+                    self._stage_origin(t, {**env, name: value}, node),
+                    size,
+                )
             return saved
 
         def load(value: LoopAffine, parity: int) -> None:
@@ -595,7 +718,9 @@ class _Lowering:
                     self._dma_raw("LOAD", t)  # the zero fill, on EX (if any)
             self._walk(node.for_get_body(), {**env, name: value}, band)
             if em.queue != "EX":
-                raise CodegenError("a double-buffered loop's body must run on the compute queue only")
+                raise CodegenError(
+                    "a double-buffered loop's body must run on the compute queue only"
+                )
             sync("EX", signal=(["LD"] if loads else []) + (["ST"] if stores else []))
             if stores:
                 sync("ST", wait=["EX"])
@@ -634,7 +759,9 @@ class _Lowering:
         em.queue = "LD" if loads and not stores else "EX"
         em.fresh_block = True
 
-    def _pipelined_ahead(self, node, name: str, lo: int, hi: int, env, band, here, loads, stores) -> None:
+    def _pipelined_ahead(
+        self, node, name: str, lo: int, hi: int, env, band, here, loads, stores
+    ) -> None:
         """A double-buffered loop with a tensor that is loaded and stored (an accumulator whose
         partial sums come back from DRAM): the loop unrolled by two, each iteration loading the
         next one's boxes into the other buffers while it computes. A buffer is loaded once the
@@ -644,7 +771,10 @@ class _Lowering:
         em, code = self.em, self.em.code
         em.emit(isa.make("SYNC", queue=1))  # leave the serial chain on EX with everything done
         sync = lambda q, wait=(), signal=(): code.append(  # noqa: E731
-            isa.make("SYNC", queue="LD EX ST".split().index(q)).with_tokens(wait=set(wait), signal=set(signal)))
+            isa.make("SYNC", queue=["LD", "EX", "ST"].index(q)).with_tokens(
+                wait=set(wait), signal=set(signal)
+            )
+        )
         # two credits from ST (each buffer is empty), given after the serial chain
         for _ in range(2):
             sync("EX", signal=["ST"])
@@ -656,7 +786,12 @@ class _Lowering:
             for t in here:
                 _, _, mem, base, _, size = self.loop_stages[t]
                 nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
-                self.active[t] = (mem, base + parity * nbytes, self._stage_origin(t, at, node), size)
+                self.active[t] = (
+                    mem,
+                    base + parity * nbytes,
+                    self._stage_origin(t, at, node),
+                    size,
+                )
             return at
 
         def load(value: LoopAffine, parity: int, guard: bool) -> None:
@@ -685,10 +820,14 @@ class _Lowering:
                 if t in self.fresh:
                     self._dma_raw("LOAD", t)  # the zero fill, on EX (if any)
                 elif t in self.first and t not in self.no_fill:
-                    self._guarded(self.first[t].first, at, node, lambda t=t: self._zero(t, raw=True))
+                    self._guarded(
+                        self.first[t].first, at, node, lambda t=t: self._zero(t, raw=True)
+                    )
             self._walk(node.for_get_body(), at, band)
             if em.queue != "EX":
-                raise CodegenError("a double-buffered loop's body must run on the compute queue only")
+                raise CodegenError(
+                    "a double-buffered loop's body must run on the compute queue only"
+                )
             sync("EX", signal=["ST"])
             sync("ST", wait=["EX", "LD"])
             for t in stores:
@@ -717,7 +856,11 @@ class _Lowering:
     def _dma_raw(self, kind: str, tensor: str) -> None:
         """A DMA (or zero fill) appended without the serial token chain."""
         before = self.em.queue, len(self.em.code)
-        self.em.queue = {"LOAD": "LD", "STORE": "ST"}[kind] if not (kind == "LOAD" and tensor in self.fresh) else "EX"
+        self.em.queue = (
+            {"LOAD": "LD", "STORE": "ST"}[kind]
+            if not (kind == "LOAD" and tensor in self.fresh)
+            else "EX"
+        )
         self._dma(kind, tensor)
         for i in range(before[1], len(self.em.code)):
             self.em.code[i] = self.em.code[i].with_tokens(wait=set(), signal=set())
@@ -729,20 +872,28 @@ class _Lowering:
         view = View(mem, t.dtype, LoopAffine.make(base), size, self._strides(tensor, size))
         if kind == "LOAD" and tensor in self.fresh:
             if tensor not in self.unfilled:
-                self.em.emit(isa.make("VFILL", dst=view, imm=0))  # starts as zeros and no other box meets it
+                self.em.emit(
+                    isa.make("VFILL", dst=view, imm=0)
+                )  # starts as zeros and no other box meets it
             return
         if kind == "LOAD" and tensor in self.compact:
             # one DMA per accessed row, each into its row of the compact buffer
             d, step, rows = self.compact[tensor]
             strides = self._strides(tensor, size)
-            one = size[:d] + (1,) + size[d + 1:]
+            one = size[:d] + (1,) + size[d + 1 :]
             for i in range(rows):
-                row = View(mem, t.dtype, LoopAffine.make(base + i * strides[d] * t.itemsize), one, strides)
+                row = View(
+                    mem, t.dtype, LoopAffine.make(base + i * strides[d] * t.itemsize), one, strides
+                )
                 at = tuple(o + i * step if k == d else o for k, o in enumerate(origin))
                 self.em.emit(isa.make("LOAD", dst=row, src=Box(self.index[tensor], at, one)))
             return
         box = Box(self.index[tensor], tuple(origin), size)
-        self.em.emit(isa.make(kind, dst=view, src=box) if kind == "LOAD" else isa.make(kind, dst=box, src=view))
+        self.em.emit(
+            isa.make(kind, dst=view, src=box)
+            if kind == "LOAD"
+            else isa.make(kind, dst=box, src=view)
+        )
 
     # -- statements -------------------------------------------------------------------------
     def _user(self, call, env, band) -> None:
@@ -751,7 +902,11 @@ class _Lowering:
         values = {}
         for i, index in enumerate(stmt.indices):
             values[index] = _expr(call.get_op_arg(i + 1), env)
-        kinds = {b[0] for b in self.bands if any(f"c{p}" in band for p in b[1]) and self._banded(ast_name, b)}
+        kinds = {
+            b[0]
+            for b in self.bands
+            if any(f"c{p}" in band for p in b[1]) and self._banded(ast_name, b)
+        }
         if "array" in kinds:
             self._matmul(stmt, values, band, ast_name not in self.overwriting)
             return
@@ -764,15 +919,21 @@ class _Lowering:
             nbytes = _align(4 * int(np.prod(shape)))
             base = self.temp_base + slot * nbytes
             if base + nbytes > self.target.spad.bytes:
-                raise CapacityError(f"vector temporaries overflow the scratchpad of {self.target.name}")
+                raise CapacityError(
+                    f"vector temporaries overflow the scratchpad of {self.target.name}"
+                )
             return View("spad", "int32", LoopAffine.make(base), shape, _row_major(shape))
 
         if band:
             lhs = self._view(stmt.lhs, values, band)
             if 0 in lhs.strides and stmt.op != "=":
-                raise CodegenError(f"vectorize: {stmt.name} reduces along the vector lanes; vectorize a loop "
-                                   f"that indexes its output")
-        VectorExpr(self.em, self.program, stmt, view_of, temp, overwrite=ast_name in self.overwriting).statement()
+                raise CodegenError(
+                    f"vectorize: {stmt.name} reduces along the vector lanes; vectorize a loop "
+                    f"that indexes its output"
+                )
+        VectorExpr(
+            self.em, self.program, stmt, view_of, temp, overwrite=ast_name in self.overwriting
+        ).statement()
 
     def _view(self, acc: Access, values: dict[str, LoopAffine], band) -> View:
         if self.active.get(acc.tensor) is None:
@@ -789,7 +950,9 @@ class _Lowering:
             if comp is not None and d == comp[0]:  # the row among the accessed rows
                 step = comp[1]
                 if elem.const % step or any(c % step for c in elem.coefs):
-                    raise CodegenError(f"{acc} does not step by {step} along dimension {d} of {acc.tensor}")
+                    raise CodegenError(
+                        f"{acc} does not step by {step} along dimension {d} of {acc.tensor}"
+                    )
                 elem = LoopAffine.make(elem.const // step, tuple(c // step for c in elem.coefs))
             addr = addr + elem.scale(strides[d] * t.itemsize)
         coefs = list(addr.coefs) + [0] * (BAND_LEVEL + 8 - len(addr.coefs))
@@ -820,49 +983,89 @@ class _Lowering:
     def _matmul(self, stmt: Statement, values, band, accumulate: bool = True) -> None:
         mp = mac_mapping(self.program, stmt)
         if mp is None or not band:
-            raise CodegenError(f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band")
+            raise CodegenError(
+                f"tensorize: {stmt.name} is not an 8-bit contraction 'acc += a * b' over the band"
+            )
         acc = self._view(stmt.lhs, values, band)
         a, b = self._view(mp.a, values, band), self._view(mp.b, values, band)
         # band slots -> roles: k moves a and b but not acc; m moves acc and a; n moves acc and b
         ms, n, k = [], [], []
         for slot in range(len(band)):
             moves = (acc.strides[slot] != 0, a.strides[slot] != 0, b.strides[slot] != 0)
-            role = {(False, True, True): k, (True, True, False): ms, (True, False, True): n}.get(moves)
+            role = {(False, True, True): k, (True, True, False): ms, (True, False, True): n}.get(
+                moves
+            )
             if role is None:
-                raise CodegenError(f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul")
+                raise CodegenError(
+                    f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul"
+                )
             role.append(slot)
-        if self._declared_n(stmt, band) in ms:  # tensorize named a loop of the usual M as N: swap the roles
+        if (
+            self._declared_n(stmt, band) in ms
+        ):  # tensorize named a loop of the usual M as N: swap the roles
             mp, a, b, ms, n = mp.swapped(), b, a, n, ms
         # isl emits no loop for a band loop of one iteration (a single row of M): it is a slot of size 1
         ms, n = ms or [None], n or [None]
         if len(n) != 1:
-            raise CodegenError(f"tensorize: the band of {stmt.name} is not (m.., n, k..) of a matmul")
+            raise CodegenError(
+                f"tensorize: the band of {stmt.name} is not (m.., n, k..) of a matmul"
+            )
         (n,) = n
 
         def pick(v: View, *slots: int | None) -> View:
-            return View(v.mem, v.dtype, v.base, tuple(1 if x is None else v.shape[x] for x in slots),
-                        tuple(0 if x is None else v.strides[x] for x in slots))
+            return View(
+                v.mem,
+                v.dtype,
+                v.base,
+                tuple(1 if x is None else v.shape[x] for x in slots),
+                tuple(0 if x is None else v.strides[x] for x in slots),
+            )
 
         a_k, b_k, depth = _coalesced_k(a, b, k)
         if depth is None:
-            raise CodegenError(f"tensorize: the K loops of {stmt.name} are not one run of addresses in both "
-                               f"operands' buffers (strides {[a.strides[x] for x in k]} and "
-                               f"{[b.strides[x] for x in k]}); stage them with a layout that makes them one")
+            raise CodegenError(
+                f"tensorize: the K loops of {stmt.name} are not one run of addresses in both "
+                f"operands' buffers (strides {[a.strides[x] for x in k]} and "
+                f"{[b.strides[x] for x in k]}); stage them with a layout that makes them one"
+            )
         if pick(b, n).shape[0] > self.target.cols:
-            raise CodegenError(f"tensorize: N={pick(b, n).shape[0]} exceeds the {self.target.cols} columns of "
-                               f"the array; split first")
+            raise CodegenError(
+                f"tensorize: N={pick(b, n).shape[0]} exceeds the {self.target.cols} columns of "
+                f"the array; split first"
+            )
         if len(k) == 1 and depth > self.target.rows:
-            raise CodegenError(f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first")
+            raise CodegenError(
+                f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first"
+            )
         acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
         for lo in range(0, depth, self.target.rows):
             rows = min(self.target.rows, depth - lo)
-            a_part = View(a_v.mem, a_v.dtype, a_v.base + lo * a_k * ITEMSIZE[a_v.dtype],
-                          a_v.shape[:-1] + (rows,), a_v.strides[:-1] + (a_k,))
-            b_part = View(b_v.mem, b_v.dtype, b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
-                          (rows,) + b_v.shape[1:], (b_k,) + b_v.strides[1:])
+            a_part = View(
+                a_v.mem,
+                a_v.dtype,
+                a_v.base + lo * a_k * ITEMSIZE[a_v.dtype],
+                a_v.shape[:-1] + (rows,),
+                a_v.strides[:-1] + (a_k,),
+            )
+            b_part = View(
+                b_v.mem,
+                b_v.dtype,
+                b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
+                (rows,) + b_v.shape[1:],
+                (b_k,) + b_v.strides[1:],
+            )
             # a block that holds the first update of all it writes overwrites with its first MATMUL
-            self.em.emit(isa.make("MATMUL", acc=acc_v, a=a_part, b=b_part, accumulate=int(lo > 0 or accumulate),
-                                  a_zp=mp.a_zp, b_zp=mp.b_zp))
+            self.em.emit(
+                isa.make(
+                    "MATMUL",
+                    acc=acc_v,
+                    a=a_part,
+                    b=b_part,
+                    accumulate=int(lo > 0 or accumulate),
+                    a_zp=mp.a_zp,
+                    b_zp=mp.b_zp,
+                )
+            )
 
 
 def _coalesced_k(a: View, b: View, k: list[int | None]) -> tuple[int, int, int | None]:
@@ -900,7 +1103,10 @@ def _uniform_pieces(points: isl.Set, positions: list[int]) -> tuple[list[isl.Set
                     break
                 prefixes = upto.project_out(isl.dim_type.set, p, 1)
                 cube = prefixes.add_dims(isl.dim_type.set, 1).intersect(
-                    isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(p + 1))}] : {_cst(lo)} <= d{p} <= {_cst(hi)} }}"))
+                    isl.Set(
+                        f"{{ [{', '.join(f'd{i}' for i in range(p + 1))}] : {_cst(lo)} <= d{p} <= {_cst(hi)} }}"
+                    )
+                )
                 bad = cube.subtract(upto).project_out(isl.dim_type.set, p, 1)
                 good = todo.intersect(prefixes.subtract(bad).add_dims(isl.dim_type.set, n - p))
                 if good.is_empty():
@@ -927,12 +1133,14 @@ def _points_under(node, points: list) -> list:
     """The schedule points of the AST statements under `node` (noted as their annotations)."""
     t = node.get_type()
     if t == isl.ast_node_type.user:
-        return [points[int(node.get_annotation().get_name()[len("points"):])]]
+        return [points[int(node.get_annotation().get_name()[len("points") :])]]
     if t == isl.ast_node_type.for_:
         return _points_under(node.for_get_body(), points)
     if t == isl.ast_node_type.if_:
         out = _points_under(node.if_get_then_node(), points)
-        return out + _points_under(node.if_get_else_node(), points) if node.if_has_else_node() else out
+        return (
+            out + _points_under(node.if_get_else_node(), points) if node.if_has_else_node() else out
+        )
     if t == isl.ast_node_type.block:
         return [p for child in _block_children(node) for p in _points_under(child, points)]
     if t == isl.ast_node_type.mark:
@@ -951,7 +1159,9 @@ def _statements_under(node) -> frozenset[str]:
         return out | _statements_under(node.if_get_else_node()) if node.if_has_else_node() else out
     if t == isl.ast_node_type.block:
         children = node.block_get_children()
-        return frozenset().union(*(_statements_under(children.get_at(i)) for i in range(children.n_ast_node())))
+        return frozenset().union(
+            *(_statements_under(children.get_at(i)) for i in range(children.n_ast_node()))
+        )
     if t == isl.ast_node_type.mark:
         return _statements_under(node.mark_get_node())
     return frozenset()
@@ -973,8 +1183,10 @@ def _floor_affine(e, env) -> tuple[LoopAffine, int]:
     """`e` as floor(numerator / divisor) with an affine numerator over the loop iterators."""
     terms = floor_terms(e, env, "max")
     if len(terms) != 1:
-        raise CodegenError(f"unsupported expression '{e.to_C_str()}' in the schedule's loop nest "
-                           f"(a maximum where one term is needed)")
+        raise CodegenError(
+            f"unsupported expression '{e.to_C_str()}' in the schedule's loop nest "
+            f"(a maximum where one term is needed)"
+        )
     return terms[0]
 
 
@@ -989,7 +1201,10 @@ def _conditions(e, env) -> list[tuple[LoopAffine, int]]:
     if op in (t.and_, t.and_then):
         return _conditions(e.get_op_arg(0), env) + _conditions(e.get_op_arg(1), env)
     if op in (t.ge, t.le, t.eq, t.gt, t.lt):
-        (na, da), (nb, db) = _floor_affine(e.get_op_arg(0), env), _floor_affine(e.get_op_arg(1), env)
+        (na, da), (nb, db) = (
+            _floor_affine(e.get_op_arg(0), env),
+            _floor_affine(e.get_op_arg(1), env),
+        )
         if da != 1 and db != 1:
             raise CodegenError(f"unsupported guard '{e.to_C_str()}' in the schedule's loop nest")
         # floor(n/d) - b >= 0  <=>  n - d*b >= 0 (d > 0)

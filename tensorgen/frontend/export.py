@@ -128,8 +128,11 @@ class _Rebuild:
         if isinstance(arg, fx.Node) and arg in self.env:
             return self.env[arg]
         constant = isinstance(arg, fx.Node) and arg in self.constants
-        raise self.refuse(node, f"an operand is {'a constant tensor' if constant else repr(arg)}, "
-                                "not a tensor computed from the model's inputs")
+        raise self.refuse(
+            node,
+            f"an operand is {'a constant tensor' if constant else repr(arg)}, "
+            "not a tensor computed from the model's inputs",
+        )
 
     def constant(self, node: fx.Node, arg: object, what: str) -> torch.Tensor | None:
         """`arg` of `node` as a float32 parameter, buffer or constant (None stays None)."""
@@ -137,8 +140,9 @@ class _Rebuild:
             return None
         tensor = self.constants.get(arg) if isinstance(arg, fx.Node) else None
         if tensor is None:
-            raise self.refuse(node, f"the {what} is computed in the graph, not a parameter or "
-                                    "buffer of the model")
+            raise self.refuse(
+                node, f"the {what} is computed in the graph, not a parameter or buffer of the model"
+            )
         if tensor.dtype != torch.float32:
             raise self.refuse(node, f"the {what} is {tensor.dtype}, not float32")
         return tensor.detach().clone()
@@ -195,8 +199,10 @@ def _check_in_place(node: fx.Node, order: dict[fx.Node, int]) -> None:
         return
     source = node.args[0]
     if isinstance(source, fx.Node) and any(order[u] > order[node] for u in source.users):
-        raise SpecError(f"{_op_name(node)} at {_place(node)}: updates a tensor in place that is "
-                        "read again afterwards; use the out-of-place op")
+        raise SpecError(
+            f"{_op_name(node)} at {_place(node)}: updates a tensor in place that is "
+            "read again afterwards; use the out-of-place op"
+        )
 
 
 def _bind(node: fx.Node) -> dict[str, object]:
@@ -246,6 +252,7 @@ def _rank(arg: object) -> int | None:
 
 # -- one handler per aten op: (rebuild, exported node, bound arguments) -> node of the new graph --
 
+
 def _conv2d(rb: _Rebuild, node: fx.Node, a: dict) -> fx.Node:
     x = rb.value(node, a["input"])
     if _rank(a["input"]) not in (4, None):
@@ -258,13 +265,22 @@ def _conv2d(rb: _Rebuild, node: fx.Node, a: dict) -> fx.Node:
         if padding == "valid":
             padding = (0, 0)
         else:
-            total = [d * (k - 1) for d, k in zip(dilation, w.shape[2:])]
+            total = [d * (k - 1) for d, k in zip(dilation, w.shape[2:], strict=False)]
             if any(t % 2 for t in total):
-                raise rb.refuse(node, "padding='same' with an even kernel pads unevenly; "
-                                      "pad explicitly")
+                raise rb.refuse(
+                    node, "padding='same' with an even kernel pads unevenly; pad explicitly"
+                )
             padding = tuple(t // 2 for t in total)
-    conv = nn.Conv2d(w.shape[1] * groups, w.shape[0], tuple(w.shape[2:]), stride=stride,
-                     padding=_pair(padding), dilation=dilation, groups=groups, bias=b is not None)
+    conv = nn.Conv2d(
+        w.shape[1] * groups,
+        w.shape[0],
+        tuple(w.shape[2:]),
+        stride=stride,
+        padding=_pair(padding),
+        dilation=dilation,
+        groups=groups,
+        bias=b is not None,
+    )
     conv.weight = nn.Parameter(w)
     if b is not None:
         conv.bias = nn.Parameter(b)
@@ -320,15 +336,26 @@ def _add(rb: _Rebuild, node: fx.Node, a: dict) -> fx.Node:
 
 def _max_pool2d(rb: _Rebuild, node: fx.Node, a: dict) -> fx.Node:
     kernel = _pair(a["kernel_size"])
-    pool = nn.MaxPool2d(kernel, _pair(a["stride"]) if a["stride"] else kernel, _pair(a["padding"]),
-                        _pair(a["dilation"]), ceil_mode=a["ceil_mode"])
+    pool = nn.MaxPool2d(
+        kernel,
+        _pair(a["stride"]) if a["stride"] else kernel,
+        _pair(a["padding"]),
+        _pair(a["dilation"]),
+        ceil_mode=a["ceil_mode"],
+    )
     return rb.call_module(node, pool, rb.value(node, a["self"]))
 
 
 def _avg_pool2d(rb: _Rebuild, node: fx.Node, a: dict) -> fx.Node:
     kernel = _pair(a["kernel_size"])
-    pool = nn.AvgPool2d(kernel, _pair(a["stride"]) if a["stride"] else kernel, _pair(a["padding"]),
-                        a["ceil_mode"], a["count_include_pad"], a["divisor_override"])
+    pool = nn.AvgPool2d(
+        kernel,
+        _pair(a["stride"]) if a["stride"] else kernel,
+        _pair(a["padding"]),
+        a["ceil_mode"],
+        a["count_include_pad"],
+        a["divisor_override"],
+    )
     return rb.call_module(node, pool, rb.value(node, a["self"]))
 
 

@@ -50,7 +50,9 @@ class Value:
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
     def port(self, name: str, role: str, pad: int | None = None) -> Port:
-        return Port(name, self.shape, self.dtype, role, self.zp if pad is None else pad, self.buffer)
+        return Port(
+            name, self.shape, self.dtype, role, self.zp if pad is None else pad, self.buffer
+        )
 
 
 @dataclass
@@ -63,7 +65,9 @@ class Graph:
     outputs: list[Value]
 
 
-def lower_graph(gm: fx.GraphModule, example_inputs: tuple[torch.Tensor, ...], engine: str = "qnnpack") -> Graph:
+def lower_graph(
+    gm: fx.GraphModule, example_inputs: tuple[torch.Tensor, ...], engine: str = "qnnpack"
+) -> Graph:
     """`engine`: the quantized engine whose kernels' rounding the layers reproduce."""
     results = record(gm, example_inputs)
     return _Lowering(gm, results, engine).run()
@@ -87,12 +91,20 @@ def record(gm: fx.GraphModule, example_inputs) -> dict[fx.Node, object]:
                 raise
             # qnnpack refuses some operators at run time (an add whose scale ratios lie outside
             # [2^-14, 2^8)); its reason goes to the C library's stderr, not into the exception
-            reason = next((ln.removeprefix("Error in QNNPACK: ") for ln in captured().splitlines()
-                           if ln.startswith("Error in QNNPACK")), "")
+            reason = next(
+                (
+                    ln.removeprefix("Error in QNNPACK: ")
+                    for ln in captured().splitlines()
+                    if ln.startswith("Error in QNNPACK")
+                ),
+                "",
+            )
             first = next((ln for ln in str(err).splitlines() if "QNNPACK" in ln), str(err))
-            what = first[first.find("failed to"):] if "failed to" in first else first
-            raise SpecError(f"PyTorch's qnnpack cannot run this model: {what}"
-                            + (f" ({reason.strip()})" if reason else "")) from None
+            what = first[first.find("failed to") :] if "failed to" in first else first
+            raise SpecError(
+                f"PyTorch's qnnpack cannot run this model: {what}"
+                + (f" ({reason.strip()})" if reason else "")
+            ) from None
     return results
 
 
@@ -114,6 +126,7 @@ def _native_stderr() -> Iterator[Callable[[], str]]:
             sys.stderr.flush()
             tmp.seek(0)
             return tmp.read().decode(errors="replace")
+
         refused = False
         try:
             yield text
@@ -159,7 +172,9 @@ class _Lowering:
             try:
                 self.node(node)
             except SpecError as err:
-                raise SpecError(f"{_op_name(self.gm, node)} at {module_path(node)}: {err}") from None
+                raise SpecError(
+                    f"{_op_name(self.gm, node)} at {module_path(node)}: {err}"
+                ) from None
         return Graph(self.layers, self.values, self.inputs, self.outputs)
 
     # -- values ------------------------------------------------------------------------------
@@ -174,9 +189,17 @@ class _Lowering:
             raise SpecError(f"produces {type(r).__name__}, not a tensor")
         if r.is_quantized:
             if r.qscheme() != torch.per_tensor_affine or r.dtype not in QDTYPES:
-                raise SpecError(f"produces a {r.dtype} tensor with {r.qscheme()}; only per-tensor quint8/qint8")
-            v = Value(node.name, tuple(r.shape), QDTYPES[r.dtype], float(r.q_scale()), int(r.q_zero_point()),
-                      buffer or node.name)
+                raise SpecError(
+                    f"produces a {r.dtype} tensor with {r.qscheme()}; only per-tensor quint8/qint8"
+                )
+            v = Value(
+                node.name,
+                tuple(r.shape),
+                QDTYPES[r.dtype],
+                float(r.q_scale()),
+                int(r.q_zero_point()),
+                buffer or node.name,
+            )
         elif r.dtype == torch.float32:
             v = Value(node.name, tuple(r.shape), "float32", buffer=buffer or node.name)
         else:
@@ -200,7 +223,7 @@ class _Lowering:
             return
         if node.op == "output":
             outs = node.args[0]
-            for o in (outs if isinstance(outs, (tuple, list)) else (outs,)):
+            for o in outs if isinstance(outs, (tuple, list)) else (outs,):
                 v = self.value_of(o)
                 if v.dtype != "float32":
                     raise SpecError("model outputs must be dequantized float32 tensors")
@@ -224,8 +247,10 @@ class _Lowering:
     def _refuse(self, node: fx.Node) -> None:
         ins = [self.results.get(a) for a in node.all_input_nodes]
         if any(isinstance(r, torch.Tensor) and r.dtype == torch.float32 for r in ins):
-            raise SpecError("a float operation inside the quantized model cannot be bit-exact on the "
-                            "accelerator; quantize it (give it a qconfig) or remove it")
+            raise SpecError(
+                "a float operation inside the quantized model cannot be bit-exact on the "
+                "accelerator; quantize it (give it a qconfig) or remove it"
+            )
         raise SpecError("unsupported operator")
 
     # -- quantize / dequantize ---------------------------------------------------------------
@@ -238,9 +263,23 @@ class _Lowering:
         lo, hi = NATURAL[y.dtype]
 
         def body(lo_, hi_):
-            return [f"Y[{a}] = " + clamp(f"quantize(X[{a}], {y.scale!r}, {y.zp})", lo_, hi_, (lo, hi))]
-        self.add(Layer(node.name, module_path(node), "quantize", [x.port("X", "input", 0), y.port("Y", "output")],
-                       body, lo, hi, fusable=True), y)
+            return [
+                f"Y[{a}] = " + clamp(f"quantize(X[{a}], {y.scale!r}, {y.zp})", lo_, hi_, (lo, hi))
+            ]
+
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "quantize",
+                [x.port("X", "input", 0), y.port("Y", "output")],
+                body,
+                lo,
+                hi,
+                fusable=True,
+            ),
+            y,
+        )
 
     def dequantize(self, node: fx.Node) -> None:
         x = self.value_of(node.args[0])
@@ -248,8 +287,16 @@ class _Lowering:
             raise SpecError("dequantize of a float tensor")
         y = self.result_value(node)
         a = idx(axes(len(y.shape)))
-        self.add(Layer(node.name, module_path(node), "dequantize", [x.port("X", "input"), y.port("Y", "output", 0)],
-                       lambda lo, hi: [f"Y[{a}] = dequantize(X[{a}], {x.scale!r}, {x.zp})"]), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "dequantize",
+                [x.port("X", "input"), y.port("Y", "output", 0)],
+                lambda lo, hi: [f"Y[{a}] = dequantize(X[{a}], {x.scale!r}, {x.zp})"],
+            ),
+            y,
+        )
 
     # -- convolution and linear --------------------------------------------------------------
     def conv(self, node: fx.Node, mod) -> None:
@@ -275,32 +322,65 @@ class _Lowering:
             xz = ""
         ports = [x.port("X", "input")]
         if g == 1:
-            acc, xin, wt, bias_ix = "n, k, h, w", f"X[n, c, {rows}, {cols}]", "W[k, c, r, s]", "B[k]"
+            acc, xin, wt, bias_ix = (
+                "n, k, h, w",
+                f"X[n, c, {rows}, {cols}]",
+                "W[k, c, r, s]",
+                "B[k]",
+            )
             shape = y.shape
         elif g == c == k:
-            acc, xin, wt, bias_ix = "n, k, h, w", f"X[n, k, {rows}, {cols}]", "W[k, 0, r, s]", "B[k]"
+            acc, xin, wt, bias_ix = (
+                "n, k, h, w",
+                f"X[n, k, {rows}, {cols}]",
+                "W[k, 0, r, s]",
+                "B[k]",
+            )
             shape = y.shape
         else:  # grouped: a 5-d view with the group as its own index (reshapes are free in DRAM)
             cg, kg = c // g, k // g
             ports = [Port("X", (n, g, cg, *x.shape[2:]), x.dtype, "input", x.zp, x.buffer)]
             wq = wq.reshape(g, kg, cg, *wq.shape[2:])
             rq = rq.grouped(g, kg)
-            acc, xin, wt, bias_ix = "n, g, k, h, w", f"X[n, g, c, {rows}, {cols}]", "W[g, k, c, r, s]", "B[g, k]"
+            acc, xin, wt, bias_ix = (
+                "n, g, k, h, w",
+                f"X[n, g, c, {rows}, {cols}]",
+                "W[g, k, c, r, s]",
+                "B[g, k]",
+            )
             shape = (n, g, kg, *y.shape[2:])
-        ports += [Port("W", wq.shape, "int8", "input", 0, None, wq), *rq.ports,
-                  Port("ACC", shape, "int32", "none"),
-                  Port("Y", shape, y.dtype, "output", y.zp, y.buffer)]
+        ports += [
+            Port("W", wq.shape, "int8", "input", 0, None, wq),
+            *rq.ports,
+            Port("ACC", shape, "int32", "none"),
+            Port("Y", shape, y.dtype, "output", y.zp, y.buffer),
+        ]
         natural = NATURAL[y.dtype]
         channel = bias_ix[2:-1]  # the output-channel indices, "k" or "g, k"
 
         def body(lo, hi):
-            return [f"ACC[{acc}] = {rq.init(channel)}",
-                    f"ACC[{acc}] += ({xin}{xz}) * ({wt}{wz})" if (xz and wz) else
-                    f"ACC[{acc}] += ({xin}{xz}) * {wt}" if xz else f"ACC[{acc}] += {xin} * {wt}",
-                    f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", channel, y.zp), lo, hi, natural)]
+            return [
+                f"ACC[{acc}] = {rq.init(channel)}",
+                f"ACC[{acc}] += ({xin}{xz}) * ({wt}{wz})"
+                if (xz and wz)
+                else f"ACC[{acc}] += ({xin}{xz}) * {wt}"
+                if xz
+                else f"ACC[{acc}] += {xin} * {wt}",
+                f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", channel, y.zp), lo, hi, natural),
+            ]
+
         lo, hi = (y.zp, natural[1]) if relu else natural
-        layer = Layer(node.name, module_path(node), "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped",
-                      ports, body, lo, hi, fusable=True, epilogue=["relu"] if relu else [])
+        layer = Layer(
+            node.name,
+            module_path(node),
+            "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped",
+            ports,
+            body,
+            lo,
+            hi,
+            fusable=True,
+            epilogue=["relu"] if relu else [],
+        )
         self.add(layer, y)
 
     def linear(self, node: fx.Node, mod) -> None:
@@ -313,18 +393,44 @@ class _Lowering:
         relu = "ReLU" in type(mod).__name__
         xz = f" - {x.zp}" if x.zp else ""
         wz = f" - {w_zp}" if w_zp else ""
-        ports = [Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
-                 Port("W", wq.shape, "int8", "input", 0, None, wq), *rq.ports,
-                 Port("ACC", (rows, o), "int32", "none"), Port("Y", (rows, o), y.dtype, "output", y.zp, y.buffer)]
+        ports = [
+            Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
+            Port("W", wq.shape, "int8", "input", 0, None, wq),
+            *rq.ports,
+            Port("ACC", (rows, o), "int32", "none"),
+            Port("Y", (rows, o), y.dtype, "output", y.zp, y.buffer),
+        ]
         natural = NATURAL[y.dtype]
-        product = f"(X[n, i]{xz}) * (W[o, i]{wz})" if wz else f"(X[n, i]{xz}) * W[o, i]" if xz else "X[n, i] * W[o, i]"
+        product = (
+            f"(X[n, i]{xz}) * (W[o, i]{wz})"
+            if wz
+            else f"(X[n, i]{xz}) * W[o, i]"
+            if xz
+            else "X[n, i] * W[o, i]"
+        )
 
         def body(lo, hi):
-            return [f"ACC[n, o] = {rq.init('o')}", f"ACC[n, o] += {product}",
-                    "Y[n, o] = " + clamp(rq.expr("ACC[n, o]", "o", y.zp), lo, hi, natural)]
+            return [
+                f"ACC[n, o] = {rq.init('o')}",
+                f"ACC[n, o] += {product}",
+                "Y[n, o] = " + clamp(rq.expr("ACC[n, o]", "o", y.zp), lo, hi, natural),
+            ]
+
         lo, hi = (y.zp, natural[1]) if relu else natural
-        self.add(Layer(node.name, module_path(node), "linear", ports, body, lo, hi, fusable=True,
-                       epilogue=["relu"] if relu else []), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "linear",
+                ports,
+                body,
+                lo,
+                hi,
+                fusable=True,
+                epilogue=["relu"] if relu else [],
+            ),
+            y,
+        )
 
     # -- element-wise ------------------------------------------------------------------------
     def clamp_op(self, node: fx.Node, kind: str, lo_f: float | None, hi_f: float | None) -> None:
@@ -335,14 +441,28 @@ class _Lowering:
         if x.dtype == "float32":
             self._refuse(node)
         natural = NATURAL[x.dtype]
-        lo = max(natural[0], numerics.quantize_scalar(lo_f, x.scale, x.zp, *natural)) if lo_f is not None else natural[0]
-        hi = min(natural[1], numerics.quantize_scalar(hi_f, x.scale, x.zp, *natural)) if hi_f is not None else natural[1]
+        lo = (
+            max(natural[0], numerics.quantize_scalar(lo_f, x.scale, x.zp, *natural))
+            if lo_f is not None
+            else natural[0]
+        )
+        hi = (
+            min(natural[1], numerics.quantize_scalar(hi_f, x.scale, x.zp, *natural))
+            if hi_f is not None
+            else natural[1]
+        )
         r = self.results[node]
         if r.q_scale() != x.scale or r.q_zero_point() != x.zp:
-            raise SpecError("changes the quantization parameters (only clamps that keep them are supported)")
+            raise SpecError(
+                "changes the quantization parameters (only clamps that keep them are supported)"
+            )
         producer = self.producer.get(x.name)
-        if producer is not None and producer.fusable and len(node.args[0].users) == 1 and \
-                producer.output.value == x.buffer:
+        if (
+            producer is not None
+            and producer.fusable
+            and len(node.args[0].users) == 1
+            and producer.output.value == x.buffer
+        ):
             producer.lo, producer.hi = max(producer.lo, lo), min(producer.hi, hi)
             producer.epilogue.append(kind)
             producer.result = node.name
@@ -351,30 +471,61 @@ class _Lowering:
             return
         y = self.result_value(node)
         a = idx(axes(len(y.shape)))
-        self.add(Layer(node.name, module_path(node), kind, [x.port("X", "input"), y.port("Y", "output")],
-                       lambda lo_, hi_: [f"Y[{a}] = " + clamp(f"X[{a}]", lo_, hi_, natural)], lo, hi, fusable=True), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                kind,
+                [x.port("X", "input"), y.port("Y", "output")],
+                lambda lo_, hi_: [f"Y[{a}] = " + clamp(f"X[{a}]", lo_, hi_, natural)],
+                lo,
+                hi,
+                fusable=True,
+            ),
+            y,
+        )
 
     def add_op(self, node: fx.Node, relu: bool) -> None:
         a_node, b_node = node.args[0], node.args[1]
         a, b = self.value_of(a_node), self.value_of(b_node)
         y = self.result_value(node)
         if a.shape != b.shape or a.shape != y.shape:
-            raise SpecError(f"broadcasting add of {list(a.shape)} and {list(b.shape)} (only equal shapes)")
+            raise SpecError(
+                f"broadcasting add of {list(a.shape)} and {list(b.shape)} (only equal shapes)"
+            )
         if y.dtype != "uint8":
             raise SpecError("quantized add of non-quint8 tensors")
         ra, rb = (self.results[n] for n in node.args[:2])
-        combine = add_rule(self.engine, (a.scale, a.zp), (b.scale, b.zp), (y.scale, y.zp), y.shape,
-                           ra.is_contiguous() == rb.is_contiguous())
+        combine = add_rule(
+            self.engine,
+            (a.scale, a.zp),
+            (b.scale, b.zp),
+            (y.scale, y.zp),
+            y.shape,
+            ra.is_contiguous() == rb.is_contiguous(),
+        )
         if self.fuse_add(node, relu, combine, y, (a_node, a, b, False), (b_node, b, a, True)):
             return
         ix = idx(axes(len(y.shape)))
 
         def body(lo, hi):
             return [f"Y[{ix}] = clamp({combine(f'A[{ix}]', f'B[{ix}]')}, {lo}, {hi})"]
+
         lo = y.zp if relu else 0
-        self.add(Layer(node.name, module_path(node), "add",
-                       [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")], body, lo, 255,
-                       fusable=True, epilogue=["relu"] if relu else []), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "add",
+                [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")],
+                body,
+                lo,
+                255,
+                fusable=True,
+                epilogue=["relu"] if relu else [],
+            ),
+            y,
+        )
 
     def fuse_add(self, node: fx.Node, relu: bool, combine, y: Value, *operands) -> bool:
         """Fold a residual add into the conv or linear layer just before it when that layer
@@ -384,8 +535,12 @@ class _Lowering:
         if producer is None or producer.op not in ("conv2d", "depthwise", "grouped", "linear"):
             return False
         for arg, mine, other, second in operands:
-            if self.producer.get(mine.name) is not producer or len(arg.users) != 1 or \
-                    producer.output.value != mine.buffer or other.buffer == mine.buffer:
+            if (
+                self.producer.get(mine.name) is not producer
+                or len(arg.users) != 1
+                or producer.output.value != mine.buffer
+                or other.buffer == mine.buffer
+            ):
                 continue
             out = producer.output
             old_body, plo, phi = producer.body, producer.lo, producer.hi
@@ -393,12 +548,16 @@ class _Lowering:
             def body(lo, hi, old_body=old_body, plo=plo, phi=phi, second=second):
                 *stmts, last = old_body(plo, phi)
                 lhs, expr = last.split(" = ", 1)
-                r = f"R[{lhs[lhs.index('[') + 1:-1]}]"
-                return stmts + [f"{lhs} = clamp({combine(r, expr) if second else combine(expr, r)}, {lo}, {hi})"]
+                r = f"R[{lhs[lhs.index('[') + 1 : -1]}]"
+                return stmts + [
+                    f"{lhs} = clamp({combine(r, expr) if second else combine(expr, r)}, {lo}, {hi})"
+                ]
+
             producer.body = body
             producer.ports = [q for q in producer.ports if q.role != "output"] + [
                 Port("R", out.shape, other.dtype, "input", other.zp, other.buffer),
-                Port("Y", out.shape, y.dtype, "output", y.zp, y.buffer)]
+                Port("Y", out.shape, y.dtype, "output", y.zp, y.buffer),
+            ]
             producer.lo, producer.hi = (y.zp if relu else 0), 255
             producer.epilogue += ["add", "relu"] if relu else ["add"]
             producer.result = node.name
@@ -410,22 +569,42 @@ class _Lowering:
     def max_pool(self, node: fx.Node, kernel, stride, padding, dilation) -> None:
         x = self.value_of(node.args[0])
         y = self.result_value(node)
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(v) for v in (kernel, stride or kernel, padding, dilation))
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
+            _pair(v) for v in (kernel, stride or kernel, padding, dilation)
+        )
         if self.engine == "qnnpack" and max(dh, dw) > 1 and max(ph, pw) > 0:
             # see tests/frontend/test_models.py::test_qnnpack_dilated_max_pool_bug_is_still_in_torch
-            raise SpecError("torch's qnnpack quantized max pooling is "
-                            f"wrong at the borders when dilation > 1 and padding > 0 (dilation {dh}x{dw}, "
-                            f"padding {ph}x{pw}), so PyTorch's reference is wrong; use --engine x86, or padding 0")
+            raise SpecError(
+                "torch's qnnpack quantized max pooling is "
+                f"wrong at the borders when dilation > 1 and padding > 0 (dilation {dh}x{dw}, "
+                f"padding {ph}x{pw}), so PyTorch's reference is wrong; use --engine x86, or padding 0"
+            )
         lo, _ = NATURAL[x.dtype]
-        rows, cols = affine((sh, "h"), (dh, "i"), const=-ph), affine((sw, "w"), (dw, "j"), const=-pw)
+        rows, cols = (
+            affine((sh, "h"), (dh, "i"), const=-ph),
+            affine((sw, "w"), (dw, "j"), const=-pw),
+        )
 
         def body(lo_, hi_):
-            return [f"Y[n, c, h, w] = {lo}",
-                    {"stmt": f"Y[n, c, h, w] max= X[n, c, {rows}, {cols}]",
-                     "where": f"0 <= i < {kh} and 0 <= j < {kw}"}]
+            return [
+                f"Y[n, c, h, w] = {lo}",
+                {
+                    "stmt": f"Y[n, c, h, w] max= X[n, c, {rows}, {cols}]",
+                    "where": f"0 <= i < {kh} and 0 <= j < {kw}",
+                },
+            ]
+
         # padding acts as -inf: the dtype's minimum never beats a real element of the window
-        self.add(Layer(node.name, module_path(node), "max_pool2d",
-                       [x.port("X", "input", lo), y.port("Y", "output")], body), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "max_pool2d",
+                [x.port("X", "input", lo), y.port("Y", "output")],
+                body,
+            ),
+            y,
+        )
 
     def adaptive_avg_pool(self, node: fx.Node, output_size) -> None:
         x = self.value_of(node.args[0])
@@ -433,7 +612,9 @@ class _Lowering:
         n, c, h, w = x.shape
         oh, ow = y.shape[2:]
         if h % oh or w % ow:
-            raise SpecError(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: only sizes that divide")
+            raise SpecError(
+                f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: only sizes that divide"
+            )
         kh, kw = h // oh, w // ow
         xz = f" - {x.zp}" if x.zp else ""
         if self.engine != "qnnpack" and (oh, ow) != (1, 1):
@@ -441,24 +622,45 @@ class _Lowering:
         if self.engine == "qnnpack":
             mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
             result = f"requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
-        elif self.results[node.args[0]].is_contiguous():  # fbgemm's NCHW kernel: zero points never enter
+        elif self.results[
+            node.args[0]
+        ].is_contiguous():  # fbgemm's NCHW kernel: zero points never enter
             mult = numerics.fbgemm_avgpool_multiplier(kh, kw, channels_last=False)
             xz, result = "", f"requant(ACC[n, c, h, w], {f32(mult)}, 0)"
         else:  # channels-last: the zero point inside one fused multiply-add, on 8-channel vectors
             if c % 8:
-                raise SpecError(f"adaptive_avg_pool2d under {self.engine} of {c} channels: fbgemm rounds the last "
-                                f"{c % 8} differently; only multiples of 8 are supported")
+                raise SpecError(
+                    f"adaptive_avg_pool2d under {self.engine} of {c} channels: fbgemm rounds the last "
+                    f"{c % 8} differently; only multiples of 8 are supported"
+                )
             mult = numerics.fbgemm_avgpool_multiplier(kh, kw, True, x.scale, y.scale)
             result = f"requant_fma(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
 
         def body(lo, hi):  # the explicit zero: linked layers share DRAM, nothing starts at zero
-            return ["ACC[n, c, h, w] = 0",
-                    {"stmt": f"ACC[n, c, h, w] += X[n, c, {affine((kh, 'h'), (1, 'i'))}, "
-                             f"{affine((kw, 'w'), (1, 'j'))}]{xz}",
-                     "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
-                    f"Y[n, c, h, w] = {result}"]
-        self.add(Layer(node.name, module_path(node), "adaptive_avg_pool2d",
-                       [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
+            return [
+                "ACC[n, c, h, w] = 0",
+                {
+                    "stmt": f"ACC[n, c, h, w] += X[n, c, {affine((kh, 'h'), (1, 'i'))}, "
+                    f"{affine((kw, 'w'), (1, 'j'))}]{xz}",
+                    "where": f"0 <= i < {kh} and 0 <= j < {kw}",
+                },
+                f"Y[n, c, h, w] = {result}",
+            ]
+
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "adaptive_avg_pool2d",
+                [
+                    x.port("X", "input"),
+                    Port("ACC", y.shape, "int32", "none"),
+                    y.port("Y", "output"),
+                ],
+                body,
+            ),
+            y,
+        )
 
     def avg_pool(self, node: fx.Node, kernel, stride, padding, ceil_mode: bool) -> None:
         """qnnpack's average pooling: padding holds the zero point and counts in the divisor
@@ -475,12 +677,29 @@ class _Lowering:
         rows, cols = affine((sh, "h"), (1, "i"), const=-ph), affine((sw, "w"), (1, "j"), const=-pw)
 
         def body(lo, hi):
-            return ["ACC[n, c, h, w] = 0",
-                    {"stmt": f"ACC[n, c, h, w] += X[n, c, {rows}, {cols}]{xz}",
-                     "where": f"0 <= i < {kh} and 0 <= j < {kw}"},
-                    f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"]
-        self.add(Layer(node.name, module_path(node), "avg_pool2d",
-                       [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")], body), y)
+            return [
+                "ACC[n, c, h, w] = 0",
+                {
+                    "stmt": f"ACC[n, c, h, w] += X[n, c, {rows}, {cols}]{xz}",
+                    "where": f"0 <= i < {kh} and 0 <= j < {kw}",
+                },
+                f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})",
+            ]
+
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "avg_pool2d",
+                [
+                    x.port("X", "input"),
+                    Port("ACC", y.shape, "int32", "none"),
+                    y.port("Y", "output"),
+                ],
+                body,
+            ),
+            y,
+        )
 
     # -- shapes ------------------------------------------------------------------------------
     def alias(self, node: fx.Node) -> None:
@@ -492,7 +711,9 @@ class _Lowering:
         v = self.result_value(node, buffer=x.buffer)
         if (v.scale, v.zp) != (x.scale, x.zp):
             raise SpecError("reshape changes the quantization parameters")
-        if x.name in self.producer and len(node.args[0].users) == 1:  # a clamp after it may still fold
+        if (
+            x.name in self.producer and len(node.args[0].users) == 1
+        ):  # a clamp after it may still fold
             self.producer[node.name] = self.producer[x.name]
 
     def permute(self, node: fx.Node) -> None:
@@ -502,8 +723,16 @@ class _Lowering:
         y = self.result_value(node)
         src = axes(len(x.shape))
         dst = [src[d] for d in dims]
-        self.add(Layer(node.name, module_path(node), "permute", [x.port("X", "input"), y.port("Y", "output")],
-                       lambda lo, hi: [f"Y[{idx(dst)}] = X[{idx(src)}]"]), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "permute",
+                [x.port("X", "input"), y.port("Y", "output")],
+                lambda lo, hi: [f"Y[{idx(dst)}] = X[{idx(src)}]"],
+            ),
+            y,
+        )
 
     def cat(self, node: fx.Node) -> None:
         parts = [self.value_of(a) for a in node.args[0]]
@@ -512,7 +741,9 @@ class _Lowering:
         dim %= len(y.shape)
         for p in parts:
             if (p.scale, p.zp) != (y.scale, y.zp):
-                raise SpecError("cat of inputs with different quantization parameters (it would requantize)")
+                raise SpecError(
+                    "cat of inputs with different quantization parameters (it would requantize)"
+                )
         ports, stmts, off = [], [], 0
         for i, p in enumerate(parts):
             ix = axes(len(y.shape))
@@ -520,11 +751,23 @@ class _Lowering:
             out[dim] = affine((1, ix[dim]), const=off)
             ports.append(p.port(f"X{i}", "input"))
             # where: bounds the concatenated index by this part (Y's dimension is larger)
-            stmts.append({"stmt": f"Y[{idx(out)}] = X{i}[{idx(ix)}]",
-                          "where": f"0 <= {ix[dim]} < {p.shape[dim]}"})
+            stmts.append(
+                {
+                    "stmt": f"Y[{idx(out)}] = X{i}[{idx(ix)}]",
+                    "where": f"0 <= {ix[dim]} < {p.shape[dim]}",
+                }
+            )
             off += p.shape[dim]
-        self.add(Layer(node.name, module_path(node), "cat", ports + [y.port("Y", "output")],
-                       lambda lo, hi: stmts), y)
+        self.add(
+            Layer(
+                node.name,
+                module_path(node),
+                "cat",
+                ports + [y.port("Y", "output")],
+                lambda lo, hi: stmts,
+            ),
+            y,
+        )
 
 
 def _pair(v) -> tuple[int, int]:
@@ -542,18 +785,27 @@ def _max_pool_fn(lw: _Lowering, node: fx.Node) -> None:
     kw = node.kwargs
     kernel = kw.get("kernel_size", args[0])
     stride = kw.get("stride", args[1]) or kernel
-    lw.max_pool(node, kernel, stride, kw.get("padding", args[2] or 0), kw.get("dilation", args[3] or 1))
+    lw.max_pool(
+        node, kernel, stride, kw.get("padding", args[2] or 0), kw.get("dilation", args[3] or 1)
+    )
 
 
 def _avg_pool_args(node: fx.Node):
     names = ("kernel_size", "stride", "padding", "ceil_mode")
-    args = dict(zip(names, node.args[1:]))
+    args = dict(zip(names, node.args[1:], strict=False))
     args.update({k: v for k, v in node.kwargs.items() if k in names})
-    return args["kernel_size"], args.get("stride"), args.get("padding", 0), args.get("ceil_mode", False)
+    return (
+        args["kernel_size"],
+        args.get("stride"),
+        args.get("padding", 0),
+        args.get("ceil_mode", False),
+    )
 
 
 def _hardtanh_module(lw, node, mod):
-    lw.clamp_op(node, "hardtanh" if not isinstance(mod, nn.ReLU6) else "relu6", mod.min_val, mod.max_val)
+    lw.clamp_op(
+        node, "hardtanh" if not isinstance(mod, nn.ReLU6) else "relu6", mod.min_val, mod.max_val
+    )
 
 
 MODULES = (
@@ -563,7 +815,10 @@ MODULES = (
     (nn.Hardtanh, _hardtanh_module),  # ReLU6 derives from it
     (nn.MaxPool2d, _max_pool_module),
     (nn.AdaptiveAvgPool2d, lambda lw, n, m: lw.adaptive_avg_pool(n, m.output_size)),
-    (nn.AvgPool2d, lambda lw, n, m: lw.avg_pool(n, m.kernel_size, m.stride, m.padding, m.ceil_mode)),
+    (
+        nn.AvgPool2d,
+        lambda lw, n, m: lw.avg_pool(n, m.kernel_size, m.stride, m.padding, m.ceil_mode),
+    ),
     (nn.Flatten, lambda lw, n, m: lw.alias(n)),
     (nn.Identity, lambda lw, n, m: lw.alias(n)),
 )
@@ -579,8 +834,12 @@ FUNCTIONS = {
     torch.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
     F.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
     F.relu6: lambda lw, n: lw.clamp_op(n, "relu6", 0.0, 6.0),
-    F.hardtanh: lambda lw, n: lw.clamp_op(n, "hardtanh", n.kwargs.get("min_val", (list(n.args) + [-1.0])[1]),
-                                          n.kwargs.get("max_val", (list(n.args) + [-1.0, 1.0])[2])),
+    F.hardtanh: lambda lw, n: lw.clamp_op(
+        n,
+        "hardtanh",
+        n.kwargs.get("min_val", (list(n.args) + [-1.0])[1]),
+        n.kwargs.get("max_val", (list(n.args) + [-1.0, 1.0])[2]),
+    ),
     F.max_pool2d: _max_pool_fn,
     torch.max_pool2d: _max_pool_fn,
     F.adaptive_avg_pool2d: lambda lw, n: lw.adaptive_avg_pool(n, n.args[1]),

@@ -9,9 +9,8 @@ written with `repr` of the float32 value, which round-trips exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -104,7 +103,13 @@ def affine(*terms: tuple[int, str], const: int = 0) -> str:
         t = name if coef == 1 else f"{coef}*{name}"
         out += t if not out else f" + {t}"
     if const or not out:
-        out += f" + {const}" if const > 0 and out else f" - {-const}" if const < 0 and out else str(const)
+        out += (
+            f" + {const}"
+            if const > 0 and out
+            else f" - {-const}"
+            if const < 0 and out
+            else str(const)
+        )
     return out
 
 

@@ -34,10 +34,13 @@ MODEL = "model"  # torch.export.save names its one program so
 _RECORDS = re.compile(  # every record torch.export.save writes for a program without AOTInductor code
     r"archive_format|archive_version|byteorder|\.data/\w+|\.\w+|extra/[\w.-]+|models/model\.json"
     r"|data/weights/model_weights_config\.json|data/weights/weight_\d+"
-    r"|data/constants/model_constants_config\.json|data/constants/tensor_\d+|data/sample_inputs/model\.pt")
-WHAT_A_PT2_MAY_HOLD = ("tensorgen loads a .pt2 that torch.export.save wrote for a program with static shapes: "
-                       "its graph, weights and constants as plain tensors and example inputs; never pickled "
-                       "objects, compiled code or symbolic shapes")
+    r"|data/constants/model_constants_config\.json|data/constants/tensor_\d+|data/sample_inputs/model\.pt"
+)
+WHAT_A_PT2_MAY_HOLD = (
+    "tensorgen loads a .pt2 that torch.export.save wrote for a program with static shapes: "
+    "its graph, weights and constants as plain tensors and example inputs; never pickled "
+    "objects, compiled code or symbolic shapes"
+)
 
 
 def load_model(spec: str, params: dict[str, int] | None = None) -> ModelAndInputs:
@@ -80,16 +83,22 @@ def _check_archive(reader, where: str) -> None:
         raise SpecError(f"{where}: the archive names a record twice; {WHAT_A_PT2_MAY_HOLD}")
     for name in names:
         if not _RECORDS.fullmatch(name):
-            raise SpecError(f"{where}: unexpected record {one_line(name, 80)!r}; {WHAT_A_PT2_MAY_HOLD}")
+            raise SpecError(
+                f"{where}: unexpected record {one_line(name, 80)!r}; {WHAT_A_PT2_MAY_HOLD}"
+            )
     if f"models/{MODEL}.json" not in names:
         raise SpecError(f"{where}: the archive holds no exported program ({WHAT_A_PT2_MAY_HOLD})")
     total = sum(reader.archive_file.get_record_size(n) for n in names)
     if total > LIMITS.binary_bytes:
-        raise SpecError(f"{where}: the archive unpacks to {total:,} bytes, over the limit of "
-                        f"{LIMITS.binary_bytes:,} bytes (InputLimits)")
+        raise SpecError(
+            f"{where}: the archive unpacks to {total:,} bytes, over the limit of "
+            f"{LIMITS.binary_bytes:,} bytes (InputLimits)"
+        )
     try:
-        for config, prefix in (("data/weights/model_weights_config.json", "weight_"),
-                               ("data/constants/model_constants_config.json", "tensor_")):
+        for config, prefix in (
+            ("data/weights/model_weights_config.json", "weight_"),
+            ("data/constants/model_constants_config.json", "tensor_"),
+        ):
             _check_payloads(json.loads(reader.read_string(config)), prefix, where)
         program = json.loads(reader.read_string(f"models/{MODEL}.json"))
         samples = reader.read_bytes(f"data/sample_inputs/{MODEL}.pt")
@@ -102,8 +111,10 @@ def _check_archive(reader, where: str) -> None:
         if samples:  # (none: exported_module says the program carries no example inputs)
             torch.load(io.BytesIO(samples), weights_only=True)
     except Exception as err:  # torch.export.load would retry with the unsafe unpickler
-        raise SpecError(f"{where}: its example inputs are not plain tensors (the weights-only unpickler "
-                        f"refuses them: {_brief(err)}); {WHAT_A_PT2_MAY_HOLD}") from None
+        raise SpecError(
+            f"{where}: its example inputs are not plain tensors (the weights-only unpickler "
+            f"refuses them: {_brief(err)}); {WHAT_A_PT2_MAY_HOLD}"
+        ) from None
 
 
 def _check_payloads(config: object, prefix: str, where: str) -> None:
@@ -114,26 +125,44 @@ def _check_payloads(config: object, prefix: str, where: str) -> None:
     for fqn, meta in entries.items():
         pickled = not isinstance(meta, dict) or meta.get("use_pickle") is not False
         if pickled or not re.fullmatch(prefix + r"\d+", str(meta.get("path_name"))):
-            raise SpecError(f"{where}: {one_line(fqn, 80)} is stored as a pickled object, which loading "
-                            f"would run; {WHAT_A_PT2_MAY_HOLD}")
+            raise SpecError(
+                f"{where}: {one_line(fqn, 80)} is stored as a pickled object, which loading "
+                f"would run; {WHAT_A_PT2_MAY_HOLD}"
+            )
 
 
 def _check_static(program: object, where: str) -> None:
     """No symbolic expression (torch parses them with sympy's eval) and no guards (exec'd)."""
     if not isinstance(program, dict):
         raise SpecError(f"{where}: not a torch.export program (its program is not a mapping)")
-    graph = program.get("graph_module", {}).get("graph", {}) if isinstance(program.get("graph_module"), dict) else {}
+    graph = (
+        program.get("graph_module", {}).get("graph", {})
+        if isinstance(program.get("graph_module"), dict)
+        else {}
+    )
     values = graph.get("tensor_values", {}) if isinstance(graph, dict) else {}
     for arg in graph.get("inputs", []) if isinstance(graph, dict) else []:
         name = arg.get("as_tensor", {}).get("name") if isinstance(arg, dict) else None
-        sizes = values.get(name, {}).get("sizes", []) if isinstance(values, dict) and name in values else []
+        sizes = (
+            values.get(name, {}).get("sizes", [])
+            if isinstance(values, dict) and name in values
+            else []
+        )
         if any(isinstance(d, dict) and "as_int" not in d for d in sizes):
             shape = ", ".join(str(d["as_int"]) if "as_int" in d else "?" for d in sizes)
-            raise SpecError(f"{where}: input {one_line(name, 80)} has a dynamic shape [{shape}]; "
-                            "export with static shapes")
-    if program.get("guards_code") or program.get("range_constraints") or _has_key(program, "expr_str"):
-        raise SpecError(f"{where}: the program has symbolic shapes or guards, which loading would evaluate "
-                        f"as Python; export with static shapes")
+            raise SpecError(
+                f"{where}: input {one_line(name, 80)} has a dynamic shape [{shape}]; "
+                "export with static shapes"
+            )
+    if (
+        program.get("guards_code")
+        or program.get("range_constraints")
+        or _has_key(program, "expr_str")
+    ):
+        raise SpecError(
+            f"{where}: the program has symbolic shapes or guards, which loading would evaluate "
+            f"as Python; export with static shapes"
+        )
 
 
 def _has_key(tree: object, key: str) -> bool:
@@ -166,7 +195,9 @@ def _brief(err: BaseException) -> str:
     return f"{type(err).__name__}: {one_line(lines[0], 160)}" if lines else type(err).__name__
 
 
-def exported_module(ep: torch.export.ExportedProgram, where: str = "exported program") -> ModelAndInputs:
+def exported_module(
+    ep: torch.export.ExportedProgram, where: str = "exported program"
+) -> ModelAndInputs:
     """The exported graph rebuilt as a module the quantization flow takes (see
     tensorgen/frontend/export.py), with its example inputs; refuses dynamic shapes."""
     for node in ep.graph.nodes:
@@ -174,13 +205,17 @@ def exported_module(ep: torch.export.ExportedProgram, where: str = "exported pro
             continue
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape):
-            raise SpecError(f"{where}: input {node.name} has a dynamic shape {list(val.shape)}; "
-                            "export with static shapes")
+            raise SpecError(
+                f"{where}: input {node.name} has a dynamic shape {list(val.shape)}; "
+                "export with static shapes"
+            )
     args, kwargs = ep.example_inputs or ((), {})
     if kwargs:
         raise SpecError(f"{where}: keyword inputs are not supported")
     if not args:
-        raise SpecError(f"{where}: the program carries no example inputs; export it with example inputs")
+        raise SpecError(
+            f"{where}: the program carries no example inputs; export it with example inputs"
+        )
     try:
         module = module_from_exported(ep)
     except SpecError as err:

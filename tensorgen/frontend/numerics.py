@@ -278,9 +278,14 @@ def fbgemm_add_params(
     _check_positive("fbgemm_add_params", s_a=s_a, s_b=s_b, s_out=s_out)
     sa, sb = np.float32(s_a), np.float32(s_b)
     return FbgemmAddParams(
-        s_a=sa, zp_a=int(zp_a), offset_a=sa * np.float32(-int(zp_a)),
-        s_b=sb, zp_b=int(zp_b), offset_b=sb * np.float32(-int(zp_b)),
-        inv_out=np.float32(1) / np.float32(s_out), zp_out=int(zp_out),
+        s_a=sa,
+        zp_a=int(zp_a),
+        offset_a=sa * np.float32(-int(zp_a)),
+        s_b=sb,
+        zp_b=int(zp_b),
+        offset_b=sb * np.float32(-int(zp_b)),
+        inv_out=np.float32(1) / np.float32(s_out),
+        zp_out=int(zp_out),
     )
 
 
@@ -321,7 +326,7 @@ def fbgemm_add_scalar_mask(
         size = -(-numel // k)
         chunks = [(b, min(numel, b + size)) for b in range(0, numel, size)]
     for begin, end in chunks:
-        mask[end - (end - begin) % block:end] = True
+        mask[end - (end - begin) % block : end] = True
     return mask
 
 

@@ -59,12 +59,14 @@ class X86Behaviour:
         sat = "int16-saturating int8 pair products (exact for activations <= 127)"
         products = "exact int8 products" if self.exact_products else sat
         if self.exact_depthwise != self.exact_products:
-            products += f" (depthwise convs: {'exact int8 products' if self.exact_depthwise else sat})"
+            products += (
+                f" (depthwise convs: {'exact int8 products' if self.exact_depthwise else sat})"
+            )
         add = f"add vector block {self.add_block}" if self.add_block else "add rounding unknown"
         return f"{self.engine} engine: {products}, {add} ({cpu})"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def x86_behaviour(engine: str = "x86") -> X86Behaviour:
     """Probe `engine` ("x86" or "fbgemm") once per process; see the module docstring."""
     if engine not in ("x86", "fbgemm"):
@@ -73,14 +75,18 @@ def x86_behaviour(engine: str = "x86") -> X86Behaviour:
     with warnings.catch_warnings():  # torch's deprecation notice for quantized tensor creation
         warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
         torch.backends.quantized.engine = engine
-        torch.set_num_threads(1)  # the add's tail split depends on threads only above 32767 elements
+        torch.set_num_threads(
+            1
+        )  # the add's tail split depends on threads only above 32767 elements
         try:
             exact, depthwise = _products_are_exact(), _depthwise_is_exact()
             block = _add_block()
         finally:
             torch.backends.quantized.engine = saved
             torch.set_num_threads(threads)
-    return X86Behaviour(engine, exact, depthwise, block, cpu_has_vnni(), torch.backends.cpu.get_cpu_capability())
+    return X86Behaviour(
+        engine, exact, depthwise, block, cpu_has_vnni(), torch.backends.cpu.get_cpu_capability()
+    )
 
 
 def cpu_has_vnni() -> bool:
@@ -102,9 +108,12 @@ def _products_are_exact() -> bool:
     import torch.ao.nn.quantized as nnq
 
     k = 8  # 4 pairs: exact 259080, saturated 131068
-    w = torch._make_per_channel_quantized_tensor(torch.full((1, k), 127, dtype=torch.int8),
-                                                 torch.tensor([1.0], dtype=torch.float64),
-                                                 torch.zeros(1, dtype=torch.long), 0)
+    w = torch._make_per_channel_quantized_tensor(
+        torch.full((1, k), 127, dtype=torch.int8),
+        torch.tensor([1.0], dtype=torch.float64),
+        torch.zeros(1, dtype=torch.long),
+        0,
+    )
     lin = nnq.Linear(k, 1)
     lin.set_weight_bias(w, None)
     lin.scale, lin.zero_point = 2048.0, 0
@@ -123,9 +132,12 @@ def _depthwise_is_exact() -> bool:
     import torch.ao.nn.quantized as nnq
 
     c = 8
-    w = torch._make_per_channel_quantized_tensor(torch.full((c, 1, 3, 3), 127, dtype=torch.int8),
-                                                 torch.ones(c, dtype=torch.float64),
-                                                 torch.zeros(c, dtype=torch.long), 0)
+    w = torch._make_per_channel_quantized_tensor(
+        torch.full((c, 1, 3, 3), 127, dtype=torch.int8),
+        torch.ones(c, dtype=torch.float64),
+        torch.zeros(c, dtype=torch.long),
+        0,
+    )
     conv = nnq.Conv2d(c, c, 3, padding=1, groups=c)
     conv.set_weight_bias(w, None)
     conv.scale, conv.zero_point = 4096.0, 0
@@ -145,8 +157,22 @@ def _add_block() -> int | None:
         p = numerics.fbgemm_add_params(s_a, zp_a, s_b, zp_b, s_y, zp_y)
 
         def rule(qa, qb, scalar, p=p):
-            return arith.add_fbgemm(qa, qb, p.s_a, p.zp_a, p.offset_a, p.s_b, p.zp_b, p.offset_b,
-                                    p.inv_out, p.zp_out, 0, 255, scalar)
+            return arith.add_fbgemm(
+                qa,
+                qb,
+                p.s_a,
+                p.zp_a,
+                p.offset_a,
+                p.s_b,
+                p.zp_b,
+                p.offset_b,
+                p.inv_out,
+                p.zp_out,
+                0,
+                255,
+                scalar,
+            )
+
         differ = np.flatnonzero(rule(qa_all, qb_all, False) != rule(qa_all, qb_all, True))
         if differ.size:
             break

@@ -87,8 +87,9 @@ def load_factory(spec: str, params: dict[str, int] | None = None) -> ModelAndInp
         try:
             import_spec.loader.exec_module(module)
         except Exception as err:
-            raise SpecError(f"{where}: importing the file raised {_one_line(err)}",
-                            traceback.format_exc()) from err
+            raise SpecError(
+                f"{where}: importing the file raised {_one_line(err)}", traceback.format_exc()
+            ) from err
         factory = getattr(module, function, None)
         if not callable(factory):
             raise SpecError(f"{where}: the file defines no function '{function}'")
@@ -114,8 +115,7 @@ def _call_factory(factory: Callable[..., object], where: str, params: dict[str, 
         return factory(**params)
     except Exception as err:
         args = ", ".join(f"{k}={v!r}" for k, v in params.items())
-        raise SpecError(f"{where}({args}) raised {_one_line(err)}",
-                        traceback.format_exc()) from err
+        raise SpecError(f"{where}({args}) raised {_one_line(err)}", traceback.format_exc()) from err
 
 
 def _check_result(result: object, where: str) -> ModelAndInputs:
@@ -124,12 +124,15 @@ def _check_result(result: object, where: str) -> ModelAndInputs:
         raise SpecError(f"{where}: factory returned {type(result).__name__}; {expected}")
     model, inputs = result
     if not isinstance(model, nn.Module):
-        raise SpecError(f"{where}: factory returned a {type(model).__name__} as the model; "
-                        f"{expected}")
-    if not (isinstance(inputs, tuple) and inputs
-            and all(isinstance(t, torch.Tensor) for t in inputs)):
-        raise SpecError(f"{where}: factory's example inputs are not a non-empty tuple of "
-                        f"tensors; {expected}")
+        raise SpecError(
+            f"{where}: factory returned a {type(model).__name__} as the model; {expected}"
+        )
+    if not (
+        isinstance(inputs, tuple) and inputs and all(isinstance(t, torch.Tensor) for t in inputs)
+    ):
+        raise SpecError(
+            f"{where}: factory's example inputs are not a non-empty tuple of tensors; {expected}"
+        )
     return model, inputs
 
 
@@ -138,8 +141,13 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
-def quantize(model: nn.Module, example_inputs: tuple[torch.Tensor, ...], engine: str = "qnnpack",
-             calibration_batches: int = 8, seed: int = 0) -> torch.fx.GraphModule:
+def quantize(
+    model: nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    engine: str = "qnnpack",
+    calibration_batches: int = 8,
+    seed: int = 0,
+) -> torch.fx.GraphModule:
     """PyTorch's standard FX post-training int8 quantization of `model`.
 
     `prepare_fx(model, get_default_qconfig_mapping(engine), example_inputs)`,
@@ -161,8 +169,9 @@ def quantize(model: nn.Module, example_inputs: tuple[torch.Tensor, ...], engine:
     if engine not in ENGINES:
         raise SpecError(f"quantize(engine={engine!r}): engine must be one of {', '.join(ENGINES)}")
     if calibration_batches < 1:
-        raise SpecError(f"quantize(calibration_batches={calibration_batches}): "
-                        "must be a positive integer")
+        raise SpecError(
+            f"quantize(calibration_batches={calibration_batches}): must be a positive integer"
+        )
     if is_quantized(model):
         return model
     float_model = copy.deepcopy(model).eval()
@@ -183,15 +192,18 @@ def quiet_torch_warnings() -> Iterator[None]:
     # one line. Scoped (catch_warnings restores the filters), not a global filter.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=r"torch(\.|$)")
-        for message in (r"torch\.ao\.quantization is deprecated",
-                        r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other",
-                        r"Please use quant_min and quant_max"):
+        for message in (
+            r"torch\.ao\.quantization is deprecated",
+            r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other",
+            r"Please use quant_min and quant_max",
+        ):
             warnings.filterwarnings("ignore", message=message)
         yield
 
 
-def _random_like(inputs: tuple[torch.Tensor, ...],
-                 generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+def _random_like(
+    inputs: tuple[torch.Tensor, ...], generator: torch.Generator
+) -> tuple[torch.Tensor, ...]:
     return tuple(
         torch.randn(t.shape, dtype=t.dtype, generator=generator) if t.is_floating_point() else t
         for t in inputs
@@ -206,8 +218,10 @@ def is_quantized(model: nn.Module) -> bool:
     """Whether `model` is a converted quantized GraphModule (output of convert_fx)."""
     if not isinstance(model, torch.fx.GraphModule):
         return False
-    if any(node.op == "call_function" and node.target in _QUANTIZE_FUNCTIONS
-           for node in model.graph.nodes):
+    if any(
+        node.op == "call_function" and node.target in _QUANTIZE_FUNCTIONS
+        for node in model.graph.nodes
+    ):
         return True
     return any(type(m).__module__.startswith(_QUANTIZED_MODULE_PACKAGES) for m in model.modules())
 
@@ -219,8 +233,15 @@ def is_quantized(model: nn.Module) -> bool:
 # a scrambled tensor, and an unrepaired MobileNetV2 is no golden reference at all.
 # Other ops are correct in both layouts: relu, pooling, add, add_relu, mul, cat.
 _CLAMP_MODULES = (nn.ReLU6, nn.Hardtanh)
-_CLAMP_FUNCTIONS = (F.relu6, F.hardtanh, F.hardtanh_, torch.clamp, torch.clip, torch.clamp_,
-                    torch.clip_)
+_CLAMP_FUNCTIONS = (
+    F.relu6,
+    F.hardtanh,
+    F.hardtanh_,
+    torch.clamp,
+    torch.clip,
+    torch.clamp_,
+    torch.clip_,
+)
 _CLAMP_METHODS = ("clamp", "clip", "clamp_", "clip_")
 
 

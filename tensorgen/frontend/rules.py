@@ -40,48 +40,77 @@ class Requant:
         return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
 
     def grouped(self, g: int, kg: int) -> Requant:
-        return Requant([Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg)) for p in self.ports],
-                       self.multiplier)
+        return Requant(
+            [
+                Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg))
+                for p in self.ports
+            ],
+            self.multiplier,
+        )
 
 
 def conv_requant(engine: str, s_in: float, s_w, s_out: float, bias: np.ndarray) -> Requant:
     """The bias and requantization of a conv or linear layer under `engine`."""
     if engine == "qnnpack":
         if np.ndim(s_w):
-            raise SpecError("per-channel weights under qnnpack are not supported yet "
-                            "(the default qnnpack qconfig quantizes weights per tensor)")
+            raise SpecError(
+                "per-channel weights under qnnpack are not supported yet "
+                "(the default qnnpack qconfig quantizes weights per tensor)"
+            )
         b_q = numerics.quantize_bias(bias, s_in, s_w).astype(np.int32)
-        return Requant([Port("B", b_q.shape, "int32", "input", 0, None, b_q)],
-                       multiplier=float(numerics.requant_multiplier(s_in, s_w, s_out)))
+        return Requant(
+            [Port("B", b_q.shape, "int32", "input", 0, None, b_q)],
+            multiplier=float(numerics.requant_multiplier(s_in, s_w, s_out)),
+        )
     if not np.ndim(s_w):
-        raise SpecError(f"per-tensor weights under {engine} are not supported yet "
-                        f"(the default {engine} qconfig quantizes weights per channel)")
+        raise SpecError(
+            f"per-tensor weights under {engine} are not supported yet "
+            f"(the default {engine} qconfig quantizes weights per channel)"
+        )
     p = numerics.fbgemm_requant_params(s_in, s_w, s_out, per_channel=True)
     # fbgemm adds RN(b / atws) to the float accumulator: a float32 constant per channel
     bf = (bias.astype(np.float32) / np.asarray(p.atws, np.float32)).astype(np.float32)
     cm = np.broadcast_to(np.asarray(p.cm, np.float32), bf.shape).copy()
-    return Requant([Port("BF", bf.shape, "float32", "input", 0, None, bf),
-                    Port("CM", cm.shape, "float32", "input", 0, None, cm)])
+    return Requant(
+        [
+            Port("BF", bf.shape, "float32", "input", 0, None, bf),
+            Port("CM", cm.shape, "float32", "input", 0, None, cm),
+        ]
+    )
 
 
-def add_rule(engine: str, a: tuple[float, int], b: tuple[float, int], y: tuple[float, int],
-             shape: tuple[int, ...], same_layout: bool) -> Callable[[str, str], str]:
+def add_rule(
+    engine: str,
+    a: tuple[float, int],
+    b: tuple[float, int],
+    y: tuple[float, int],
+    shape: tuple[int, ...],
+    same_layout: bool,
+) -> Callable[[str, str], str]:
     """(expression of A, expression of B) -> their quantized sum before its final clamp, as
     `engine` computes it; a, b, y are (scale, zero point)."""
     (s_a, zp_a), (s_b, zp_b), (s_y, zp_y) = a, b, y
     if engine == "qnnpack":
         p = numerics.add_params(s_a, zp_a, s_b, zp_b, s_y)
-        return lambda ea, eb: (f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
-                               f"{p.shift}) {_signed(zp_y)}")
+        return lambda ea, eb: (
+            f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
+            f"{p.shift}) {_signed(zp_y)}"
+        )
     block = x86_behaviour(engine).add_block  # the vector loop's width on this CPU, measured
     if block is None:
-        raise SpecError(f"quantized add under {engine}: this PyTorch's add matched no known rounding "
-                        f"({x86_behaviour(engine).describe()})")
-    scalar = numerics.fbgemm_add_scalar_mask(int(np.prod(shape)), torch.get_num_threads(), same_layout, block)
+        raise SpecError(
+            f"quantized add under {engine}: this PyTorch's add matched no known rounding "
+            f"({x86_behaviour(engine).describe()})"
+        )
+    scalar = numerics.fbgemm_add_scalar_mask(
+        int(np.prod(shape)), torch.get_num_threads(), same_layout, block
+    )
     if scalar.any():
-        raise SpecError(f"quantized add under {engine}: {int(scalar.sum())} of {scalar.size} elements take "
-                        "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
-                        f"whole (a multiple of {block} elements, one thread's share, equal layouts) are supported")
+        raise SpecError(
+            f"quantized add under {engine}: {int(scalar.sum())} of {scalar.size} elements take "
+            "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
+            f"whole (a multiple of {block} elements, one thread's share, equal layouts) are supported"
+        )
     p = numerics.fbgemm_add_params(s_a, zp_a, s_b, zp_b, s_y, zp_y)
     consts = ", ".join(f32(v) for v in (p.s_a, p.offset_a, p.s_b, p.offset_b, p.inv_out))
     return lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {zp_y})"
@@ -92,7 +121,10 @@ def weights(w: torch.Tensor) -> tuple[np.ndarray, float | np.ndarray, int]:
     wq = w.int_repr().numpy().astype(np.int8)
     if w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
         return wq, float(w.q_scale()), int(w.q_zero_point())
-    if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric) and w.q_per_channel_axis() == 0:
+    if (
+        w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric)
+        and w.q_per_channel_axis() == 0
+    ):
         zps = w.q_per_channel_zero_points().numpy()
         if zps.any():
             raise SpecError("per-channel weights with non-zero zero points")

@@ -23,7 +23,10 @@ ROLES = ("input", "output", "inout", "none")
 
 def dtype_range(dtype: str) -> tuple[int, int]:
     if DTYPES[dtype].kind == "f":
-        return 0, 0  # float tensors hold no integers: their pad is 0.0 and nothing saturates to them
+        return (
+            0,
+            0,
+        )  # float tensors hold no integers: their pad is 0.0 and nothing saturates to them
     info = np.iinfo(DTYPES[dtype])
     return int(info.min), int(info.max)
 
@@ -111,21 +114,40 @@ class Const:
 
 
 # Element-wise functions and their arity; requant, quantize and dequantize take (x, scale, zero_point).
-FUNCTIONS = {"relu": 1, "clamp": 3, "min": 2, "max": 2, "requant": 3, "int8": 1, "uint8": 1, "int32": 1,
-             "quantize": 3, "dequantize": 3, "rshift_round": 2, "requant_fbgemm": 4, "requant_fma": 3,
-             "add_fbgemm": 8}
+FUNCTIONS = {
+    "relu": 1,
+    "clamp": 3,
+    "min": 2,
+    "max": 2,
+    "requant": 3,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 1,
+    "quantize": 3,
+    "dequantize": 3,
+    "rshift_round": 2,
+    "requant_fbgemm": 4,
+    "requant_fma": 3,
+    "add_fbgemm": 8,
+}
 # functions whose arguments after the first are constants
-CONST_ARGS = {"requant": "requant(x, scale, zero_point) needs constant scale and zero point",
-              "quantize": "quantize(x, scale, zero_point) needs constant scale and zero point",
-              "dequantize": "dequantize(x, scale, zero_point) needs constant scale and zero point",
-              "clamp": "clamp(x, lo, hi) needs constant bounds",
-              "requant_fma": "requant_fma(x, scale, zero_point) needs constant scale and zero point"}
+CONST_ARGS = {
+    "requant": "requant(x, scale, zero_point) needs constant scale and zero point",
+    "quantize": "quantize(x, scale, zero_point) needs constant scale and zero point",
+    "dequantize": "dequantize(x, scale, zero_point) needs constant scale and zero point",
+    "clamp": "clamp(x, lo, hi) needs constant bounds",
+    "requant_fma": "requant_fma(x, scale, zero_point) needs constant scale and zero point",
+}
 # functions of two operands and then constants
-TWO_OPERANDS = {"add_fbgemm": "add_fbgemm(a, b, s_a, offset_a, s_b, offset_b, inv_scale, zero_point) needs "
-                              "constants after its two operands"}
+TWO_OPERANDS = {
+    "add_fbgemm": "add_fbgemm(a, b, s_a, offset_a, s_b, offset_b, inv_scale, zero_point) needs "
+    "constants after its two operands"
+}
 # functions whose last argument is a constant (the zero point) and the others tensor reads
-TENSOR_ARGS = {"requant_fbgemm": "requant_fbgemm(x, bias, multiplier, zero_point) needs float32 tensor reads "
-                                 "for bias and multiplier and a constant zero point"}
+TENSOR_ARGS = {
+    "requant_fbgemm": "requant_fbgemm(x, bias, multiplier, zero_point) needs float32 tensor reads "
+    "for bias and multiplier and a constant zero point"
+}
 BINOPS = {"+", "-", "*", ">>", "<<"}
 
 

@@ -26,8 +26,11 @@ def isl_name_ok(name: str) -> bool:
         p = isl.Set(f"[{name}] -> {{ [x] : x = {name} }}")
     except isl.Error:
         return False
-    return (s.get_tuple_name() == name and s.get_dim_name(isl.dim_type.set, 0) == name
-            and p.get_dim_name(isl.dim_type.param, 0) == name)
+    return (
+        s.get_tuple_name() == name
+        and s.get_dim_name(isl.dim_type.set, 0) == name
+        and p.get_dim_name(isl.dim_type.param, 0) == name
+    )
 
 
 def affine_text(a: Affine) -> str:
@@ -37,7 +40,7 @@ def affine_text(a: Affine) -> str:
 
 
 def domain_text(stmt: Statement, name: str | None = None) -> str:
-    cons = [f"{lo} <= {i} <= {hi}" for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
+    cons = [f"{lo} <= {i} <= {hi}" for i, (lo, hi) in zip(stmt.indices, stmt.bounds, strict=False)]
     if stmt.where:
         cons.append(f"({stmt.where})")
     return f"{name or stmt.name}[{', '.join(stmt.indices)}] : {' and '.join(cons)}"
@@ -51,14 +54,14 @@ def domain(stmt: Statement) -> isl.Set:
 @lru_cache(maxsize=4096)
 def access_map(stmt: Statement, access: Access) -> isl.Map:
     idx = ", ".join(affine_text(a) for a in access.index)
-    return isl.Map(f"{{ {stmt.name}[{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] }}").intersect_domain(
-        domain(stmt)
-    )
+    return isl.Map(
+        f"{{ {stmt.name}[{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] }}"
+    ).intersect_domain(domain(stmt))
 
 
 def tensor_box(tensor: Tensor) -> isl.Set:
     names = [f"d{i}" for i in range(len(tensor.shape))]
-    cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, tensor.shape)) or "true"
+    cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, tensor.shape, strict=False)) or "true"
     return isl.Set(f"{{ {tensor.name}[{', '.join(names)}] : {cons} }}")
 
 

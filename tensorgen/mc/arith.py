@@ -81,9 +81,7 @@ def fma_f32(a: ArrayLike, b: ArrayLike, c: ArrayLike) -> np.ndarray:
     return s.astype(np.float32).reshape(p.shape)
 
 
-def requantize(
-    acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int
-) -> np.ndarray:
+def requantize(acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int) -> np.ndarray:
     """qnnpack requantization: ``clamp(RNE(RN(f32(acc) * M)) + zp, lo, hi)``.
 
     ``acc`` is the int32 accumulator *including* the quantized bias (int32
@@ -191,9 +189,7 @@ def requantize_fbgemm(
     return np.clip(cvt_int32(prod) + int(zp), lo, hi)
 
 
-def quantize(
-    x_f32: ArrayLike, inv_scale_f32: ArrayLike, zp: int, lo: int, hi: int
-) -> np.ndarray:
+def quantize(x_f32: ArrayLike, inv_scale_f32: ArrayLike, zp: int, lo: int, hi: int) -> np.ndarray:
     """``quantize_per_tensor``: ``clamp(RNE(fma(x, RN(1/s), zp)), lo, hi)``.
 
     ``inv_scale_f32`` is ``RN(1 / f32(s))``, a float32 division (fbgemm computes

@@ -24,7 +24,16 @@ import numpy as np
 from tensorgen.errors import BinaryError
 from tensorgen.inputs import one_line
 from tensorgen.mc import isa
-from tensorgen.mc.operands import DTYPE_CODES, DTYPE_NAMES, MAX_RANK, MEMORIES, Bound, Box, LoopAffine, View
+from tensorgen.mc.operands import (
+    DTYPE_CODES,
+    DTYPE_NAMES,
+    MAX_RANK,
+    MEMORIES,
+    Bound,
+    Box,
+    LoopAffine,
+    View,
+)
 
 MAGIC = b"TGB\x1a"
 VERSION = 2
@@ -78,14 +87,18 @@ class Binary:
 def check_tensor_name(name: str) -> None:
     """A tensor name is dotted identifiers of at most 32 UTF-8 bytes (it names an output file)."""
     if not _TENSOR_NAME.fullmatch(name) or len(name.encode()) > NAME_BYTES:
-        raise BinaryError(f"tensor name {_quoted(name)} is not a dotted identifier of at most {NAME_BYTES} bytes")
+        raise BinaryError(
+            f"tensor name {_quoted(name)} is not a dotted identifier of at most {NAME_BYTES} bytes"
+        )
 
 
 def check_target_name(name: str) -> None:
     """A target name is letters, digits, '_' and '-' (at most 16 bytes): a name, never a path."""
     if not _TARGET_NAME.fullmatch(name) or len(name.encode()) > TARGET_NAME_BYTES:
-        raise BinaryError(f"target name {_quoted(name)} is not a name of at most {TARGET_NAME_BYTES} letters, "
-                          "digits, '_' or '-'")
+        raise BinaryError(
+            f"target name {_quoted(name)} is not a name of at most {TARGET_NAME_BYTES} letters, "
+            "digits, '_' or '-'"
+        )
 
 
 def _quoted(name: str) -> str:
@@ -104,13 +117,21 @@ def _encode_operand(op: View | Box | Bound) -> bytes:
         return head + b"".join(_affine_bytes(a, nlev) + struct.pack("<q", d) for a, d in op.terms)
     if isinstance(op, View):
         nlev = len(op.base.coefs)
-        head = _POOL_HEAD.pack(0, len(op.shape), nlev, MEMORIES.index(op.mem), DTYPE_CODES[op.dtype])
-        return head + _affine_bytes(op.base, nlev) + struct.pack(
-            f"<{len(op.shape)}I{len(op.shape)}q", *op.shape, *op.strides)
+        head = _POOL_HEAD.pack(
+            0, len(op.shape), nlev, MEMORIES.index(op.mem), DTYPE_CODES[op.dtype]
+        )
+        return (
+            head
+            + _affine_bytes(op.base, nlev)
+            + struct.pack(f"<{len(op.shape)}I{len(op.shape)}q", *op.shape, *op.strides)
+        )
     nlev = max((len(a.coefs) for a in op.origin), default=0)
     head = _POOL_HEAD.pack(1, len(op.shape), nlev, 0, op.tensor)
-    return head + b"".join(_affine_bytes(a, nlev) for a in op.origin) + struct.pack(
-        f"<{len(op.shape)}I", *op.shape)
+    return (
+        head
+        + b"".join(_affine_bytes(a, nlev) for a in op.origin)
+        + struct.pack(f"<{len(op.shape)}I", *op.shape)
+    )
 
 
 def _encode_word(i: int, ins: isa.Instruction, pool: dict) -> bytes:
@@ -124,13 +145,24 @@ def _encode_word(i: int, ins: isa.Instruction, pool: dict) -> bytes:
                 continue
             v = pool.setdefault(v, len(pool))
             if v >= isa.NONE_OPERAND:
-                raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name}: more than "
-                                  f"{isa.NONE_OPERAND} distinct operands do not fit the operand pool")
-        elif kind in _RANGES and not (isinstance(v, (int, np.integer)) and _RANGES[kind][0] <= v <= _RANGES[kind][1]):
-            raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name}={one_value(v)} does not fit a {kind}")
-        elif kind == "f32" and not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v)
-                                    and abs(v) <= float(np.finfo(np.float32).max)):
-            raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name}={one_value(v)} is not a finite f32")
+                raise BinaryError(
+                    f"instruction {i} ({defn.mnemonic}): field {name}: more than "
+                    f"{isa.NONE_OPERAND} distinct operands do not fit the operand pool"
+                )
+        elif kind in _RANGES and not (
+            isinstance(v, (int, np.integer)) and _RANGES[kind][0] <= v <= _RANGES[kind][1]
+        ):
+            raise BinaryError(
+                f"instruction {i} ({defn.mnemonic}): field {name}={one_value(v)} does not fit a {kind}"
+            )
+        elif kind == "f32" and not (
+            isinstance(v, (int, float, np.integer, np.floating))
+            and math.isfinite(v)
+            and abs(v) <= float(np.finfo(np.float32).max)
+        ):
+            raise BinaryError(
+                f"instruction {i} ({defn.mnemonic}): field {name}={one_value(v)} is not a finite f32"
+            )
         values.append(v)
     word = isa.HEADER.pack(defn.opcode, isa.queue_mask(ins.wait), isa.queue_mask(ins.signal))
     return (word + defn.struct.pack(*values)).ljust(isa.WORD_BYTES, b"\0")
@@ -146,21 +178,36 @@ def _encode_pool(pool: dict) -> bytes:
         try:
             parts.append(_encode_operand(op))
         except (struct.error, OverflowError, ValueError, KeyError, TypeError):
-            raise BinaryError(f"operand {one_value(op)}: a shape, stride, offset or coefficient does not fit "
-                              "its field (shapes u32, strides, offsets and coefficients i64, rank <= 255)") from None
+            raise BinaryError(
+                f"operand {one_value(op)}: a shape, stride, offset or coefficient does not fit "
+                "its field (shapes u32, strides, offsets and coefficients i64, rank <= 255)"
+            ) from None
     return b"".join(parts)
 
 
 def _encode_tensor(t: TensorEntry) -> bytes:
     check_tensor_name(t.name)
     if t.dtype not in DTYPE_CODES or t.role not in ROLES or len(t.shape) > MAX_RANK:
-        raise BinaryError(f"tensor {t.name}: dtype {t.dtype}, role {t.role} or rank {len(t.shape)} is not encodable")
+        raise BinaryError(
+            f"tensor {t.name}: dtype {t.dtype}, role {t.role} or rank {len(t.shape)} is not encodable"
+        )
     shape = tuple(t.shape) + (0,) * (MAX_RANK - len(t.shape))
     try:
-        return _TENSOR.pack(t.name.encode(), DTYPE_CODES[t.dtype], ROLES.index(t.role), len(t.shape),
-                            t.pad, *shape, t.dram_offset, t.const_offset, t.const_bytes)
+        return _TENSOR.pack(
+            t.name.encode(),
+            DTYPE_CODES[t.dtype],
+            ROLES.index(t.role),
+            len(t.shape),
+            t.pad,
+            *shape,
+            t.dram_offset,
+            t.const_offset,
+            t.const_bytes,
+        )
     except (struct.error, OverflowError):
-        raise BinaryError(f"tensor {t.name}: a shape (u32), pad (i32) or offset (u64) does not fit its field") from None
+        raise BinaryError(
+            f"tensor {t.name}: a shape (u32), pad (i32) or offset (u64) does not fit its field"
+        ) from None
 
 
 def encode(binary: Binary) -> bytes:
@@ -177,8 +224,18 @@ def encode(binary: Binary) -> bytes:
     counts = (len(binary.tensors), len(pool_bytes), len(words), len(binary.constants))
     if max(counts) >= 2**32 or not 0 <= binary.dram_bytes < 2**64:
         raise BinaryError("binary too large for the .tgb format (a section over 4 GiB)")
-    header = bytearray(_HEADER.pack(MAGIC, VERSION, 0, binary.target_name.encode(), binary.target_hash,
-                                    *counts, binary.dram_bytes, 0))
+    header = bytearray(
+        _HEADER.pack(
+            MAGIC,
+            VERSION,
+            0,
+            binary.target_name.encode(),
+            binary.target_hash,
+            *counts,
+            binary.dram_bytes,
+            0,
+        )
+    )
     struct.pack_into("<I", header, _CRC_AT, zlib.crc32(body, zlib.crc32(header)))
     return bytes(header) + body
 
@@ -187,7 +244,7 @@ def checksum(data: bytes) -> int:
     """The CRC-32 a .tgb stores: over the whole file with the checksum field read as zero."""
     crc = zlib.crc32(data[:_CRC_AT])
     crc = zlib.crc32(b"\0\0\0\0", crc)
-    return zlib.crc32(data[_HEADER.size:], crc)
+    return zlib.crc32(data[_HEADER.size :], crc)
 
 
 class _Reader:
@@ -221,7 +278,9 @@ def _decode_pool(data: bytes, start: int, end: int, n_tensors: int) -> list[View
                 raise BinaryError("corrupt operand pool (unknown memory or dtype)")
             base = affine()
             vals = r.take(f"{rank}I{rank}q")
-            pool.append(View(MEMORIES[mem], DTYPE_NAMES[ref], base, tuple(vals[:rank]), tuple(vals[rank:])))
+            pool.append(
+                View(MEMORIES[mem], DTYPE_NAMES[ref], base, tuple(vals[:rank]), tuple(vals[rank:]))
+            )
         elif kind == 2:
             terms = []
             for _ in range(rank):
@@ -249,7 +308,9 @@ def decode(data: bytes) -> Binary:
     untrusted: `tensorgen.mc.verify.verify_binary` checks it against the target it runs on."""
     if len(data) < _HEADER.size:
         raise BinaryError("not a .tgb file (too short for a header)")
-    magic, version, _, tname, thash, n_t, pool_len, n_words, const_len, dram, crc = _HEADER.unpack_from(data)
+    magic, version, _, tname, thash, n_t, pool_len, n_words, const_len, dram, crc = (
+        _HEADER.unpack_from(data)
+    )
     if magic != MAGIC:
         raise BinaryError("not a .tgb file (bad magic)")
     if version != VERSION:
@@ -268,10 +329,14 @@ def decode(data: bytes) -> Binary:
     pos += n_t * _TENSOR.size
     pool = _decode_pool(data, pos, pos + pool_len, n_t)
     pos += pool_len
-    code = [_decode_word(data[pos + i * isa.WORD_BYTES: pos + (i + 1) * isa.WORD_BYTES], i, pool)
-            for i in range(n_words)]
+    code = [
+        _decode_word(data[pos + i * isa.WORD_BYTES : pos + (i + 1) * isa.WORD_BYTES], i, pool)
+        for i in range(n_words)
+    ]
     pos += n_words * isa.WORD_BYTES
-    return Binary(target_name, thash, tuple(tensors), tuple(code), dram, bytes(data[pos:pos + const_len]))
+    return Binary(
+        target_name, thash, tuple(tensors), tuple(code), dram, bytes(data[pos : pos + const_len])
+    )
 
 
 def _decode_name(raw: bytes, what: str) -> str:
@@ -291,7 +356,9 @@ def _decode_tensor(data: bytes, pos: int, k: int) -> TensorEntry:
         check_tensor_name(text)
     except BinaryError as err:
         raise BinaryError(f"corrupt tensor table (tensor {k}: {err})") from None
-    return TensorEntry(text, DTYPE_NAMES[dt], tuple(shape[:rank]), ROLES[role], off, pad, coff, cbytes)
+    return TensorEntry(
+        text, DTYPE_NAMES[dt], tuple(shape[:rank]), ROLES[role], off, pad, coff, cbytes
+    )
 
 
 _OPERAND_TYPES = {"view": View, "view?": View, "box": Box, "bound": Bound}
@@ -303,10 +370,12 @@ def _decode_word(word: bytes, i: int, pool: list) -> isa.Instruction:
     if defn is None:
         raise BinaryError(f"instruction {i}: unknown opcode 0x{opcode:02x}")
     if (wait | signal) & ~0b111:
-        raise BinaryError(f"instruction {i} ({defn.mnemonic}): token mask names a queue that does not exist")
+        raise BinaryError(
+            f"instruction {i} ({defn.mnemonic}): token mask names a queue that does not exist"
+        )
     values = defn.struct.unpack_from(word, isa.HEADER.size)
     args = []
-    for (name, kind), v in zip(defn.fields, values):
+    for (name, kind), v in zip(defn.fields, values, strict=False):
         if kind in isa.OPERAND_KINDS:
             if v == isa.NONE_OPERAND and kind == "view?":
                 v = None
@@ -315,9 +384,13 @@ def _decode_word(word: bytes, i: int, pool: list) -> isa.Instruction:
             else:
                 v = pool[v]
         elif kind == "f32" and not math.isfinite(v):
-            raise BinaryError(f"instruction {i} ({defn.mnemonic}): field {name} is not a finite number")
+            raise BinaryError(
+                f"instruction {i} ({defn.mnemonic}): field {name} is not a finite number"
+            )
         args.append((name, v))
-    return isa.Instruction(defn.mnemonic, tuple(args), isa.mask_queues(wait), isa.mask_queues(signal))
+    return isa.Instruction(
+        defn.mnemonic, tuple(args), isa.mask_queues(wait), isa.mask_queues(signal)
+    )
 
 
 # --- text ------------------------------------------------------------------------------------
@@ -345,12 +418,17 @@ def format_instruction(ins: isa.Instruction, names: list[str]) -> str:
 
 def disassemble(binary: Binary) -> str:
     names = [t.name for t in binary.tensors]
-    lines = ["; tensorgen microcode", f".target {binary.target_name} {binary.target_hash.hex()}",
-             f".dram {binary.dram_bytes}"]
+    lines = [
+        "; tensorgen microcode",
+        f".target {binary.target_name} {binary.target_hash.hex()}",
+        f".dram {binary.dram_bytes}",
+    ]
     for t in binary.tensors:
         shape = "x".join(map(str, t.shape))
         extra = f" const={t.const_offset}+{t.const_bytes}" if t.role == "const" else ""
-        lines.append(f".tensor {t.name} {t.dtype} {shape} {t.role} dram={t.dram_offset} pad={t.pad}{extra}")
+        lines.append(
+            f".tensor {t.name} {t.dtype} {shape} {t.role} dram={t.dram_offset} pad={t.pad}{extra}"
+        )
     ends: list[int] = []
     for i, ins in enumerate(binary.code):
         while ends and ends[-1] <= i:
@@ -385,8 +463,10 @@ def assemble(text: str, constants: bytes = b"") -> Binary:
             if words[0] == ".target":
                 target, thash = words[1], bytes.fromhex(words[2])
                 if not _TARGET_NAME.fullmatch(target) or len(target.encode()) > TARGET_NAME_BYTES:
-                    raise ValueError(f"target name '{target}' is not a name of at most {TARGET_NAME_BYTES} letters, "
-                                     "digits, '_' or '-'")
+                    raise ValueError(
+                        f"target name '{target}' is not a name of at most {TARGET_NAME_BYTES} letters, "
+                        "digits, '_' or '-'"
+                    )
             elif words[0] == ".dram":
                 dram = int(words[1])
             elif words[0] == ".tensor":
@@ -394,11 +474,23 @@ def assemble(text: str, constants: bytes = b"") -> Binary:
                 if dtype not in DTYPE_CODES or role not in ROLES:
                     raise ValueError(f"unknown dtype '{dtype}' or role '{role}'")
                 if not _TENSOR_NAME.fullmatch(name) or len(name.encode()) > NAME_BYTES:
-                    raise ValueError(f"tensor name '{name}' is not a dotted identifier of at most {NAME_BYTES} bytes")
+                    raise ValueError(
+                        f"tensor name '{name}' is not a dotted identifier of at most {NAME_BYTES} bytes"
+                    )
                 kv = dict(w.split("=", 1) for w in words[5:])
                 coff, cbytes = (int(x) for x in kv.get("const", "0+0").split("+"))
-                tensors.append(TensorEntry(name, dtype, tuple(int(s) for s in shape.split("x")), role,
-                                           int(kv["dram"]), int(kv.get("pad", 0)), coff, cbytes))
+                tensors.append(
+                    TensorEntry(
+                        name,
+                        dtype,
+                        tuple(int(s) for s in shape.split("x")),
+                        role,
+                        int(kv["dram"]),
+                        int(kv.get("pad", 0)),
+                        coff,
+                        cbytes,
+                    )
+                )
             else:
                 code.append(_parse_instruction(words, [t.name for t in tensors]))
         except (ValueError, KeyError, IndexError, TypeError) as err:
@@ -419,14 +511,21 @@ def _parse_instruction(words: list[str], names: list[str]) -> isa.Instruction:
         tokens[label] = frozenset(q for q in kv.pop(label, "").split(",") if q)
         bad = tokens[label] - set(isa.QUEUES)
         if bad:
-            raise ValueError(f"{label}= names unknown queue(s) {', '.join(sorted(bad))} (queues: LD, EX, ST)")
+            raise ValueError(
+                f"{label}= names unknown queue(s) {', '.join(sorted(bad))} (queues: LD, EX, ST)"
+            )
     if set(kv) != set(kinds):
         raise ValueError(f"{defn.mnemonic} takes fields {', '.join(kinds)}")
     args = tuple((n, _parse_field(kv[n], k, names)) for n, k in defn.fields)
-    for (n, k), (_, v) in zip(defn.fields, args):
+    for (n, k), (_, v) in zip(defn.fields, args, strict=False):
         if k in _RANGES and not _RANGES[k][0] <= v <= _RANGES[k][1]:
             raise ValueError(f"{defn.mnemonic} {n}={v} does not fit a {k}")
     return isa.Instruction(defn.mnemonic, args, tokens["wait"], tokens["signal"])
 
 
-_RANGES = {"u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1), "i32": (-(2**31), 2**31 - 1)}
+_RANGES = {
+    "u8": (0, 2**8 - 1),
+    "u16": (0, 2**16 - 1),
+    "u32": (0, 2**32 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+}

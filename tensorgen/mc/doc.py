@@ -5,9 +5,17 @@ from __future__ import annotations
 from tensorgen.mc import isa
 from tensorgen.mc.binary import _HEADER, _POOL_HEAD, _TENSOR, VERSION
 
-_TYPES = {"u8": "u8", "u16": "u16", "u32": "u32", "i32": "i32", "f32": "f32 (IEEE single)",
-          "view": "u16 operand-pool index of a view", "view?": "u16 pool index of a view, 0xFFFF = none",
-          "box": "u16 operand-pool index of a box", "bound": "u16 operand-pool index of a bound"}
+_TYPES = {
+    "u8": "u8",
+    "u16": "u16",
+    "u32": "u32",
+    "i32": "i32",
+    "f32": "f32 (IEEE single)",
+    "view": "u16 operand-pool index of a view",
+    "view?": "u16 pool index of a view, 0xFFFF = none",
+    "box": "u16 operand-pool index of a box",
+    "bound": "u16 operand-pool index of a bound",
+}
 
 
 def isa_markdown() -> str:
@@ -43,8 +51,7 @@ def isa_markdown() -> str:
         f"A `.tgb` file: a {_HEADER.size}-byte header (magic `TGB\\x1a`, version u16, reserved u16, target name",
         "16 bytes, target-parameter hash 8 bytes, tensor count u32, pool bytes u32, code words u32,",
         "constant bytes u32, DRAM bytes u64, CRC-32 of the whole file with this field read as zero u32;",
-        f"format version {VERSION}); the tensor table "
-        f"({_TENSOR.size} bytes per tensor:",
+        f"format version {VERSION}); the tensor table ({_TENSOR.size} bytes per tensor:",
         "name 32 bytes, dtype u8 (0 int8, 1 uint8, 2 int32), role u8 (input, output, inout, temp, const),",
         "rank u8, reserved, pad value i32, 6 x u32 shape, u64 DRAM offset, u64 constant offset, u64",
         f"constant bytes); the operand pool (u32 count, then per operand a {_POOL_HEAD.size}-byte head: kind u8",
@@ -62,19 +69,24 @@ def isa_markdown() -> str:
         fields = ", ".join(f"`{n}`: {_TYPES[t]}" for n, t in d.fields)
         queue = {None: "sequencer", "field": "named by `queue`"}.get(d.queue, d.queue)
         out.append(f"| `{d.mnemonic}` | 0x{d.opcode:02x} | {queue} | {fields} | {d.doc} |")
-    out += ["", "## Costs", "",
-            "- `LOAD`/`STORE`: `dma_setup_cycles` on the queue, then `ceil(bytes / dram.bytes_per_cycle)` on the",
-            "  shared DRAM channel.",
-            "- `MATMUL`: `M + fill_cycles` cycles; `M*N*K` MACs. With `mac_array.weight_buffers: 2` the",
-            "  array has a second weight buffer: when the instruction before a MATMUL on EX is a MATMUL",
-            "  (`SYNC`s between them aside), the new weights load while that one streams, starting no",
-            "  earlier than the tokens the new MATMUL and those SYNCs wait for, so the fill shows only as",
-            "  `max(0, fill_cycles - M_prev)` cycles when the tokens are in time: none",
-            "  once the previous MATMUL streamed at least `fill_cycles` rows (`isa.matmul_fill`).",
-            "- vector instructions: `setup_cycles + ceil(elements / lanes)` cycles.",
-            "- `SYNC`, `LOOP`, `LOOPB`, `IF`: free (zero-overhead loops, sequencer-evaluated bounds).",
-            "- Energy (tensorgen/target/energy.py, docs/targets.md): per MAC, per vector element op, per",
-            "  byte read and per byte written in each on-chip memory (a function of the memory's size),",
-            "  per DRAM byte (by interface), plus leakage of the target's area over the cycles; the",
-            "  constants and their sources are in the target file.", ""]
+    out += [
+        "",
+        "## Costs",
+        "",
+        "- `LOAD`/`STORE`: `dma_setup_cycles` on the queue, then `ceil(bytes / dram.bytes_per_cycle)` on the",
+        "  shared DRAM channel.",
+        "- `MATMUL`: `M + fill_cycles` cycles; `M*N*K` MACs. With `mac_array.weight_buffers: 2` the",
+        "  array has a second weight buffer: when the instruction before a MATMUL on EX is a MATMUL",
+        "  (`SYNC`s between them aside), the new weights load while that one streams, starting no",
+        "  earlier than the tokens the new MATMUL and those SYNCs wait for, so the fill shows only as",
+        "  `max(0, fill_cycles - M_prev)` cycles when the tokens are in time: none",
+        "  once the previous MATMUL streamed at least `fill_cycles` rows (`isa.matmul_fill`).",
+        "- vector instructions: `setup_cycles + ceil(elements / lanes)` cycles.",
+        "- `SYNC`, `LOOP`, `LOOPB`, `IF`: free (zero-overhead loops, sequencer-evaluated bounds).",
+        "- Energy (tensorgen/target/energy.py, docs/targets.md): per MAC, per vector element op, per",
+        "  byte read and per byte written in each on-chip memory (a function of the memory's size),",
+        "  per DRAM byte (by interface), plus leakage of the target's area over the cycles; the",
+        "  constants and their sources are in the target file.",
+        "",
+    ]
     return "\n".join(out)

@@ -14,8 +14,9 @@ Views and boxes are u16 indices into the binary's operand pool.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -27,8 +28,17 @@ HEADER = struct.Struct("<BBBx")
 QUEUES = ("LD", "EX", "ST")
 QUEUE_BITS = {"LD": 1, "EX": 2, "ST": 4}
 NONE_OPERAND = 0xFFFF
-FIELD_FORMATS = {"u8": "B", "u16": "H", "u32": "I", "i32": "i", "f32": "f", "view": "H", "box": "H", "view?": "H",
-                 "bound": "H"}
+FIELD_FORMATS = {
+    "u8": "B",
+    "u16": "H",
+    "u32": "I",
+    "i32": "i",
+    "f32": "f",
+    "view": "H",
+    "box": "H",
+    "view?": "H",
+    "bound": "H",
+}
 OPERAND_KINDS = ("view", "box", "view?", "bound")
 
 
@@ -145,21 +155,45 @@ def _vclamp(state: MachineState, a) -> None:
 
 
 def _vrequant(state: MachineState, a) -> None:
-    state.write(a["dst"], arith.requantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"]))
+    state.write(
+        a["dst"],
+        arith.requantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"]),
+    )
 
 
 def _vrequantf(state: MachineState, a) -> None:
     # fbgemm's per-channel rule with the bias already divided by s_in*s_w: dividing by 1 is exact
-    y = arith.requantize_fbgemm(state.read(a["a"]), state.read(a["bias"]), np.float32(1), np.float32(1),
-                                state.read(a["mult"]), a["zp"], a["lo"], a["hi"], per_channel=True)
+    y = arith.requantize_fbgemm(
+        state.read(a["a"]),
+        state.read(a["bias"]),
+        np.float32(1),
+        np.float32(1),
+        state.read(a["mult"]),
+        a["zp"],
+        a["lo"],
+        a["hi"],
+        per_channel=True,
+    )
     state.write(a["dst"], y)
 
 
 def _vaddqf(state: MachineState, a) -> None:
     # fbgemm's vectorised quantized add; the zero points enter only through the offsets
     f = np.float32
-    y = arith.add_fbgemm(state.read(a["a"]), state.read(a["b"]), f(a["s_a"]), 0, f(a["off_a"]), f(a["s_b"]), 0,
-                         f(a["off_b"]), f(a["inv"]), a["zp"], 0, 255)
+    y = arith.add_fbgemm(
+        state.read(a["a"]),
+        state.read(a["b"]),
+        f(a["s_a"]),
+        0,
+        f(a["off_a"]),
+        f(a["s_b"]),
+        0,
+        f(a["off_b"]),
+        f(a["inv"]),
+        a["zp"],
+        0,
+        255,
+    )
     state.write(a["dst"], y)
 
 
@@ -207,7 +241,11 @@ def _on_chip(reads: list, writes: list) -> dict:
 def _dma_cost(target, a) -> Cost:
     loads = isinstance(a["dst"], View)
     view = a["dst"] if loads else a["src"]
-    return Cost(target.dma_setup_cycles, dram_bytes=view.nbytes, **_on_chip([] if loads else [view], [view] if loads else []))
+    return Cost(
+        target.dma_setup_cycles,
+        dram_bytes=view.nbytes,
+        **_on_chip([] if loads else [view], [view] if loads else []),
+    )
 
 
 def matmul_fill(target, previous_rows: int | None = None) -> int:
@@ -230,7 +268,11 @@ def matmul_cycles(target, rows: int, previous_rows: int | None = None) -> int:
 def matmul_run_cycles(target, rows: int, count: int) -> int:
     """`count` MATMULs of `rows` rows each, back to back on EX: the first pays its whole fill,
     the others what the one before leaves exposed."""
-    return matmul_cycles(target, rows) + (count - 1) * matmul_cycles(target, rows, rows) if count else 0
+    return (
+        matmul_cycles(target, rows) + (count - 1) * matmul_cycles(target, rows, rows)
+        if count
+        else 0
+    )
 
 
 def vector_cycles(target, elements: int) -> int:
@@ -243,7 +285,12 @@ def _matmul_cost(target, a) -> Cost:
     m = int(np.prod(ms))
     n = a["b"].shape[1]
     reads = [a["a"], a["b"]] + ([a["acc"]] if a["accumulate"] else [])
-    return Cost(matmul_cycles(target, m), macs=m * n * k, fill=target.fill_cycles, **_on_chip(reads, [a["acc"]]))
+    return Cost(
+        matmul_cycles(target, m),
+        macs=m * n * k,
+        fill=target.fill_cycles,
+        **_on_chip(reads, [a["acc"]]),
+    )
 
 
 def _vector_cost(target, a, reads_dst: bool = False) -> Cost:
@@ -265,83 +312,265 @@ def _free(target, a) -> Cost:
 _BIN = (("dst", "view"), ("a", "view"), ("b", "view?"), ("imm", "i32"))
 
 INSTRUCTIONS: tuple[InstructionDef, ...] = (
-    InstructionDef("LOOP", 0x01, None, (("count", "u32"), ("body", "u16")),
-                   "Zero-overhead hardware loop: run the next `body` instruction words `count` times. "
-                   "Its counter L<depth> (0-based) is visible to every operand inside; nesting depth <= 8."),
-    InstructionDef("LOOPB", 0x03, None, (("lower", "bound"), ("upper", "bound"), ("body", "u16")),
-                   "Hardware loop with bounds computed by the sequencer: its iterator L<depth> runs from "
-                   "max(floor(a/d) of `lower`) to min(floor(a/d) of `upper`), affine terms of the outer "
-                   "iterators (triangular, skewed and tiled nests); no iteration if empty."),
-    InstructionDef("IF", 0x04, None, (("cond", "bound"), ("body", "u16")),
-                   "Run the next `body` instruction words only if every floor(a/d) of `cond` is >= 0."),
-    InstructionDef("SYNC", 0x02, "field", (("queue", "u8"),),
-                   "No-op on queue `queue` (0=LD, 1=EX, 2=ST) that exists to wait for or signal tokens.",
-                   None, _free),
-    InstructionDef("LOAD", 0x10, "LD", (("dst", "view"), ("src", "box")),
-                   "DMA a box of a DRAM tensor into an on-chip view; elements outside the tensor read as "
-                   "its pad value (the DMA fills halos, no compute does).", _load, _dma_cost),
-    InstructionDef("STORE", 0x11, "ST", (("dst", "box"), ("src", "view")),
-                   "DMA an on-chip view into a box of a DRAM tensor; elements of the box outside the tensor "
-                   "(halos) are dropped.",
-                   _store, _dma_cost),
-    InstructionDef("MATMUL", 0x20, "EX",
-                   (("acc", "view"), ("a", "view"), ("b", "view"), ("accumulate", "u8"), ("a_zp", "i32"),
-                    ("b_zp", "i32")),
-                   "acc[M..,N] (+)= (a[M..,K] - a_zp) @ (b[K,N] - b_zp) on the weight-stationary MAC array "
-                   "(M.. = one or more streamed dimensions, M their product rows): "
-                   "int8/uint8 operands, zero points subtracted at the array inputs (9-bit multipliers), "
-                   "int32 accumulator with two's-complement wrap; K <= rows, N <= cols, M streams. "
-                   "Cycles: M + fill, the fill hidden by the MATMUL before it with two weight buffers.", _matmul, _matmul_cost, _matmul_loop),
-    InstructionDef("VADD", 0x30, "EX", _BIN, "dst = a + (b or imm), int32 wrap; then stored with dst's dtype (wrap).",
-                   _binary(np.add), _vector_cost),
-    InstructionDef("VSUB", 0x31, "EX", _BIN, "dst = a - (b or imm), int32 wrap.", _binary(np.subtract), _vector_cost),
-    InstructionDef("VMUL", 0x32, "EX", _BIN, "dst = a * (b or imm), int32 wrap.", _binary(np.multiply), _vector_cost),
-    InstructionDef("VMAX", 0x33, "EX", _BIN, "dst = max(a, b or imm).", _binary(np.maximum), _vector_cost),
-    InstructionDef("VMIN", 0x34, "EX", _BIN, "dst = min(a, b or imm).", _binary(np.minimum), _vector_cost),
-    InstructionDef("VSHL", 0x35, "EX", _BIN, "dst = a << (b or imm), shift clamped to [0, 31], int32 wrap.",
-                   _binary(_shl), _vector_cost),
-    InstructionDef("VSHR", 0x36, "EX", _BIN, "dst = a >> (b or imm), arithmetic, shift clamped to [0, 31].",
-                   _binary(_shr), _vector_cost),
-    InstructionDef("VMAC", 0x37, "EX", (("dst", "view"), ("a", "view"), ("b", "view")),
-                   "dst = dst + a * b, int32 wrap (depthwise and other contractions off the MAC array).",
-                   _vmac, _vmac_cost, _vmac_loop),
-    InstructionDef("VFILL", 0x38, "EX", (("dst", "view"), ("imm", "i32")), "dst = imm.", _vfill, _vector_cost),
-    InstructionDef("VCLAMP", 0x39, "EX", (("dst", "view"), ("a", "view"), ("lo", "i32"), ("hi", "i32")),
-                   "dst = min(max(a, lo), hi).", _vclamp, _vector_cost),
-    InstructionDef("VREQUANT", 0x3A, "EX",
-                   (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32"), ("lo", "i32"), ("hi", "i32")),
-                   "dst = clamp(rint(f32(a) * scale) + zp, lo, hi): float32 multiply, round half to even "
-                   "(PyTorch's qnnpack requantization, NUMERICS.md).", _vrequant, _vector_cost),
-    InstructionDef("VREQUANTF", 0x3E, "EX",
-                   (("dst", "view"), ("a", "view"), ("bias", "view"), ("mult", "view"), ("zp", "i32"),
-                    ("lo", "i32"), ("hi", "i32")),
-                   "dst = clamp(rint(f32(f32(a) + bias) * mult) + zp, lo, hi) with float32 views `bias` and "
-                   "`mult` (per output channel, broadcast): fbgemm's per-channel requantization with a "
-                   "float bias (NUMERICS.md), each float32 operation rounded once.", _vrequantf, _vector_cost),
-    InstructionDef("VADDQF", 0x3F, "EX",
-                   (("dst", "view"), ("a", "view"), ("b", "view"), ("s_a", "f32"), ("off_a", "f32"),
-                    ("s_b", "f32"), ("off_b", "f32"), ("inv", "f32"), ("zp", "u8")),
-                   "dst = clamp(rint(f32(c * inv)) + zp, 0, 255) with c = f32(fma(s_a, a, off_a) + "
-                   "fma(s_b, b, off_b)): the quantized add of PyTorch's x86/fbgemm engine "
-                   "(vectorised path; off = f32(s * -zero point)).", _vaddqf, _vector_cost),
-    InstructionDef("VREQUANTZ", 0x40, "EX",
-                   (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32"), ("lo", "i32"), ("hi", "i32")),
-                   "dst = clamp(rint(fma(f32(a), scale, zp)), lo, hi): requantization with the zero point "
-                   "added inside one fused multiply-add (fbgemm's average pooling on channels-last data).",
-                   _vrequantz, _vector_cost),
-    InstructionDef("VSHRR", 0x3B, "EX", _BIN,
-                   "dst = a >> (b or imm) rounding half away from zero (asr plus one when the remainder "
-                   "exceeds half; negative values round down on ties), shift clamped to [0, 31]: the "
-                   "rounding of qnnpack's fixed-point quantized add.", _binary(_rshr), _vector_cost),
-    InstructionDef("VQUANT", 0x3C, "EX",
-                   (("dst", "view"), ("a", "view"), ("inv_scale", "f32"), ("zp", "i32"), ("lo", "i32"),
-                    ("hi", "i32")),
-                   "dst = clamp(rint(fma(a, inv_scale, zp)), lo, hi): float32 `a`, one fused multiply-add "
-                   "rounded once, round half to even (PyTorch's quantize_per_tensor, NUMERICS.md).",
-                   _vquant, _vector_cost),
-    InstructionDef("VDEQUANT", 0x3D, "EX", (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32")),
-                   "dst = float32 dequantization of the integers `a` with `scale` and `zp`, rounded as "
-                   "PyTorch's Tensor.dequantize() does (see tensorgen/mc/arith.py).", _vdequant, _vector_cost),
+    InstructionDef(
+        "LOOP",
+        0x01,
+        None,
+        (("count", "u32"), ("body", "u16")),
+        "Zero-overhead hardware loop: run the next `body` instruction words `count` times. "
+        "Its counter L<depth> (0-based) is visible to every operand inside; nesting depth <= 8.",
+    ),
+    InstructionDef(
+        "LOOPB",
+        0x03,
+        None,
+        (("lower", "bound"), ("upper", "bound"), ("body", "u16")),
+        "Hardware loop with bounds computed by the sequencer: its iterator L<depth> runs from "
+        "max(floor(a/d) of `lower`) to min(floor(a/d) of `upper`), affine terms of the outer "
+        "iterators (triangular, skewed and tiled nests); no iteration if empty.",
+    ),
+    InstructionDef(
+        "IF",
+        0x04,
+        None,
+        (("cond", "bound"), ("body", "u16")),
+        "Run the next `body` instruction words only if every floor(a/d) of `cond` is >= 0.",
+    ),
+    InstructionDef(
+        "SYNC",
+        0x02,
+        "field",
+        (("queue", "u8"),),
+        "No-op on queue `queue` (0=LD, 1=EX, 2=ST) that exists to wait for or signal tokens.",
+        None,
+        _free,
+    ),
+    InstructionDef(
+        "LOAD",
+        0x10,
+        "LD",
+        (("dst", "view"), ("src", "box")),
+        "DMA a box of a DRAM tensor into an on-chip view; elements outside the tensor read as "
+        "its pad value (the DMA fills halos, no compute does).",
+        _load,
+        _dma_cost,
+    ),
+    InstructionDef(
+        "STORE",
+        0x11,
+        "ST",
+        (("dst", "box"), ("src", "view")),
+        "DMA an on-chip view into a box of a DRAM tensor; elements of the box outside the tensor "
+        "(halos) are dropped.",
+        _store,
+        _dma_cost,
+    ),
+    InstructionDef(
+        "MATMUL",
+        0x20,
+        "EX",
+        (
+            ("acc", "view"),
+            ("a", "view"),
+            ("b", "view"),
+            ("accumulate", "u8"),
+            ("a_zp", "i32"),
+            ("b_zp", "i32"),
+        ),
+        "acc[M..,N] (+)= (a[M..,K] - a_zp) @ (b[K,N] - b_zp) on the weight-stationary MAC array "
+        "(M.. = one or more streamed dimensions, M their product rows): "
+        "int8/uint8 operands, zero points subtracted at the array inputs (9-bit multipliers), "
+        "int32 accumulator with two's-complement wrap; K <= rows, N <= cols, M streams. "
+        "Cycles: M + fill, the fill hidden by the MATMUL before it with two weight buffers.",
+        _matmul,
+        _matmul_cost,
+        _matmul_loop,
+    ),
+    InstructionDef(
+        "VADD",
+        0x30,
+        "EX",
+        _BIN,
+        "dst = a + (b or imm), int32 wrap; then stored with dst's dtype (wrap).",
+        _binary(np.add),
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VSUB",
+        0x31,
+        "EX",
+        _BIN,
+        "dst = a - (b or imm), int32 wrap.",
+        _binary(np.subtract),
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VMUL",
+        0x32,
+        "EX",
+        _BIN,
+        "dst = a * (b or imm), int32 wrap.",
+        _binary(np.multiply),
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VMAX", 0x33, "EX", _BIN, "dst = max(a, b or imm).", _binary(np.maximum), _vector_cost
+    ),
+    InstructionDef(
+        "VMIN", 0x34, "EX", _BIN, "dst = min(a, b or imm).", _binary(np.minimum), _vector_cost
+    ),
+    InstructionDef(
+        "VSHL",
+        0x35,
+        "EX",
+        _BIN,
+        "dst = a << (b or imm), shift clamped to [0, 31], int32 wrap.",
+        _binary(_shl),
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VSHR",
+        0x36,
+        "EX",
+        _BIN,
+        "dst = a >> (b or imm), arithmetic, shift clamped to [0, 31].",
+        _binary(_shr),
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VMAC",
+        0x37,
+        "EX",
+        (("dst", "view"), ("a", "view"), ("b", "view")),
+        "dst = dst + a * b, int32 wrap (depthwise and other contractions off the MAC array).",
+        _vmac,
+        _vmac_cost,
+        _vmac_loop,
+    ),
+    InstructionDef(
+        "VFILL", 0x38, "EX", (("dst", "view"), ("imm", "i32")), "dst = imm.", _vfill, _vector_cost
+    ),
+    InstructionDef(
+        "VCLAMP",
+        0x39,
+        "EX",
+        (("dst", "view"), ("a", "view"), ("lo", "i32"), ("hi", "i32")),
+        "dst = min(max(a, lo), hi).",
+        _vclamp,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VREQUANT",
+        0x3A,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("scale", "f32"),
+            ("zp", "i32"),
+            ("lo", "i32"),
+            ("hi", "i32"),
+        ),
+        "dst = clamp(rint(f32(a) * scale) + zp, lo, hi): float32 multiply, round half to even "
+        "(PyTorch's qnnpack requantization, NUMERICS.md).",
+        _vrequant,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VREQUANTF",
+        0x3E,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("bias", "view"),
+            ("mult", "view"),
+            ("zp", "i32"),
+            ("lo", "i32"),
+            ("hi", "i32"),
+        ),
+        "dst = clamp(rint(f32(f32(a) + bias) * mult) + zp, lo, hi) with float32 views `bias` and "
+        "`mult` (per output channel, broadcast): fbgemm's per-channel requantization with a "
+        "float bias (NUMERICS.md), each float32 operation rounded once.",
+        _vrequantf,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VADDQF",
+        0x3F,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("b", "view"),
+            ("s_a", "f32"),
+            ("off_a", "f32"),
+            ("s_b", "f32"),
+            ("off_b", "f32"),
+            ("inv", "f32"),
+            ("zp", "u8"),
+        ),
+        "dst = clamp(rint(f32(c * inv)) + zp, 0, 255) with c = f32(fma(s_a, a, off_a) + "
+        "fma(s_b, b, off_b)): the quantized add of PyTorch's x86/fbgemm engine "
+        "(vectorised path; off = f32(s * -zero point)).",
+        _vaddqf,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VREQUANTZ",
+        0x40,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("scale", "f32"),
+            ("zp", "i32"),
+            ("lo", "i32"),
+            ("hi", "i32"),
+        ),
+        "dst = clamp(rint(fma(f32(a), scale, zp)), lo, hi): requantization with the zero point "
+        "added inside one fused multiply-add (fbgemm's average pooling on channels-last data).",
+        _vrequantz,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VSHRR",
+        0x3B,
+        "EX",
+        _BIN,
+        "dst = a >> (b or imm) rounding half away from zero (asr plus one when the remainder "
+        "exceeds half; negative values round down on ties), shift clamped to [0, 31]: the "
+        "rounding of qnnpack's fixed-point quantized add.",
+        _binary(_rshr),
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VQUANT",
+        0x3C,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("inv_scale", "f32"),
+            ("zp", "i32"),
+            ("lo", "i32"),
+            ("hi", "i32"),
+        ),
+        "dst = clamp(rint(fma(a, inv_scale, zp)), lo, hi): float32 `a`, one fused multiply-add "
+        "rounded once, round half to even (PyTorch's quantize_per_tensor, NUMERICS.md).",
+        _vquant,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VDEQUANT",
+        0x3D,
+        "EX",
+        (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32")),
+        "dst = float32 dequantization of the integers `a` with `scale` and `zp`, rounded as "
+        "PyTorch's Tensor.dequantize() does (see tensorgen/mc/arith.py).",
+        _vdequant,
+        _vector_cost,
+    ),
 )
 
 BY_MNEMONIC = {d.mnemonic: d for d in INSTRUCTIONS}
@@ -374,9 +603,12 @@ class Instruction:
         raise KeyError(name)
 
     def with_tokens(self, wait=None, signal=None) -> Instruction:
-        return Instruction(self.mnemonic, self.args,
-                           frozenset(wait) if wait is not None else self.wait,
-                           frozenset(signal) if signal is not None else self.signal)
+        return Instruction(
+            self.mnemonic,
+            self.args,
+            frozenset(wait) if wait is not None else self.wait,
+            frozenset(signal) if signal is not None else self.signal,
+        )
 
 
 def make(mnemonic: str, **args) -> Instruction:

@@ -39,7 +39,7 @@ class LoopAffine:
         n = max(len(self.coefs), len(other.coefs))
         a = self.coefs + (0,) * (n - len(self.coefs))
         b = other.coefs + (0,) * (n - len(other.coefs))
-        return LoopAffine.make(self.const + other.const, tuple(x + y for x, y in zip(a, b)))
+        return LoopAffine.make(self.const + other.const, tuple(x + y for x, y in zip(a, b, strict=False)))
 
     def scale(self, k: int) -> LoopAffine:
         return LoopAffine.make(self.const * k, tuple(c * k for c in self.coefs))
@@ -142,7 +142,9 @@ class Box:
     def parse(text: str, names: list[str]) -> Box:
         m = Box._RE.match(text)
         if not m or m.group(1) not in names:
-            raise ValueError(f"bad box '{text}' (expected like X(0,L1,-1+L2)[1x4x3] over a declared tensor)")
+            raise ValueError(
+                f"bad box '{text}' (expected like X(0,L1,-1+L2)[1x4x3] over a declared tensor)"
+            )
         origin = tuple(LoopAffine.parse(x) for x in m.group(2).split(","))
         shape = tuple(int(x) for x in m.group(3).split("x"))
         if len(origin) != len(shape):

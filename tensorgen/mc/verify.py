@@ -49,8 +49,10 @@ def binary_target(binary: Binary):
     check_target_name(binary.target_name)
     if not (ISA_DIR / f"{binary.target_name}.yaml").is_file():
         known = ", ".join(sorted(p.stem for p in ISA_DIR.glob("*.yaml")))
-        raise BinaryError(f"binary was built for target '{binary.target_name}', which is not a built-in target "
-                          f"(built in: {known}); give its description with `tensorgen run --target FILE.yaml`")
+        raise BinaryError(
+            f"binary was built for target '{binary.target_name}', which is not a built-in target "
+            f"(built in: {known}); give its description with `tensorgen run --target FILE.yaml`"
+        )
     return load_target(binary.target_name)
 
 
@@ -60,12 +62,14 @@ def verify_binary(binary: Binary, target, limits: SimLimits | None = None) -> in
     limits = limits or SimLimits()
     check_target_name(binary.target_name)
     if binary.target_hash != target.hash or binary.target_name != target.name:
-        raise BinaryError(f"binary was built for target '{binary.target_name}' with other parameters "
-                          f"(hash {binary.target_hash.hex()}); this target '{target.name}' has hash "
-                          f"{target.hash.hex()}")
+        raise BinaryError(
+            f"binary was built for target '{binary.target_name}' with other parameters "
+            f"(hash {binary.target_hash.hex()}); this target '{target.name}' has hash "
+            f"{target.hash.hex()}"
+        )
     _check_tensors(binary, limits)
     onchip = {"spad": target.spad.bytes, "acc": target.acc.bytes}
-    for pc, (ins, depth) in enumerate(zip(binary.code, _depths(binary.code))):
+    for pc, (ins, depth) in enumerate(zip(binary.code, _depths(binary.code), strict=False)):
         _check_instruction(binary, pc, ins, depth, onchip)
     steps, exact = _count(binary.code, 0, len(binary.code), (), 0)
     if exact and steps > limits.max_steps:
@@ -83,8 +87,10 @@ def step_limit_message(steps: int | None, limits: SimLimits) -> str:
 
 def _check_tensors(binary: Binary, limits: SimLimits) -> None:
     if binary.dram_bytes > limits.dram_bytes:
-        raise BinaryError(f"the DRAM image of {binary.dram_bytes:,} bytes is over the limit of "
-                          f"{limits.dram_bytes:,} (SimLimits.dram_bytes)")
+        raise BinaryError(
+            f"the DRAM image of {binary.dram_bytes:,} bytes is over the limit of "
+            f"{limits.dram_bytes:,} (SimLimits.dram_bytes)"
+        )
     seen: set[str] = set()
     for t in binary.tensors:
         check_tensor_name(t.name)
@@ -92,17 +98,26 @@ def _check_tensors(binary: Binary, limits: SimLimits) -> None:
             raise BinaryError(f"tensor {t.name} is declared twice")
         seen.add(t.name)
         if t.dram_offset + t.nbytes > binary.dram_bytes:
-            raise BinaryError(f"tensor {t.name} ({t.dtype} {list(t.shape)}, {t.nbytes:,} bytes at DRAM offset "
-                              f"{t.dram_offset:,}) lies outside the DRAM image of {binary.dram_bytes:,} bytes")
+            raise BinaryError(
+                f"tensor {t.name} ({t.dtype} {list(t.shape)}, {t.nbytes:,} bytes at DRAM offset "
+                f"{t.dram_offset:,}) lies outside the DRAM image of {binary.dram_bytes:,} bytes"
+            )
         if t.dram_offset % np.dtype(t.dtype).itemsize:
-            raise BinaryError(f"tensor {t.name}: DRAM offset {t.dram_offset} is not aligned to its dtype {t.dtype}")
+            raise BinaryError(
+                f"tensor {t.name}: DRAM offset {t.dram_offset} is not aligned to its dtype {t.dtype}"
+            )
         kind = np.dtype(t.dtype).kind
         if kind in "iu" and not np.iinfo(t.dtype).min <= t.pad <= np.iinfo(t.dtype).max:
             raise BinaryError(f"tensor {t.name}: pad value {t.pad} is outside {t.dtype}")
-        if t.role == "const" and (t.const_bytes != t.nbytes or t.const_offset + t.const_bytes > len(binary.constants)
-                                  or t.const_offset % np.dtype(t.dtype).itemsize):
-            raise BinaryError(f"tensor {t.name}: its {t.const_bytes:,} constant bytes at offset {t.const_offset:,} "
-                              f"are not its {t.nbytes:,} bytes inside the {len(binary.constants):,}-byte constants")
+        if t.role == "const" and (
+            t.const_bytes != t.nbytes
+            or t.const_offset + t.const_bytes > len(binary.constants)
+            or t.const_offset % np.dtype(t.dtype).itemsize
+        ):
+            raise BinaryError(
+                f"tensor {t.name}: its {t.const_bytes:,} constant bytes at offset {t.const_offset:,} "
+                f"are not its {t.nbytes:,} bytes inside the {len(binary.constants):,}-byte constants"
+            )
 
 
 def _bad(pc: int, ins: isa.Instruction, what: str) -> BinaryError:
@@ -116,23 +131,39 @@ def _check_affine(pc: int, ins: isa.Instruction, a: LoopAffine, depth: int, what
         raise _bad(pc, ins, f"{what} has a constant or coefficient beyond +-2**40")
 
 
-def _check_view(pc: int, ins: isa.Instruction, name: str, v: View, depth: int, onchip: dict[str, int]) -> None:
+def _check_view(
+    pc: int, ins: isa.Instruction, name: str, v: View, depth: int, onchip: dict[str, int]
+) -> None:
     _check_affine(pc, ins, v.base, depth, f"{name}'s base")
     mem = onchip[v.mem]
     if math.prod(v.shape) > max(onchip.values()) or any(n < 1 for n in v.shape):
-        raise _bad(pc, ins, f"{name} has shape {list(v.shape)} (every extent >= 1, at most "
-                            f"{max(onchip.values()):,} elements)")
+        raise _bad(
+            pc,
+            ins,
+            f"{name} has shape {list(v.shape)} (every extent >= 1, at most "
+            f"{max(onchip.values()):,} elements)",
+        )
     if any(abs(s) * ITEMSIZE[v.dtype] > min(mem, MAX_STRIDE) for s in v.strides):
-        raise _bad(pc, ins, f"{name} has strides {list(v.strides)} beyond its memory ({v.mem}, {mem:,} bytes)")
+        raise _bad(
+            pc,
+            ins,
+            f"{name} has strides {list(v.strides)} beyond its memory ({v.mem}, {mem:,} bytes)",
+        )
 
 
-def _check_box(pc: int, ins: isa.Instruction, binary: Binary, b: Box, depth: int, onchip: dict[str, int]) -> None:
+def _check_box(
+    pc: int, ins: isa.Instruction, binary: Binary, b: Box, depth: int, onchip: dict[str, int]
+) -> None:
     t = binary.tensors[b.tensor]
     if len(b.shape) != len(t.shape):
         raise _bad(pc, ins, f"box of {t.name} has rank {len(b.shape)}, the tensor {len(t.shape)}")
     if math.prod(b.shape) > max(onchip.values()) or any(n < 1 for n in b.shape):
-        raise _bad(pc, ins, f"box of {t.name} has shape {list(b.shape)} (every extent >= 1, at most "
-                            f"{max(onchip.values()):,} elements)")
+        raise _bad(
+            pc,
+            ins,
+            f"box of {t.name} has shape {list(b.shape)} (every extent >= 1, at most "
+            f"{max(onchip.values()):,} elements)",
+        )
     for a in b.origin:
         _check_affine(pc, ins, a, depth, f"box of {t.name}'s origin")
 
@@ -146,7 +177,9 @@ def _check_bound(pc: int, ins: isa.Instruction, name: str, b: Bound, depth: int)
             raise _bad(pc, ins, f"{name} has divisor {d}")
 
 
-def _check_instruction(binary: Binary, pc: int, ins: isa.Instruction, depth: int, onchip: dict[str, int]) -> None:
+def _check_instruction(
+    binary: Binary, pc: int, ins: isa.Instruction, depth: int, onchip: dict[str, int]
+) -> None:
     if ins.mnemonic in SEQUENCER:
         if ins.wait or ins.signal:
             raise _bad(pc, ins, "the sequencer takes no tokens")
@@ -166,10 +199,18 @@ def _check_instruction(binary: Binary, pc: int, ins: isa.Instruction, depth: int
             _check_bound(pc, ins, name, v, depth)
     if ins.mnemonic == "MATMUL":
         a, b, acc = ins.arg("a"), ins.arg("b"), ins.arg("acc")
-        if len(a.shape) < 2 or len(b.shape) != 2 or acc.shape != a.shape[:-1] + b.shape[1:] \
-                or a.shape[-1] != b.shape[0]:
-            raise _bad(pc, ins, f"shapes acc {list(acc.shape)}, a {list(a.shape)}, b {list(b.shape)} do not "
-                                "make a matrix product")
+        if (
+            len(a.shape) < 2
+            or len(b.shape) != 2
+            or acc.shape != a.shape[:-1] + b.shape[1:]
+            or a.shape[-1] != b.shape[0]
+        ):
+            raise _bad(
+                pc,
+                ins,
+                f"shapes acc {list(acc.shape)}, a {list(a.shape)}, b {list(b.shape)} do not "
+                "make a matrix product",
+            )
 
 
 def _depths(code: tuple[isa.Instruction, ...]) -> list[int]:
@@ -186,10 +227,16 @@ def _depths(code: tuple[isa.Instruction, ...]) -> list[int]:
         if ins.mnemonic in SEQUENCER:
             end = pc + 1 + ins.arg("body")
             if end > ends[-1][0]:
-                raise _bad(pc, ins, f"body of {ins.arg('body')} instructions leaves its enclosing block")
+                raise _bad(
+                    pc, ins, f"body of {ins.arg('body')} instructions leaves its enclosing block"
+                )
             is_loop = ins.mnemonic != "IF"
             if loops + is_loop > MAX_LOOP_DEPTH or len(ends) > MAX_BLOCK_DEPTH:
-                raise _bad(pc, ins, f"loops nest deeper than {MAX_LOOP_DEPTH} or blocks deeper than {MAX_BLOCK_DEPTH}")
+                raise _bad(
+                    pc,
+                    ins,
+                    f"loops nest deeper than {MAX_LOOP_DEPTH} or blocks deeper than {MAX_BLOCK_DEPTH}",
+                )
             ends.append((end, is_loop))
             loops += is_loop
     return depths
@@ -197,13 +244,15 @@ def _depths(code: tuple[isa.Instruction, ...]) -> list[int]:
 
 def _term_range(a: LoopAffine, d: int, ranges: tuple[tuple[int, int], ...]) -> tuple[int, int]:
     lo = hi = a.const
-    for c, (rlo, rhi) in zip(a.coefs, ranges):
+    for c, (rlo, rhi) in zip(a.coefs, ranges, strict=False):
         lo += min(c * rlo, c * rhi)
         hi += max(c * rlo, c * rhi)
     return lo // d, hi // d
 
 
-def _count(code, start: int, end: int, ranges: tuple[tuple[int, int], ...], level: int) -> tuple[int, bool]:
+def _count(
+    code, start: int, end: int, ranges: tuple[tuple[int, int], ...], level: int
+) -> tuple[int, bool]:
     """(upper bound of the dynamic instructions of code[start:end], whether it is exact), with
     `ranges` the intervals of the enclosing loop counters (interval arithmetic for LOOPB)."""
     total, exact, pc = 0, True, start
@@ -223,9 +272,13 @@ def _count(code, start: int, end: int, ranges: tuple[tuple[int, int], ...], leve
             lo, hi = max(r[0] for r in lows), min(r[1] for r in highs)
             n = max(0, hi - lo + 1)
             inner_ranges = ranges + ((lo, max(lo, hi)),)
-            exact = exact and all(not a.coefs for a, _ in ins.arg("lower").terms + ins.arg("upper").terms)
+            exact = exact and all(
+                not a.coefs for a, _ in ins.arg("lower").terms + ins.arg("upper").terms
+            )
         else:
             n, exact = 1, False
-        inner, inner_exact = _count(code, pc + 1, body_end, inner_ranges, level + 1) if n else (0, True)
+        inner, inner_exact = (
+            _count(code, pc + 1, body_end, inner_ranges, level + 1) if n else (0, True)
+        )
         total, exact, pc = total + n * inner, exact and inner_exact, body_end
     return total, exact

@@ -24,17 +24,38 @@ class Dependences:
 def dependences(program: Program) -> Dependences:
     sched = poly.schedule_map(program)
     reads, writes = poly.accesses(program, "read"), poly.accesses(program, "write")
-    flow = (isl.UnionAccessInfo.from_sink(reads).set_must_source(writes).set_schedule_map(sched)
-            .compute_flow().get_may_dependence())
-    anti = (isl.UnionAccessInfo.from_sink(writes).set_may_source(reads).set_schedule_map(sched)
-            .compute_flow().get_may_dependence())
-    output = (isl.UnionAccessInfo.from_sink(writes).set_may_source(writes).set_schedule_map(sched)
-              .compute_flow().get_may_dependence())
+    flow = (
+        isl.UnionAccessInfo.from_sink(reads)
+        .set_must_source(writes)
+        .set_schedule_map(sched)
+        .compute_flow()
+        .get_may_dependence()
+    )
+    anti = (
+        isl.UnionAccessInfo.from_sink(writes)
+        .set_may_source(reads)
+        .set_schedule_map(sched)
+        .compute_flow()
+        .get_may_dependence()
+    )
+    output = (
+        isl.UnionAccessInfo.from_sink(writes)
+        .set_may_source(writes)
+        .set_schedule_map(sched)
+        .compute_flow()
+        .get_may_dependence()
+    )
     return Dependences(flow, anti, output)
 
 
-def pointwise(program: Program, deps: isl.UnionMap, src: str, dst: str, shared: tuple[str, ...],
-              indices: tuple[str, ...]) -> bool:
+def pointwise(
+    program: Program,
+    deps: isl.UnionMap,
+    src: str,
+    dst: str,
+    shared: tuple[str, ...],
+    indices: tuple[str, ...],
+) -> bool:
     """Whether every dependence src -> dst at equal shared-loop values links equal `indices`.
 
     This is what lets two statements run fused, tile by tile, over `indices`.

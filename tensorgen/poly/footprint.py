@@ -42,15 +42,21 @@ def _origin_prefix(names: set[str]) -> str:
     return prefix
 
 
-def _tile_map(stmt: Statement, access: Access, sizes: tuple[tuple[str, int], ...], prefix: str) -> isl.Map:
+def _tile_map(
+    stmt: Statement, access: Access, sizes: tuple[tuple[str, int], ...], prefix: str
+) -> isl.Map:
     params = ", ".join(prefix + n for n in stmt.indices)
     cons = [f"{prefix}{n} <= {n} < {prefix}{n} + {dict(sizes)[n]}" for n in stmt.indices]
     idx = ", ".join(affine_text(a) for a in access.index)
-    return isl.Map(f"[{params}] -> {{ [{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] : {' and '.join(cons)} }}")
+    return isl.Map(
+        f"[{params}] -> {{ [{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] : {' and '.join(cons)} }}"
+    )
 
 
 @lru_cache(maxsize=4096)
-def footprint(uses: tuple[tuple[Statement, Access, tuple[tuple[str, int], ...]], ...]) -> FootprintBox:
+def footprint(
+    uses: tuple[tuple[Statement, Access, tuple[tuple[str, int], ...]], ...],
+) -> FootprintBox:
     """Rectangular hull of the union of `uses` (statement, access, tile sizes per index)."""
     prefix = _origin_prefix({n for stmt, _, _ in uses for n in stmt.indices})
     union = None
@@ -59,9 +65,16 @@ def footprint(uses: tuple[tuple[Statement, Access, tuple[tuple[str, int], ...]],
     assert union is not None
     offset, size = rectangular_hull(union)
     if None in offset:
-        raise CodegenError(f"the footprint of {uses[0][1].tensor} over a tile is not a box of fixed size")
-    return FootprintBox(tuple((const, tuple(sorted((n[len(prefix):], c) for n, c in coefs.items())))
-                              for const, coefs in offset), tuple(size))
+        raise CodegenError(
+            f"the footprint of {uses[0][1].tensor} over a tile is not a box of fixed size"
+        )
+    return FootprintBox(
+        tuple(
+            (const, tuple(sorted((n[len(prefix) :], c) for n, c in coefs.items())))
+            for const, coefs in offset
+        ),
+        tuple(size),
+    )
 
 
 def union_aligned(a: isl.Set | None, b: isl.Set) -> isl.Set:
@@ -73,7 +86,9 @@ def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | 
     """The box around `image` (a set over parameters): per dimension, its lower bound as
     (constant, {parameter: coefficient}) when that is one affine function of the parameters
     (else None), and its largest extent over the parameters (a CodegenError when unbounded)."""
-    names = [image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))]
+    names = [
+        image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))
+    ]
     offset, size = [], []
     for d in range(image.dim(isl.dim_type.set)):
         try:  # isl reports an unbounded dimension as an error, not as a value
@@ -81,21 +96,37 @@ def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | 
             extent = image.dim_max(d).sub(lo).max_val()
         except isl.Error:
             lo = extent = None
-        if extent is None or not extent.is_int():  # unbounded or empty: infinity or NaN, not an integer
-            raise CodegenError(f"the footprint of {image.get_tuple_name() or 'a tensor'} has no bounded box")
+        if (
+            extent is None or not extent.is_int()
+        ):  # unbounded or empty: infinity or NaN, not an integer
+            raise CodegenError(
+                f"the footprint of {image.get_tuple_name() or 'a tensor'} has no bounded box"
+            )
         size.append(int(extent.to_python()) + 1)
         pieces = lo.get_pieces() if lo is not None else []
         # one affine piece without integer divisions (floor(o/2) is not an offset the DMA can take)
-        if len(pieces) != 1 or not pieces[0][1].get_constant_val().is_int() or _has_division(pieces[0][1]):
+        if (
+            len(pieces) != 1
+            or not pieces[0][1].get_constant_val().is_int()
+            or _has_division(pieces[0][1])
+        ):
             offset.append(None)
             continue
         aff = pieces[0][1]
-        coefs = {n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python()) for i, n in enumerate(names)}
-        offset.append((int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c}))
+        coefs = {
+            n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
+            for i, n in enumerate(names)
+        }
+        offset.append(
+            (int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c})
+        )
     return offset, size
 
 
 def _has_division(aff: isl.Aff) -> bool:
     """Whether `aff` uses an integer division (`2*floor(o/2)`): reading its parameter
     coefficients alone would give a wrong offset."""
-    return any(not aff.get_coefficient_val(isl.dim_type.div, k).is_zero() for k in range(aff.dim(isl.dim_type.div)))
+    return any(
+        not aff.get_coefficient_val(isl.dim_type.div, k).is_zero()
+        for k in range(aff.dim(isl.dim_type.div))
+    )

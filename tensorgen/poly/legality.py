@@ -50,35 +50,45 @@ def relaxed_dependences(program: Program) -> tuple[tuple[str, isl.UnionMap], ...
         if stmt.op in ("+=", "max=") and all(a.tensor != stmt.lhs.tensor for a in stmt.reads):
             w = poly.access_map(stmt, stmt.lhs)
             relax = relax.union(isl.UnionMap.from_map(w.apply_range(w.reverse())))
-    return tuple((kind, d.subtract(relax).coalesce()) for kind, d in
-                 (("flow", deps.flow), ("anti", deps.anti), ("output", deps.output)))
+    return tuple(
+        (kind, d.subtract(relax).coalesce())
+        for kind, d in (("flow", deps.flow), ("anti", deps.anti), ("output", deps.output))
+    )
 
 
 def _coords(point: isl.Point, n: int, offset: int = 0) -> list[int]:
-    return [int(point.get_coordinate_val(isl.dim_type.set, offset + i).to_python()) for i in range(n)]
+    return [
+        int(point.get_coordinate_val(isl.dim_type.set, offset + i).to_python()) for i in range(n)
+    ]
 
 
 def instance(stmt: Statement, values: list[int]) -> str:
-    return f"{stmt.name}[{', '.join(f'{i}={v}' for i, v in zip(stmt.indices, values))}]"
+    return f"{stmt.name}[{', '.join(f'{i}={v}' for i, v in zip(stmt.indices, values, strict=False))}]"
 
 
-def _linking_element(program: Program, kind: str, src: Statement, sv: list[int], dst: Statement,
-                     dv: list[int]) -> str:
+def _linking_element(
+    program: Program, kind: str, src: Statement, sv: list[int], dst: Statement, dv: list[int]
+) -> str:
     """An element through which the dependence of `kind` runs: written by the source and read by
     the sink (flow), read then written (anti), or written by both (output)."""
 
     def touched(stmt: Statement, values: list[int], mode: str) -> isl.UnionSet:
-        fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values))
+        fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values, strict=False))
         point = isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}")
         out = isl.UnionSet("{ }")
         reads = stmt.reads + ([stmt.lhs] if stmt.op != "=" else [])
-        for acc in ([stmt.lhs] if mode == "write" else reads):
-            m = poly.access_map(stmt, acc).intersect_domain(point).intersect_range(
-                poly.tensor_box(program.tensor(acc.tensor)))
+        for acc in [stmt.lhs] if mode == "write" else reads:
+            m = (
+                poly.access_map(stmt, acc)
+                .intersect_domain(point)
+                .intersect_range(poly.tensor_box(program.tensor(acc.tensor)))
+            )
             out = out.union(isl.UnionSet.from_set(m.range()))
         return out
 
-    modes = {"flow": ("write", "read"), "anti": ("read", "write"), "output": ("write", "write")}[kind]
+    modes = {"flow": ("write", "read"), "anti": ("read", "write"), "output": ("write", "write")}[
+        kind
+    ]
     common = touched(src, sv, modes[0]).intersect(touched(dst, dv, modes[1]))
     sets = common.get_set_list()
     if sets.n_set() == 0:
@@ -88,8 +98,13 @@ def _linking_element(program: Program, kind: str, src: Statement, sv: list[int],
     return f"{s.get_tuple_name()}[{', '.join(map(str, _coords(p, s.dim(isl.dim_type.set))))}]"
 
 
-def find_violation(program: Program, schedule: isl.UnionMap, parallel_from: int | None = None,
-                   parallel_to: int | None = None, among: frozenset[str] | None = None) -> Violation | None:
+def find_violation(
+    program: Program,
+    schedule: isl.UnionMap,
+    parallel_from: int | None = None,
+    parallel_to: int | None = None,
+    among: frozenset[str] | None = None,
+) -> Violation | None:
     """A dependence the schedule breaks, or None.
 
     Without `parallel_*`, a dependence is broken when its sink is not scheduled strictly after
@@ -121,10 +136,17 @@ def find_violation(program: Program, schedule: isl.UnionMap, parallel_from: int 
             continue
         m = viol.get_map_list().get_at(0)
         p = m.wrap().sample_point()
-        src, dst = by_name[m.get_tuple_name(isl.dim_type.in_)], by_name[m.get_tuple_name(isl.dim_type.out)]
+        src, dst = (
+            by_name[m.get_tuple_name(isl.dim_type.in_)],
+            by_name[m.get_tuple_name(isl.dim_type.out)],
+        )
         sv, dv = _coords(p, len(src.indices)), _coords(p, len(dst.indices), len(src.indices))
-        return Violation(instance(src, sv), instance(dst, dv), _linking_element(program, kind, src, sv, dst, dv),
-                         kind)
+        return Violation(
+            instance(src, sv),
+            instance(dst, dv),
+            _linking_element(program, kind, src, sv, dst, dv),
+            kind,
+        )
     return None
 
 

@@ -20,7 +20,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tensorgen.ir.core import Access, Affine, BinOp, Call, Const, Expr, Program, Read, Statement, dtype_range
+from tensorgen.ir.core import (
+    Access,
+    Affine,
+    BinOp,
+    Call,
+    Const,
+    Expr,
+    Program,
+    Read,
+    Statement,
+    dtype_range,
+)
 
 TORCH_DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32}
 
@@ -39,7 +50,9 @@ def wrap_to(x: torch.Tensor, dtype: str) -> torch.Tensor:
 
 def requant(acc: torch.Tensor, scale: float, zp: int, dtype: str) -> torch.Tensor:
     lo, hi = dtype_range(dtype)
-    scaled = wrap32(acc).to(torch.int32).to(torch.float32) * torch.tensor(scale, dtype=torch.float32)
+    scaled = wrap32(acc).to(torch.int32).to(torch.float32) * torch.tensor(
+        scale, dtype=torch.float32
+    )
     return torch.clamp(_cvt_int32(scaled) + zp, lo, hi)
 
 
@@ -62,7 +75,7 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
             env[t.name] = torch.zeros(t.shape, dtype=work)
     shared = program.shared_loops
     for values in itertools.product(*(range(n) for _, n in shared)):
-        fixed = dict(zip((n for n, _ in shared), values))
+        fixed = dict(zip((n for n, _ in shared), values, strict=False))
         for stmt in program.statements:
             _run(program, stmt, fixed, env)
     return {t.name: env[t.name].numpy().astype(t.np_dtype) for t in program.outputs}
@@ -98,14 +111,18 @@ def _run_rounds(program: Program, stmt: Statement, fixed: dict[str, int], grids,
     t = program.tensor(stmt.lhs.tensor)
     for r in range(len(rounds)):
         part = {k: v[which == r] for k, v in grids.items()}
-        flat = torch.zeros_like(next(iter(part.values()))) if part else torch.zeros(1, dtype=torch.int64)
-        for a, size in zip(stmt.lhs.index, t.shape):
+        flat = (
+            torch.zeros_like(next(iter(part.values())))
+            if part
+            else torch.zeros(1, dtype=torch.int64)
+        )
+        for a, size in zip(stmt.lhs.index, t.shape, strict=False):
             flat = flat * size + _subscript(a, part)
         if len(torch.unique(flat)) == len(flat):
             _run_points(program, stmt, part, env)
             continue
         for p in range(len(flat)):
-            _run_points(program, stmt, {k: v[p:p + 1] for k, v in part.items()}, env)
+            _run_points(program, stmt, {k: v[p : p + 1] for k, v in part.items()}, env)
 
 
 def _self_dependent(stmt: Statement) -> bool:
@@ -122,10 +139,14 @@ def _points(stmt: Statement, fixed: dict[str, int]):
 def _grid(stmt: Statement, fixed: dict[str, int]) -> dict[str, torch.Tensor]:
     """Every point of the statement's domain, in lexicographic order, as flat index tensors."""
     # a shared-loop value outside the statement's bounds (a where: on the shared loop): no points
-    ranges = [(torch.tensor([fixed[i]]) if lo <= fixed[i] <= hi else torch.zeros(0, dtype=torch.int64))
-              if i in fixed else torch.arange(lo, hi + 1) for i, (lo, hi) in zip(stmt.indices, stmt.bounds)]
+    ranges = [
+        (torch.tensor([fixed[i]]) if lo <= fixed[i] <= hi else torch.zeros(0, dtype=torch.int64))
+        if i in fixed
+        else torch.arange(lo, hi + 1)
+        for i, (lo, hi) in zip(stmt.indices, stmt.bounds, strict=False)
+    ]
     mesh = torch.meshgrid(*ranges, indexing="ij")
-    grids = {i: m.reshape(-1) for i, m in zip(stmt.indices, mesh)}
+    grids = {i: m.reshape(-1) for i, m in zip(stmt.indices, mesh, strict=False)}
     if stmt.where:
         keep = _where_mask(stmt, grids)
         grids = {k: v[keep] for k, v in grids.items()}
@@ -139,8 +160,14 @@ def _where_mask(stmt: Statement, grids: dict[str, torch.Tensor]) -> torch.Tensor
 
     dom = poly.domain(stmt)
     points = set()
-    dom.foreach_point(lambda p: points.add(tuple(
-        p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(stmt.indices)))))
+    dom.foreach_point(
+        lambda p: points.add(
+            tuple(
+                p.get_coordinate_val(isl.dim_type.set, i).to_python()
+                for i in range(len(stmt.indices))
+            )
+        )
+    )
     coords = torch.stack([grids[i] for i in stmt.indices], dim=1).tolist()
     return torch.tensor([tuple(c) in points for c in coords], dtype=torch.bool)
 
@@ -156,9 +183,9 @@ def _gather(program: Program, acc: Access, grids, env) -> torch.Tensor:
     t = program.tensor(acc.tensor)
     subs = [_subscript(a, grids) for a in acc.index]
     inside = torch.ones_like(subs[0], dtype=torch.bool)
-    for s, n in zip(subs, t.shape):
+    for s, n in zip(subs, t.shape, strict=False):
         inside &= (s >= 0) & (s < n)
-    clipped = [torch.clamp(s, 0, n - 1) for s, n in zip(subs, t.shape)]
+    clipped = [torch.clamp(s, 0, n - 1) for s, n in zip(subs, t.shape, strict=False)]
     values = env[acc.tensor][tuple(clipped)]
     return torch.where(inside, values, torch.full_like(values, t.pad))
 
@@ -199,21 +226,35 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
     if e.fn == "quantize":  # PyTorch's own quantize_per_tensor, saturating to the LHS dtype
         qdtype = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
         out = program.tensor(stmt.lhs.tensor).dtype
-        return torch.quantize_per_tensor(x.to(torch.float32), float(args[1]), int(args[2]),
-                                         qdtype[out]).int_repr().to(torch.int64)
+        return (
+            torch.quantize_per_tensor(
+                x.to(torch.float32), float(args[1]), int(args[2]), qdtype[out]
+            )
+            .int_repr()
+            .to(torch.int64)
+        )
     if e.fn == "dequantize":  # PyTorch's own Tensor.dequantize()
         lo, hi = dtype_range("uint8")
         if int(x.min()) >= lo and int(x.max()) <= hi:
-            q = torch._make_per_tensor_quantized_tensor(x.to(torch.uint8), float(args[1]), int(args[2]))
+            q = torch._make_per_tensor_quantized_tensor(
+                x.to(torch.uint8), float(args[1]), int(args[2])
+            )
         else:
-            q = torch._make_per_tensor_quantized_tensor(x.to(torch.int8), float(args[1]), int(args[2]))
+            q = torch._make_per_tensor_quantized_tensor(
+                x.to(torch.int8), float(args[1]), int(args[2])
+            )
         return q.dequantize()
     if e.fn == "requant_fbgemm":  # float32 add then multiply, each rounded once; ties to even
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
-        xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(torch.float32)
+        xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(
+            torch.float32
+        )
         scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
         return torch.clamp(_cvt_int32(scaled) + int(args[3]), lo, hi)
-    if e.fn in ("requant_fma", "add_fbgemm"):  # float rules of fbgemm with fused multiply-adds, which
+    if e.fn in (
+        "requant_fma",
+        "add_fbgemm",
+    ):  # float rules of fbgemm with fused multiply-adds, which
         # torch has no operator for: the accelerator's own arithmetic, itself pinned against
         # PyTorch's quantized kernels in tests/frontend/test_numerics_x86.py
         from tensorgen.mc import arith
@@ -221,9 +262,13 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         f = [np.float32(a) for a in args[1:]]
         if e.fn == "requant_fma":
             lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
-            return torch.from_numpy(arith.avgpool_fbgemm(wrap32(x).numpy(), f[0], int(args[2]), lo, hi))
+            return torch.from_numpy(
+                arith.avgpool_fbgemm(wrap32(x).numpy(), f[0], int(args[2]), lo, hi)
+            )
         y = torch.as_tensor(args[1]).numpy()
-        return torch.from_numpy(arith.add_fbgemm(x.numpy(), y, f[1], 0, f[2], f[3], 0, f[4], f[5], int(args[7]), 0, 255))
+        return torch.from_numpy(
+            arith.add_fbgemm(x.numpy(), y, f[1], 0, f[2], f[3], 0, f[4], f[5], int(args[7]), 0, 255)
+        )
     if e.fn == "rshift_round":  # qnnpack's rounding: asr, plus one when the remainder exceeds half
         shift = torch.clamp(torch.as_tensor(args[1]), 0, 31)
         mask = (torch.ones_like(shift) << shift) - 1
@@ -240,13 +285,14 @@ def _run_points(program: Program, stmt: Statement, grids, env) -> None:
     values = torch.as_tensor(_eval(program, stmt, stmt.rhs, grids, env)).expand(n).clone()
     subs = tuple(_subscript(a, grids) for a in stmt.lhs.index)
     flat = torch.zeros(n, dtype=torch.int64)
-    for s, size in zip(subs, t.shape):
+    for s, size in zip(subs, t.shape, strict=False):
         flat = flat * size + s
     target = env[t.name].reshape(-1).clone()
     if stmt.op == "=":
         # the last write of an element in program order wins
         last = torch.full((target.numel(),), -1, dtype=torch.int64).scatter_reduce(
-            0, flat, torch.arange(n), reduce="amax")
+            0, flat, torch.arange(n), reduce="amax"
+        )
         keep = last[flat] == torch.arange(n)
         target[flat[keep]] = values[keep]
     elif stmt.op == "+=":
@@ -258,7 +304,9 @@ def _run_points(program: Program, stmt: Statement, grids, env) -> None:
     env[t.name] = wrap_to(target, t.dtype).reshape(t.shape)
 
 
-def _max_into_narrow(target: torch.Tensor, flat: torch.Tensor, values: torch.Tensor, dtype: str) -> torch.Tensor:
+def _max_into_narrow(
+    target: torch.Tensor, flat: torch.Tensor, values: torch.Tensor, dtype: str
+) -> torch.Tensor:
     """`max=` into an 8-bit tensor: every instance stores (and wraps) its max, so the reduction is
     not one max of the int32 values: `wrap(max(wrap(max(z, a)), b))`. Instances that update the
     same element run in rounds, the r-th update of every element in round r, in program order."""
@@ -281,8 +329,13 @@ def _operand(e: Expr) -> tuple[Access, int] | None:
     """`X[...]` or `X[...] - c` (a zero point): contractions the aten ops take after a shift."""
     if isinstance(e, Read):
         return e.access, 0
-    if isinstance(e, BinOp) and e.op == "-" and isinstance(e.lhs, Read) and isinstance(e.rhs, Const) \
-            and isinstance(e.rhs.value, int):
+    if (
+        isinstance(e, BinOp)
+        and e.op == "-"
+        and isinstance(e.lhs, Read)
+        and isinstance(e.rhs, Const)
+        and isinstance(e.rhs.value, int)
+    ):
         return e.lhs.access, e.rhs.value
     return None
 
@@ -296,18 +349,25 @@ def _fast_contraction(program: Program, stmt: Statement, fixed, env) -> bool:
         return False
     (xa, xs), (wa, ws) = ops
     shifted = {**env, xa.tensor: env[xa.tensor] - xs}
-    shifted[wa.tensor] = shifted[wa.tensor] - ws if wa.tensor != xa.tensor or ws != xs else shifted[wa.tensor]
+    shifted[wa.tensor] = (
+        shifted[wa.tensor] - ws if wa.tensor != xa.tensor or ws != xs else shifted[wa.tensor]
+    )
     if xa.tensor == wa.tensor and xs != ws:
         return False
-    pads = {xa.tensor: program.tensor(xa.tensor).pad - xs, wa.tensor: program.tensor(wa.tensor).pad - ws}
+    pads = {
+        xa.tensor: program.tensor(xa.tensor).pad - xs,
+        wa.tensor: program.tensor(wa.tensor).pad - ws,
+    }
     result = _as_conv2d(program, stmt, xa, wa, shifted, pads) if not fixed else None
     if result is None:
         result = _as_einsum(program, stmt, (xa, wa), fixed, shifted)
     if result is None:
         return False
     out = env[stmt.lhs.tensor]
-    region = tuple(slice(lo, hi + 1) if sub.bare() else None
-                   for sub, (lo, hi) in zip(stmt.lhs.index, [_bound(stmt, s) for s in stmt.lhs.index]))
+    region = tuple(
+        slice(lo, hi + 1) if sub.bare() else None
+        for sub, (lo, hi) in zip(stmt.lhs.index, [_bound(stmt, s) for s in stmt.lhs.index], strict=False)
+    )
     if any(r is None for r in region):
         return False
     t = program.tensor(stmt.lhs.tensor)
@@ -338,7 +398,7 @@ def _as_einsum(program, stmt, accesses, fixed, env) -> torch.Tensor | None:
             else:
                 return None
         tensor = program.tensor(acc.tensor)
-        for i, n in zip(index, tensor.shape):
+        for i, n in zip(index, tensor.shape, strict=False):
             if isinstance(i, int) and not 0 <= i < n or isinstance(i, slice) and i.stop > n:
                 return None
         operands.append(env[acc.tensor][tuple(index)])
@@ -391,28 +451,33 @@ def _conv(program, stmt, x: Access, w: Access, got, env, pad: int) -> torch.Tens
     bounds = {name: stmt.bounds[stmt.indices.index(name)] for name in (n, k, h, wi, r, q)}
     X = env[x.tensor]
     nlo, nhi = bounds[n]
-    X = X[nlo:nhi + 1]
+    X = X[nlo : nhi + 1]
     # the window of input rows/cols each spatial dim reads, padded with X's pad value
     windows = []
-    for (s, d, off), (out_i, red_i) in zip(spatial, ((h, r), (wi, q))):
+    for (s, d, off), (out_i, red_i) in zip(spatial, ((h, r), (wi, q)), strict=False):
         (olo, ohi), (rlo, rhi) = bounds[out_i], bounds[red_i]
         windows.append((s * olo + d * rlo + off, s * ohi + d * rhi + off))
     (h0, h1), (w0, w1) = windows
     H, W = xt.shape[2], xt.shape[3]
     pads = (max(0, -w0), max(0, w1 - W + 1), max(0, -h0), max(0, h1 - H + 1))
     Xp = F.pad(X, pads, value=pad)
-    Xp = Xp[:, :, h0 + pads[2]: h1 + pads[2] + 1, w0 + pads[0]: w1 + pads[0] + 1]
+    Xp = Xp[:, :, h0 + pads[2] : h1 + pads[2] + 1, w0 + pads[0] : w1 + pads[0] + 1]
     (rlo, rhi), (qlo, qhi) = bounds[r], bounds[q]
     (klo, khi) = bounds[k]
     if depthwise:
-        Wt = env[w.tensor][klo:khi + 1, 0:1, rlo:rhi + 1, qlo:qhi + 1]
-        Xp = Xp[:, klo:khi + 1]
+        Wt = env[w.tensor][klo : khi + 1, 0:1, rlo : rhi + 1, qlo : qhi + 1]
+        Xp = Xp[:, klo : khi + 1]
         groups = khi - klo + 1
     else:
         clo, chi = stmt.bounds[stmt.indices.index(c)]
-        Wt = env[w.tensor][klo:khi + 1, clo:chi + 1, rlo:rhi + 1, qlo:qhi + 1]
-        Xp = Xp[:, clo:chi + 1]
+        Wt = env[w.tensor][klo : khi + 1, clo : chi + 1, rlo : rhi + 1, qlo : qhi + 1]
+        Xp = Xp[:, clo : chi + 1]
         groups = 1
-    out = F.conv2d(Xp, Wt, stride=(spatial[0][0], spatial[1][0]), dilation=(spatial[0][1], spatial[1][1]),
-                   groups=groups)
+    out = F.conv2d(
+        Xp,
+        Wt,
+        stride=(spatial[0][0], spatial[1][0]),
+        dilation=(spatial[0][1], spatial[1][1]),
+        groups=groups,
+    )
     return wrap32(out)

@@ -26,8 +26,8 @@ from functools import lru_cache
 import islpy as isl
 
 from tensorgen.errors import CapacityError, ScheduleError
-from tensorgen.ir.core import Program
 from tensorgen.ir import poly
+from tensorgen.ir.core import Program
 from tensorgen.poly.footprint import rectangular_hull, union_aligned
 from tensorgen.poly.legality import find_violation
 
@@ -74,9 +74,13 @@ class StagedBox:
     covered: bool = False  # fresh, and every element of the box inside the tensor is written in its
     # iteration (so that the buffer need not be zeroed) by a program that reads no initial value of it
     first: FirstTouch | None = None  # not fresh, starts as zeros: the iterations that need no load
-    disjoint_in_loop: bool = False  # not fresh, written: no two iterations of the loop with the same
+    disjoint_in_loop: bool = (
+        False  # not fresh, written: no two iterations of the loop with the same
+    )
     # outer iterations meet, so a double buffer may load the next box while the last one is stored
-    steps: tuple[int, ...] = ()  # per dimension, the stride of the elements accessed (2: every other row)
+    steps: tuple[
+        int, ...
+    ] = ()  # per dimension, the stride of the elements accessed (2: every other row)
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,9 @@ class Stage:
     loop: str  # loop name, or "" for the whole program
     memory: str
     double_buffered: bool = False
-    layout: tuple[int, ...] | None = None  # the buffer's dimension order, outermost first (None: the tensor's)
+    layout: tuple[int, ...] | None = (
+        None  # the buffer's dimension order, outermost first (None: the tensor's)
+    )
 
 
 @dataclass
@@ -94,7 +100,9 @@ class _State:
     dims: list[dict[str, int | None]]  # per position: statement -> loop id, or None for a constant
     loops: dict[int, _LoopInfo]
     alias: dict[int, int] = field(default_factory=dict)  # fused-away loop id -> surviving id
-    split_into: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # split loop id -> names: (it, outer, inner)
+    split_into: dict[int, tuple[str, str, str]] = field(
+        default_factory=dict
+    )  # split loop id -> names: (it, outer, inner)
 
 
 class Schedule:
@@ -110,14 +118,18 @@ class Schedule:
         self.stages: list[Stage] = []
         self.unrolled: dict[str, int | None] = {}
         self.vectorized: list[str] = []
-        self.tensorized: list[tuple[tuple[str, ...], str, tuple[str, ...]]] = []  # (m loops, n, k loops)
+        self.tensorized: list[
+            tuple[tuple[str, ...], str, tuple[str, ...]]
+        ] = []  # (m loops, n, k loops)
         self._next_id = 0
         self._annotated: dict[int, str] = {}
         self._state = self._original()
 
     # -- construction ---------------------------------------------------------------------
     def _new_loop(self, name: str, statements) -> int:
-        taken = {info.name for info in self._state.loops.values()} if hasattr(self, "_state") else set()
+        taken = (
+            {info.name for info in self._state.loops.values()} if hasattr(self, "_state") else set()
+        )
         base, n = name, 1
         while name in taken:
             n += 1
@@ -140,12 +152,12 @@ class Schedule:
         dims.append({n: None for n in names})  # statement order
         own_names = {}
         for s in prog.statements:
-            for i in s.indices[len(shared):]:
+            for i in s.indices[len(shared) :]:
                 own_names[i] = own_names.get(i, 0) + 1
         for level in range(depth):
             row: dict[str, int | None] = {}
             for s in prog.statements:
-                own = s.indices[len(shared):]
+                own = s.indices[len(shared) :]
                 if level < len(own):
                     label = own[level] if own_names[own[level]] == 1 else f"{s.name}.{own[level]}"
                     row[s.name] = self._new_loop(label, [s.name])
@@ -154,10 +166,11 @@ class Schedule:
             dims.append(row)
         maps = {}
         for pos, s in enumerate(prog.statements):
-            own = list(s.indices[len(shared):])
+            own = list(s.indices[len(shared) :])
             out = list(shared) + [str(pos)] + own + ["0"] * (depth - len(own))
-            maps[s.name] = isl.Map(f"{{ {s.name}[{', '.join(s.indices)}] -> [{', '.join(out)}] }}").intersect_domain(
-                poly.domain(s))
+            maps[s.name] = isl.Map(
+                f"{{ {s.name}[{', '.join(s.indices)}] -> [{', '.join(out)}] }}"
+            ).intersect_domain(poly.domain(s))
         state = _State(maps, dims, dict(self._pending_loops))
         return state
 
@@ -167,9 +180,17 @@ class Schedule:
         for lid, info in self._state.loops.items():
             if info.name == name and lid not in self._state.alias:
                 return Loop(lid, name)
-        known = ", ".join(sorted(i.name for lid, i in self._state.loops.items() if lid not in self._state.alias))
-        was = next((f"; {name} was split into {o} and {i}" for n, o, i in self._state.split_into.values()
-                    if n == name), "")
+        known = ", ".join(
+            sorted(i.name for lid, i in self._state.loops.items() if lid not in self._state.alias)
+        )
+        was = next(
+            (
+                f"; {name} was split into {o} and {i}"
+                for n, o, i in self._state.split_into.values()
+                if n == name
+            ),
+            "",
+        )
         raise ScheduleError(f"loop('{name}'): no such loop (loops: {known}){was}")
 
     def loops(self, statement: str) -> list[Loop]:
@@ -183,7 +204,9 @@ class Schedule:
                 out.append(Loop(lid, self._state.loops[lid].name))
         return out
 
-    def _resolve(self, loop: Loop, prim: str, modify: bool = True) -> tuple[int, int, frozenset[str]]:
+    def _resolve(
+        self, loop: Loop, prim: str, modify: bool = True
+    ) -> tuple[int, int, frozenset[str]]:
         """(loop id, position, statements) of a handle; `modify`: the primitive reshapes the loop."""
         if not isinstance(loop, Loop):
             raise ScheduleError(f"{prim}: expected a loop handle (s.loop(name)), got {loop!r}")
@@ -192,12 +215,16 @@ class Schedule:
             lid = self._state.alias[lid]
         if lid in self._state.split_into:
             _, o, i = self._state.split_into[lid]
-            raise ScheduleError(f"{prim}: {loop.name} was split into {o} and {i}; use the loops split returned")
+            raise ScheduleError(
+                f"{prim}: {loop.name} was split into {o} and {i}; use the loops split returned"
+            )
         if lid not in self._state.loops:
             raise ScheduleError(f"{prim}: {loop.name} is not a loop of this schedule")
         if modify and lid in self._annotated:
-            raise ScheduleError(f"{prim}: {loop.name} is {self._annotated[lid]}; transform loops before "
-                                f"vectorizing, tensorizing or unrolling them")
+            raise ScheduleError(
+                f"{prim}: {loop.name} is {self._annotated[lid]}; transform loops before "
+                f"vectorizing, tensorizing or unrolling them"
+            )
         for pos, row in enumerate(self._state.dims):
             if lid in row.values():
                 return lid, pos, self._state.loops[lid].statements
@@ -233,7 +260,13 @@ class Schedule:
 
     def _copy(self) -> _State:
         s = self._state
-        return _State(dict(s.maps), [dict(r) for r in s.dims], dict(s.loops), dict(s.alias), dict(s.split_into))
+        return _State(
+            dict(s.maps),
+            [dict(r) for r in s.dims],
+            dict(s.loops),
+            dict(s.alias),
+            dict(s.split_into),
+        )
 
     def _apply(self, state: _State, statements, transform: str) -> None:
         """Apply `{ [d...] -> [e...] }` (isl text over d0..dn) to the maps of `statements`."""
@@ -260,11 +293,17 @@ class Schedule:
         state = self._copy()
         n = len(state.dims)
         ins = [f"d{i}" for i in range(n)]
-        outer = ins[:pos] + [f"floor(d{pos}/{factor})", f"d{pos} - {factor}*floor(d{pos}/{factor})"] + ins[pos + 1:]
-        other = ins[:pos + 1] + ["0"] + ins[pos + 1:]
+        outer = (
+            ins[:pos]
+            + [f"floor(d{pos}/{factor})", f"d{pos} - {factor}*floor(d{pos}/{factor})"]
+            + ins[pos + 1 :]
+        )
+        other = ins[: pos + 1] + ["0"] + ins[pos + 1 :]
         for name in self._all_statements():
             out = outer if name in stmts else other
-            state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+            state.maps[name] = state.maps[name].apply_range(
+                isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
+            )
         self._pending_loops = {}
         name = state.loops[lid].name
         o, i = self._new_loop(f"{name}_o", stmts), self._new_loop(f"{name}_i", stmts)
@@ -296,10 +335,12 @@ class Schedule:
             raise ScheduleError(f"{prim}: give at least two loops")
         found = [self._resolve(l, prim) for l in loops]
         stmts = found[0][2]
-        for (lid, _, st), l in zip(found, loops):
+        for (lid, _, st), l in zip(found, loops, strict=False):
             if st != stmts:
-                raise ScheduleError(f"{prim}: {l.name} and {loops[0].name} do not enclose the same statements "
-                                    f"({', '.join(sorted(st))} vs {', '.join(sorted(stmts))}); fuse or distribute first")
+                raise ScheduleError(
+                    f"{prim}: {l.name} and {loops[0].name} do not enclose the same statements "
+                    f"({', '.join(sorted(st))} vs {', '.join(sorted(stmts))}); fuse or distribute first"
+                )
         positions = sorted(p for _, p, _ in found)
         if len(set(positions)) != len(positions):
             raise ScheduleError(f"{prim}: a loop is named twice")
@@ -307,16 +348,18 @@ class Schedule:
         n = len(state.dims)
         ins = [f"d{i}" for i in range(n)]
         out = list(ins)
-        for target_pos, (_, src_pos, _) in zip(positions, found):
+        for target_pos, (_, src_pos, _) in zip(positions, found, strict=False):
             out[target_pos] = f"d{src_pos}"
         self._apply(state, stmts, f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
         for name in stmts:
             olds = [state.dims[p][name] for p in range(n)]
-            for target_pos, (_, src_pos, _) in zip(positions, found):
+            for target_pos, (_, src_pos, _) in zip(positions, found, strict=False):
                 state.dims[target_pos][name] = olds[src_pos]
         self._commit(prim, state, f"s.reorder({', '.join(f's.loop({l.name!r})' for l in loops)})")
 
-    def tile(self, outer: Loop, inner: Loop, f_outer: int, f_inner: int) -> tuple[Loop, Loop, Loop, Loop]:
+    def tile(
+        self, outer: Loop, inner: Loop, f_outer: int, f_inner: int
+    ) -> tuple[Loop, Loop, Loop, Loop]:
         """Split two nested loops and reorder to (outer_o, inner_o, outer_i, inner_i).
 
         Before::                    After ``tile(i, j, 4, 8)``::
@@ -374,14 +417,26 @@ class Schedule:
             raise ScheduleError(f"{prim}: the loops are not siblings at the same depth")
         state = self._copy()
         # the constant dimension that orders the two loops: the last one where they differ, before them
-        q = next((p for p in range(pa - 1, -1, -1) if all(state.dims[p][s] is None for s in sa | sb)
-                  and _const_at(state, sa, p) != _const_at(state, sb, p)), None)
-        if q is None or any(state.dims[p][s] != state.dims[p][next(iter(sa))] for p in range(q + 1, pa)
-                            for s in sa | sb):
+        q = next(
+            (
+                p
+                for p in range(pa - 1, -1, -1)
+                if all(state.dims[p][s] is None for s in sa | sb)
+                and _const_at(state, sa, p) != _const_at(state, sb, p)
+            ),
+            None,
+        )
+        if q is None or any(
+            state.dims[p][s] != state.dims[p][next(iter(sa))]
+            for p in range(q + 1, pa)
+            for s in sa | sb
+        ):
             raise ScheduleError(f"{prim}: the loops are not siblings under the same parent loop")
         va, vb = _const_at(state, sa, q), _const_at(state, sb, q)
         if va is None or vb is None:
-            raise ScheduleError(f"{prim}: the statements of each loop must be ordered by one constant")
+            raise ScheduleError(
+                f"{prim}: the statements of each loop must be ordered by one constant"
+            )
         if va > vb:
             raise ScheduleError(f"{prim}: {first.name} must come before {second.name}")
         n = len(state.dims)
@@ -390,12 +445,16 @@ class Schedule:
             out = list(ins)
             out[q] = str(va)
             out.insert(pa + 1, str(v))
-            state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+            state.maps[name] = state.maps[name].apply_range(
+                isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
+            )
         for name in self._all_statements():
             if name not in sa | sb:
                 ins2 = list(ins)
-                out = ins2[:pa + 1] + ["0"] + ins2[pa + 1:]
-                state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+                out = ins2[: pa + 1] + ["0"] + ins2[pa + 1 :]
+                state.maps[name] = state.maps[name].apply_range(
+                    isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
+                )
         state.dims.insert(pa + 1, {name: None for name in self._all_statements()})
         for name in sb:
             state.dims[pa][name] = a
@@ -425,15 +484,19 @@ class Schedule:
         lid, pos, stmts = self._resolve(loop, prim)
         moved = frozenset(statements)
         if not moved or not moved < stmts:
-            raise ScheduleError(f"{prim}: name some but not all of the statements in {loop.name}: "
-                                f"{', '.join(sorted(stmts))}")
+            raise ScheduleError(
+                f"{prim}: name some but not all of the statements in {loop.name}: "
+                f"{', '.join(sorted(stmts))}"
+            )
         state = self._copy()
         n = len(state.dims)
         ins = [f"d{i}" for i in range(n)]
         for name in self._all_statements():
             v = "1" if name in moved else "0"
             out = ins[:pos] + [v] + ins[pos:]
-            state.maps[name] = state.maps[name].apply_range(isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}"))
+            state.maps[name] = state.maps[name].apply_range(
+                isl.Map(f"{{ [{', '.join(ins)}] -> [{', '.join(out)}] }}")
+            )
         state.dims.insert(pos, {name: None for name in self._all_statements()})
         self._pending_loops = {}
         new = self._new_loop(f"{state.loops[lid].name}_d", moved)
@@ -441,7 +504,9 @@ class Schedule:
         state.loops[lid] = _LoopInfo(state.loops[lid].name, stmts - moved)
         for name in moved:
             state.dims[pos + 1][name] = new
-        self._commit(prim, state, f"s.distribute(s.loop({loop.name!r}), {', '.join(map(repr, statements))})")
+        self._commit(
+            prim, state, f"s.distribute(s.loop({loop.name!r}), {', '.join(map(repr, statements))})"
+        )
         return Loop(new, state.loops[new].name)
 
     def unroll(self, loop: Loop, factor: int | None = None) -> None:
@@ -457,16 +522,24 @@ class Schedule:
         lid = self._resolve(loop, prim, modify=False)[0]
         self.unrolled[loop.name] = factor
         self._annotated[lid] = "unrolled"
-        self.trace.append(f"s.unroll(s.loop({loop.name!r}){'' if factor is None else f', {factor}'})")
+        self.trace.append(
+            f"s.unroll(s.loop({loop.name!r}){'' if factor is None else f', {factor}'})"
+        )
 
     def _innermost_band(self, loops: tuple[Loop, ...], prim: str) -> tuple[int, int]:
         found = [self._resolve(l, prim, modify=False) for l in loops]
         positions = [p for _, p, _ in found]
         stmts = found[0][2]
         for name in stmts:
-            deeper = [p for p, row in enumerate(self._state.dims) if row[name] is not None and p > max(positions)]
+            deeper = [
+                p
+                for p, row in enumerate(self._state.dims)
+                if row[name] is not None and p > max(positions)
+            ]
             if deeper:
-                raise ScheduleError(f"{prim}: {name} has loops inside the band; the band must be innermost")
+                raise ScheduleError(
+                    f"{prim}: {name} has loops inside the band; the band must be innermost"
+                )
         return min(positions), max(positions) + 1
 
     def vectorize(self, loop: Loop, *more: Loop) -> None:
@@ -488,17 +561,23 @@ class Schedule:
         found = [self._resolve(l, prim, modify=False) for l in loops]
         if more:
             stmts = found[0][2]
-            nest = [p for p, row in enumerate(self._state.dims) if row[next(iter(stmts))] is not None]
+            nest = [
+                p for p, row in enumerate(self._state.dims) if row[next(iter(stmts))] is not None
+            ]
             ranks = [nest.index(p) if p in nest else -1 for _, p, _ in found]
-            if any(st != stmts for _, _, st in found) or ranks != list(range(ranks[0], ranks[0] + len(loops))):
-                raise ScheduleError(f"{prim}: give distinct loops of the same statements, each directly "
-                                    f"inside the one before")
+            if any(st != stmts for _, _, st in found) or ranks != list(
+                range(ranks[0], ranks[0] + len(loops))
+            ):
+                raise ScheduleError(
+                    f"{prim}: give distinct loops of the same statements, each directly "
+                    f"inside the one before"
+                )
         lo, hi = self._innermost_band(loops, prim)
         stmts = found[0][2]
         viol = find_violation(self.program, self.union_map(), lo, hi, stmts)
         if viol is not None:
             raise ScheduleError(f"{prim}: {viol.sentence(parallel=True)}")
-        for (lid, _, _), l in zip(found, loops):
+        for (lid, _, _), l in zip(found, loops, strict=False):
             self.vectorized.append(l.name)
             self._annotated[lid] = "vectorized"
         self.trace.append(f"s.vectorize({', '.join(f's.loop({l.name!r})' for l in loops)})")
@@ -536,12 +615,21 @@ class Schedule:
             self._annotated[lid] = "tensorized"
 
         def group(xs: tuple[Loop, ...]) -> str:
-            return f"s.loop({xs[0].name!r})" if len(xs) == 1 else f"({', '.join(f's.loop({l.name!r})' for l in xs)})"
+            return (
+                f"s.loop({xs[0].name!r})"
+                if len(xs) == 1
+                else f"({', '.join(f's.loop({l.name!r})' for l in xs)})"
+            )
 
         self.trace.append(f"s.tensorize({group(ms)}, s.loop({n.name!r}), {group(ks)})")
 
-    def stage(self, tensor: str, at: Loop | None, memory: str = "spad",
-              layout: tuple[int, ...] | None = None) -> None:
+    def stage(
+        self,
+        tensor: str,
+        at: Loop | None,
+        memory: str = "spad",
+        layout: tuple[int, ...] | None = None,
+    ) -> None:
         """Keep the footprint of `tensor` that the iterations of `at` touch in `memory` (the DMAs
         in and out are implied); `at=None` stages what the whole program touches. `layout` orders
         the buffer's dimensions, outermost first (a permutation of the tensor's; default: the
@@ -566,8 +654,10 @@ class Schedule:
         if layout is not None:
             layout = tuple(int(d) for d in layout)
             if sorted(layout) != list(range(rank)):
-                raise ScheduleError(f"{prim}: layout must order the {rank} dimensions of {tensor} "
-                                    f"(a permutation of 0..{rank - 1}), got {layout}")
+                raise ScheduleError(
+                    f"{prim}: layout must order the {rank} dimensions of {tensor} "
+                    f"(a permutation of 0..{rank - 1}), got {layout}"
+                )
             if layout == tuple(range(rank)):
                 layout = None
         if at is not None:
@@ -579,7 +669,9 @@ class Schedule:
             self.stages.pop()
             raise
         more = f", layout={layout}" if layout is not None else ""
-        self.trace.append(f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r}{more})")
+        self.trace.append(
+            f"s.stage({tensor!r}, {'None' if at is None else f's.loop({at.name!r})'}, {memory!r}{more})"
+        )
 
     def double_buffer(self, tensor: str) -> None:
         """Give a staged tensor two buffers so the DMA of the next block can overlap this one's
@@ -614,7 +706,11 @@ class Schedule:
         elements = 1
         for n in box.size:
             elements *= n
-        return elements * self.program.tensor(stage.tensor).itemsize * (2 if stage.double_buffered else 1)
+        return (
+            elements
+            * self.program.tensor(stage.tensor).itemsize
+            * (2 if stage.double_buffered else 1)
+        )
 
     def staged_box(self, tensor: str, loop: str | None, overlaps: bool = True) -> StagedBox | None:
         """The box a buffer of `tensor` staged at `loop` (None: the program) holds in one iteration.
@@ -646,15 +742,25 @@ class Schedule:
         if image is None or image.is_empty():
             return None
         offset, size = rectangular_hull(image)
-        fresh = None not in offset and t.role in ("output", "none") and \
-            self._boxes_disjoint(tensor, pos, offset, size, image)
+        fresh = (
+            None not in offset
+            and t.role in ("output", "none")
+            and self._boxes_disjoint(tensor, pos, offset, size, image)
+        )
         # (only asked where it decides something: a stored buffer whose initial zeros nothing reads)
-        covered = fresh and written is not None and t.role != "none" and not self.zeros_read(tensor) \
+        covered = (
+            fresh
+            and written is not None
+            and t.role != "none"
+            and not self.zeros_read(tensor)
             and self._box_covered(t, pos, offset, size, image, written)
+        )
         first, disjoint = None, False
         if overlaps and not fresh and written is not None and None not in offset and pos >= 0:
             first, disjoint = self._overlaps(t, pos, offset, size, image, written)
-        steps = tuple(max(1, int(image.get_stride(d).to_python())) if n > 1 else 1 for d, n in enumerate(size))
+        steps = tuple(
+            max(1, int(image.get_stride(d).to_python())) if n > 1 else 1 for d, n in enumerate(size)
+        )
         return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint, steps)
 
     def initial_value_read(self, tensor: str) -> bool:
@@ -673,12 +779,19 @@ class Schedule:
         an overwrite (`Y = rhs` for `Y += rhs`: VMUL for VMAC, a MATMUL that does not accumulate),
         so that its buffer need not be zeroed: one `+=` statement writes it and nothing else
         reads it."""
-        accessing = [s for s in self.program.statements
-                     if s.lhs.tensor == tensor or any(a.tensor == tensor for a in s.reads)]
+        accessing = [
+            s
+            for s in self.program.statements
+            if s.lhs.tensor == tensor or any(a.tensor == tensor for a in s.reads)
+        ]
         if len(accessing) != 1:
             return False
         (stmt,) = accessing
-        return stmt.lhs.tensor == tensor and stmt.op == "+=" and not any(a.tensor == tensor for a in stmt.reads)
+        return (
+            stmt.lhs.tensor == tensor
+            and stmt.op == "+="
+            and not any(a.tensor == tensor for a in stmt.reads)
+        )
 
     def first_writes(self, statement: str, depth: int | None = None) -> isl.Set:
         """The schedule points of `statement` that write an element of its left-hand side in the
@@ -687,7 +800,9 @@ class Schedule:
         stmt = next(s for s in self.program.statements if s.name == statement)
         sched = self._state.maps[statement]
         n = sched.dim(isl.dim_type.out)
-        prefix = sched.project_out(isl.dim_type.out, depth, n - depth) if depth is not None else sched
+        prefix = (
+            sched.project_out(isl.dim_type.out, depth, n - depth) if depth is not None else sched
+        )
         writes = poly.access_map(stmt, stmt.lhs)  # instance -> element
         first = writes.reverse().apply_range(prefix).lexmin()  # element -> its first prefix
         instances = writes.range_product(prefix).intersect_range(first.wrap()).domain()
@@ -697,7 +812,7 @@ class Schedule:
         """Whether, in every iteration, the writes cover the box (within the tensor's bounds)."""
         dims = [f"d{k}" for k in range(pos + 1)]
         cons = []
-        for d, ((const, coefs), n) in enumerate(zip(offset, size)):
+        for d, ((const, coefs), n) in enumerate(zip(offset, size, strict=False)):
             lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
             cons.append(f"{lo} <= e{d} < {lo} + {n} and 0 <= e{d} < {t.shape[d]}")
         elems = ", ".join(f"e{d}" for d in range(len(size)))
@@ -711,29 +826,41 @@ class Schedule:
         box, iterations = _box_map(tensor, pos, offset, size, image)
         return box.intersect_domain(iterations).reverse().is_single_valued()
 
-    def _overlaps(self, t, pos: int, offset, size, image: isl.Set,
-                  written: isl.Set) -> tuple[FirstTouch | None, bool]:
+    def _overlaps(
+        self, t, pos: int, offset, size, image: isl.Set, written: isl.Set
+    ) -> tuple[FirstTouch | None, bool]:
         """For boxes that meet across iterations: the iterations whose box no earlier one meets
         (for a tensor that starts as zeros), and whether the boxes of one pass of the loop (its
         outer iterations fixed) are disjoint."""
         box, iterations = _box_map(t.name, pos, offset, size, image)
         box = box.intersect_domain(iterations)
-        meets = box.apply_range(box.reverse())  # iteration -> the iterations whose boxes share an element
+        meets = box.apply_range(
+            box.reverse()
+        )  # iteration -> the iterations whose boxes share an element
         dims = [f"d{k}" for k in range(pos + 1)]
         other = [f"{d}'" for d in dims]
-        same = " and ".join([f"{a} = {b}" for a, b in zip(dims[:-1], other[:-1])] + [f"{dims[-1]} != {other[-1]}"])
+        same = " and ".join(
+            [f"{a} = {b}" for a, b in zip(dims[:-1], other[:-1], strict=False)] + [f"{dims[-1]} != {other[-1]}"]
+        )
         in_pass = isl.Map(f"{{ [{', '.join(dims)}] -> [{', '.join(other)}] : {same} }}")
         disjoint = meets.intersect(in_pass).is_empty()
         if t.role not in ("output", "none"):
             return None, disjoint
-        first = iterations.subtract(meets.intersect(isl.Map.lex_gt(iterations.get_space())).domain())
+        first = iterations.subtract(
+            meets.intersect(isl.Map.lex_gt(iterations.get_space())).domain()
+        )
         if first.is_empty():
             return None, disjoint
-        pieces = _constraint_pieces(first, iterations), _constraint_pieces(iterations.subtract(first), iterations)
+        pieces = (
+            _constraint_pieces(first, iterations),
+            _constraint_pieces(iterations.subtract(first), iterations),
+        )
         if None in pieces:
             return None, disjoint
         covered = self._box_covered(t, pos, offset, size, image, written)
-        return FirstTouch(pieces[0], pieces[1], int(first.count_val().to_python()), covered), disjoint
+        return FirstTouch(
+            pieces[0], pieces[1], int(first.count_val().to_python()), covered
+        ), disjoint
 
     def _prefix(self, statement: str, pos: int) -> isl.Map:
         """{ S[i] -> [d0..d<pos>] }: the schedule of `statement` up to dimension `pos`."""
@@ -752,18 +879,32 @@ class Schedule:
         need not be zeroed for it. None when some initial value is read elsewhere."""
         stmt = next(st for st in self.program.statements if st.name == statement)
         tensor = self.program.tensor(stmt.lhs.tensor)
-        if stmt.op != "+=" or tensor.role not in ("output", "none") or depth < 1 or any(
-                a.tensor == tensor.name for st in self.program.statements for a in [st.lhs] + st.reads
-                if st is not stmt) or any(a.tensor == tensor.name for a in stmt.reads):
+        if (
+            stmt.op != "+="
+            or tensor.role not in ("output", "none")
+            or depth < 1
+            or any(
+                a.tensor == tensor.name
+                for st in self.program.statements
+                for a in [st.lhs] + st.reads
+                if st is not stmt
+            )
+            or any(a.tensor == tensor.name for a in stmt.reads)
+        ):
             return None
-        initial = _initial_readers(self.program, tensor.name).intersect(
-            isl.UnionSet.from_set(poly.domain(stmt))).extract_set(poly.domain(stmt).get_space())
+        initial = (
+            _initial_readers(self.program, tensor.name)
+            .intersect(isl.UnionSet.from_set(poly.domain(stmt)))
+            .extract_set(poly.domain(stmt).get_space())
+        )
         if initial.is_empty():
             return None
         block = self._prefix(statement, depth - 1)  # { S[i] -> [d0..d<depth-1>] }
         lhs = poly.access_map(stmt, stmt.lhs).intersect_domain(poly.domain(stmt))
         updates = block.reverse().apply_range(lhs)  # block -> the elements it updates
-        firsts = block.intersect_domain(initial).reverse().apply_range(lhs)  # ... whose first update it holds
+        firsts = (
+            block.intersect_domain(initial).reverse().apply_range(lhs)
+        )  # ... whose first update it holds
         overwriting = updates.domain().subtract(updates.subtract(firsts).domain())
         instances = block.intersect_range(overwriting).domain()
         if not initial.is_subset(instances):
@@ -778,10 +919,15 @@ class Schedule:
             live = [(st, self.footprint_bytes(st)) for st in self.stages if st.memory == mem]
             total = sum(b for _, b in live)
             if total > caps[mem]:
-                what = ", ".join(f"{st.tensor} at {st.loop or 'the program'} ({b} B"
-                                 f"{', double-buffered' if st.double_buffered else ''})" for st, b in live)
-                raise CapacityError(f"{prim}: {mem} holds {total} B but has {caps[mem]} B "
-                                    f"({total - caps[mem]} B over): {what}")
+                what = ", ".join(
+                    f"{st.tensor} at {st.loop or 'the program'} ({b} B"
+                    f"{', double-buffered' if st.double_buffered else ''})"
+                    for st, b in live
+                )
+                raise CapacityError(
+                    f"{prim}: {mem} holds {total} B but has {caps[mem]} B "
+                    f"({total - caps[mem]} B over): {what}"
+                )
 
 
 def _box_map(tensor: str, pos: int, offset, size, image: isl.Set) -> tuple[isl.Map, isl.Set]:
@@ -790,12 +936,16 @@ def _box_map(tensor: str, pos: int, offset, size, image: isl.Set) -> tuple[isl.M
     dims = [f"d{k}" for k in range(pos + 1)]
     elems = [f"e{d}" for d in range(len(size))]
     cons = []
-    for d, ((const, coefs), n) in enumerate(zip(offset, size)):
+    for d, ((const, coefs), n) in enumerate(zip(offset, size, strict=False)):
         lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
         cons.append(f"{lo} <= e{d} < {lo} + {n}")
-    box = isl.Map(f"{{ [{', '.join(dims)}] -> {tensor}[{', '.join(elems)}] : {' and '.join(cons)} }}")
+    box = isl.Map(
+        f"{{ [{', '.join(dims)}] -> {tensor}[{', '.join(elems)}] : {' and '.join(cons)} }}"
+    )
     ordered = image.params().align_params(isl.Set(f"[{', '.join(dims)}] -> {{ : }}").get_space())
-    iterations = isl.Set.from_params(ordered).move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, len(dims))
+    iterations = isl.Set.from_params(ordered).move_dims(
+        isl.dim_type.set, 0, isl.dim_type.param, 0, len(dims)
+    )
     return box, iterations
 
 
@@ -810,8 +960,10 @@ def _constraint_pieces(points: isl.Set, context: isl.Set):
             cons = []
             for c in bset.get_constraints():
                 const = int(c.get_constant_val().to_python())
-                coefs = {f"d{k}": int(c.get_coefficient_val(isl.dim_type.set, k).to_python())
-                         for k in range(bset.dim(isl.dim_type.set))}
+                coefs = {
+                    f"d{k}": int(c.get_coefficient_val(isl.dim_type.set, k).to_python())
+                    for k in range(bset.dim(isl.dim_type.set))
+                }
                 coefs = {k: v for k, v in coefs.items() if v}
                 cons.append((const, coefs))
                 if c.is_equality():
@@ -833,12 +985,18 @@ def _initial_readers(program: Program, tensor: str) -> isl.UnionSet:
         accs = stmt.reads + ([stmt.lhs] if stmt.op != "=" else [])
         for acc in accs:
             if acc.tensor == tensor:
-                m = poly.access_map(stmt, acc).intersect_range(poly.tensor_box(program.tensor(tensor)))
+                m = poly.access_map(stmt, acc).intersect_range(
+                    poly.tensor_box(program.tensor(tensor))
+                )
                 reads = reads.union(isl.UnionMap.from_map(m))
     if reads.is_empty():
         return isl.UnionSet("{ }")
-    flow = (isl.UnionAccessInfo.from_sink(reads).set_must_source(poly.accesses(program, "write"))
-            .set_schedule_map(poly.schedule_map(program)).compute_flow())
+    flow = (
+        isl.UnionAccessInfo.from_sink(reads)
+        .set_must_source(poly.accesses(program, "write"))
+        .set_schedule_map(poly.schedule_map(program))
+        .compute_flow()
+    )
     return flow.get_may_no_source().domain()
 
 

@@ -68,7 +68,9 @@ class Plan:
     search_s: float = 0.0
     layer: Layer | None = None
     fused_at: str | None = None  # the innermost tile loop the init and epilogue are fused at
-    loop_names: dict[str, str] = field(default_factory=dict)  # the search's loop names -> the schedule's
+    loop_names: dict[str, str] = field(
+        default_factory=dict
+    )  # the search's loop names -> the schedule's
     fold: str = ""  # what the MAC array's K folds, if more than one index
 
     def _name(self, loop: str | None) -> str:
@@ -80,14 +82,20 @@ class Plan:
         if self.schedule is None or self.chosen is None:
             return f"auto: {self.reason}; using the default schedule"
         c = self.chosen
-        lines = ["# the schedule chosen by `schedule: auto`, as a replayable schedule file", "",
-                 render(self.schedule, f"Chosen by tensorgen's automatic scheduler for {self.schedule.program.name}."),
-                 f"model: {c.cycles} cycles = {c.compute_cycles} MAC/vector + {c.dma_cycles} exposed DMA "
-                 f"({'inner loads overlapped' if c.pipelined else 'queues serialized'}); DRAM {c.dram_bytes} B; "
-                 f"searched {len(self.considered)} candidates "
-                 f"in {self.search_s * 1e3:.0f} ms",
-                 f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
-                 f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B"]
+        lines = [
+            "# the schedule chosen by `schedule: auto`, as a replayable schedule file",
+            "",
+            render(
+                self.schedule,
+                f"Chosen by tensorgen's automatic scheduler for {self.schedule.program.name}.",
+            ),
+            f"model: {c.cycles} cycles = {c.compute_cycles} MAC/vector + {c.dma_cycles} exposed DMA "
+            f"({'inner loads overlapped' if c.pipelined else 'queues serialized'}); DRAM {c.dram_bytes} B; "
+            f"searched {len(self.considered)} candidates "
+            f"in {self.search_s * 1e3:.0f} ms",
+            f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
+            f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B",
+        ]
         if self.fold:
             lines.append(self.fold)
         if self.layer is not None and self.layer.others:
@@ -96,18 +104,26 @@ class Plan:
         for tensor, loop in c.stages:
             lines.append(f"  {tensor} at {self._name(loop)}")
         if c.pipelined:
-            lines.append("  the innermost staging loop double-buffers its tensors: their loads and stores overlap "
-                         "compute")
+            lines.append(
+                "  the innermost staging loop double-buffers its tensors: their loads and stores overlap "
+                "compute"
+            )
         lines.append("neighbours (one choice changed):")
         for other in self._neighbours():
-            diff = [f"{t}: {self._name(a)} -> {self._name(b)}" for (t, a), (_, b) in zip(c.stages, other.stages)
-                    if a != b]
+            diff = [
+                f"{t}: {self._name(a)} -> {self._name(b)}"
+                for (t, a), (_, b) in zip(c.stages, other.stages, strict=False)
+                if a != b
+            ]
             if other.order != c.order:
                 diff.append(f"order {' '.join(self._name(x) for x in other.order)}")
             if other.pipelined != c.pipelined:
                 diff.append("double-buffered" if other.pipelined else "single-buffered")
-            cost_text = "over capacity" if other.cycles == math.inf else \
-                f"{other.cycles} cycles ({other.cycles / c.cycles:.2f}x)"
+            cost_text = (
+                "over capacity"
+                if other.cycles == math.inf
+                else f"{other.cycles} cycles ({other.cycles / c.cycles:.2f}x)"
+            )
             lines.append(f"  {', '.join(diff)}: {cost_text}")
         return "\n".join(lines)
 
@@ -116,19 +132,28 @@ class Plan:
         init = f"{layer.init.name} (init)" if layer.init else None
         epi = f"{', '.join(s.name for s in layer.epilogue)} (epilogue)" if layer.epilogue else None
         where = f"each iteration of {self.fused_at}" if self.fused_at else "the whole program"
-        temps = [t for t, _ in c.stages if t != layer.accumulator and self.schedule.program.tensor(t).role == "none"]
-        return [f"fused: {' and '.join(x for x in (init, epi) if x)} with the contraction "
-                f"{layer.contraction.name}, on {where}: {layer.accumulator}"
-                f"{' and ' + ', '.join(temps) if temps else ''} never {'leave' if temps else 'leaves'} the chip",
-                f"  their vector instructions: {c.vector_cycles} cycles over the {c.vector_loops} innermost loops "
-                f"of a tile"]
+        temps = [
+            t
+            for t, _ in c.stages
+            if t != layer.accumulator and self.schedule.program.tensor(t).role == "none"
+        ]
+        return [
+            f"fused: {' and '.join(x for x in (init, epi) if x)} with the contraction "
+            f"{layer.contraction.name}, on {where}: {layer.accumulator}"
+            f"{' and ' + ', '.join(temps) if temps else ''} never {'leave' if temps else 'leaves'} the chip",
+            f"  their vector instructions: {c.vector_cycles} cycles over the {c.vector_loops} innermost loops "
+            f"of a tile",
+        ]
 
     def _neighbours(self) -> list[Candidate]:
         c = self.chosen
         out = []
         for other in self.considered:
-            changes = sum(a != b for a, b in zip(c.stages, other.stages)) + (other.order != c.order) + \
-                (other.pipelined != c.pipelined)
+            changes = (
+                sum(a != b for a, b in zip(c.stages, other.stages, strict=False))
+                + (other.order != c.order)
+                + (other.pipelined != c.pipelined)
+            )
             if changes == 1:
                 out.append(other)
         return sorted(out, key=lambda o: o.cycles)[:6]
@@ -149,7 +174,9 @@ def auto_schedule(program: Program, target: Target, max_operations: int | None =
                 raise
             plan = None
     if plan is None:
-        reason = f"the search exceeded isl's operation limit ({limit:,} operations, ISL_MAX_OPERATIONS)"
+        reason = (
+            f"the search exceeded isl's operation limit ({limit:,} operations, ISL_MAX_OPERATIONS)"
+        )
         warnings.warn(f"auto: {reason}; using the default schedule", stacklevel=2)
         return Plan(None, None, reason=reason, search_s=time.perf_counter() - t0)
     plan.search_s = time.perf_counter() - t0
@@ -207,7 +234,9 @@ class Space:
     mapping: MacMapping | None  # the contraction's MAC-array mapping, on the array
     shapes: list[tuple]  # (blocks, loop orders outside the band, the band's M loops, the band)
     profiles: dict
-    folds: dict[tuple[str, ...], KFold] = field(default_factory=dict)  # band -> the reduction indices it folds into K
+    folds: dict[tuple[str, ...], KFold] = field(
+        default_factory=dict
+    )  # band -> the reduction indices it folds into K
 
     def fold(self, band) -> KFold | None:
         return self.folds.get(tuple(band))
@@ -234,14 +263,30 @@ class Space:
             band_kind = "vector"
             m = max(out, key=lambda i: (stmt.extent(i), stmt.indices.index(i)))
             blocks = []
-        profiles = {s.name: vector_profile(program, s) for s in layer.statements
-                    if s is not stmt or band_kind == "vector"}
+        profiles = {
+            s.name: vector_profile(program, s)
+            for s in layer.statements
+            if s is not stmt or band_kind == "vector"
+        }
         acc_rows = max(1, target.acc.bytes // (4 * target.cols) >> shrink)
         # eight int32 buffers of a vector band fit
         vector_elements = max(target.lanes, target.spad.bytes // 32 >> shrink)
-        shapes = list(_shapes(stmt, out, reds, mp, m, blocks, band_kind, acc_rows, bool(layer.others),
-                              vector_elements, [i for i in fold.indices if i != mp.k] if fold else [],
-                              target.spad.bytes))
+        shapes = list(
+            _shapes(
+                stmt,
+                out,
+                reds,
+                mp,
+                m,
+                blocks,
+                band_kind,
+                acc_rows,
+                bool(layer.others),
+                vector_elements,
+                [i for i in fold.indices if i != mp.k] if fold else [],
+                target.spad.bytes,
+            )
+        )
         folds = {tuple(shape[3]): fold for shape in shapes} if fold else {}
         if window is not None and stmt.extent(window.m) <= acc_rows:
             shape = window_shape(stmt, out, reds, mp, window, target)
@@ -262,7 +307,12 @@ class Space:
             return extent / (-(-extent // size) * size)
 
         depth = max([stmt.extent(self.mapping.k)] + [f.depth(stmt) for f in self.folds.values()])
-        return target.rows * target.cols * share(depth, target.rows) * share(stmt.extent(self.mapping.n), target.cols)
+        return (
+            target.rows
+            * target.cols
+            * share(depth, target.rows)
+            * share(stmt.extent(self.mapping.n), target.cols)
+        )
 
     def nests(self):
         """(shape, order) of every loop nest, in the order the search visits them."""
@@ -278,10 +328,25 @@ class Space:
         tensors = layer.tensors()
         sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
         fold = self.fold(band)
-        probe = _probe(program, target, layer, sk, blocks_f, order, m_loops, band, self.band_kind, self.profiles, fold)
+        probe = _probe(
+            program,
+            target,
+            layer,
+            sk,
+            blocks_f,
+            order,
+            m_loops,
+            band,
+            self.band_kind,
+            self.profiles,
+            fold,
+        )
         levels = [_levels(program, layer, sk, order, t, fold) for t in tensors]
-        return [cost(probe, target, tensors, choice, pipeline)
-                for choice in itertools.product(*levels) for pipeline in (False, True)]
+        return [
+            cost(probe, target, tensors, choice, pipeline)
+            for choice in itertools.product(*levels)
+            for pipeline in (False, True)
+        ]
 
     def schedule(self, cand: Candidate, shape) -> tuple[Schedule, Skeleton]:
         """The schedule of `cand` (a candidate of `shape`): its skeleton, built unchecked like the
@@ -290,7 +355,9 @@ class Space:
         blocks_f, _, m_loops, band = shape
         layer = self.layer
         stmt = layer.contraction
-        final = build_skeleton(self.program, self.target, layer, blocks_f, cand.order, band, checked=False)
+        final = build_skeleton(
+            self.program, self.target, layer, blocks_f, cand.order, band, checked=False
+        )
         s = final.schedule
         s.check()
         fold = self.fold(band)
@@ -306,9 +373,9 @@ class Space:
         for other in layer.others:
             own = final.own[other.name]
             if cand.vector_loops:
-                s.vectorize(*own[len(own) - cand.vector_loops:])
+                s.vectorize(*own[len(own) - cand.vector_loops :])
         if self.band_kind == "array":
-            n, *ks = (final.loops[x] for x in band[len(m_loops):])
+            n, *ks = (final.loops[x] for x in band[len(m_loops) :])
             s.tensorize(tuple(final.loops[x] for x in m_loops), n, tuple(ks))
         else:
             s.vectorize(*(final.loops[x] for x in band))
@@ -320,7 +387,9 @@ def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan
     fitting: list[tuple[Candidate, tuple]] = []
     shapes = None
     # while nothing fits: M blocks and vector bands half as large, until they are one row
-    for shrink in range(max(target.acc.bytes // (4 * target.cols), target.spad.bytes // 32).bit_length() + 1):
+    for shrink in range(
+        max(target.acc.bytes // (4 * target.cols), target.spad.bytes // 32).bit_length() + 1
+    ):
         space = Space.of(program, target, layer, shrink)
         if space.shapes == shapes:
             continue
@@ -335,31 +404,45 @@ def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan
         if fitting:
             break
     if not fitting:
-        raise CapacityError("every staging choice overflows a memory, even with the smallest blocks")
+        raise CapacityError(
+            "every staging choice overflows a memory, even with the smallest blocks"
+        )
     # the fastest, unless one within TIE of it moves less DRAM, whose energy dominates (tensorgen/target/
     # energy.py: 64 pJ per LPDDR4 byte on tg1, under 0.4 pJ per SRAM byte; static energy differs by <= TIE)
     fastest = min(c.cycles for c, _ in fitting)
-    cand, shape = min((x for x in fitting if x[0].cycles <= fastest * (1 + TIE)),
-                      key=lambda x: (x[0].dram_bytes, x[0].cycles))
+    cand, shape = min(
+        (x for x in fitting if x[0].cycles <= fastest * (1 + TIE)),
+        key=lambda x: (x[0].dram_bytes, x[0].cycles),
+    )
     s, final = space.schedule(cand, shape)
     fused_at = final.loops[final.fused[-1]].name if final.fused else None
     names = {x: loop.name for x, loop in final.loops.items()}
     fold = space.fold(shape[3])
-    note = "" if fold is None else (
-        f"K folds {', '.join(names.get(x, x) for x in fold.indices)}: {fold.depth(layer.contraction)} rows in "
-        f"{fold.matmuls} MATMULs of at most {target.rows}, "
-        f"{' and '.join(f'{t} staged with layout {lay}' for t, lay in fold.layouts.items())}"
-        + (f", {fold.streamed} one {names.get(fold.column, fold.column)} at a time" if fold.column else ""))
+    note = (
+        ""
+        if fold is None
+        else (
+            f"K folds {', '.join(names.get(x, x) for x in fold.indices)}: {fold.depth(layer.contraction)} rows in "
+            f"{fold.matmuls} MATMULs of at most {target.rows}, "
+            f"{' and '.join(f'{t} staged with layout {lay}' for t, lay in fold.layouts.items())}"
+            + (
+                f", {fold.streamed} one {names.get(fold.column, fold.column)} at a time"
+                if fold.column
+                else ""
+            )
+        )
+    )
     return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names, fold=note)
 
 
-def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str,
-            fold: KFold | None = None) -> list[str | None]:
+def _levels(
+    program: Program, layer: Layer, sk: Skeleton, order, tensor: str, fold: KFold | None = None
+) -> list[str | None]:
     """Where `tensor` may be staged: at a loop that encloses every statement accessing it.
     A temporary of a fused layer lives in the innermost tile loop: nothing is gained higher.
     A window fold's streamed operand is one kernel-wide column: staged inside its column loop."""
     if fold is not None and fold.column and tensor == fold.streamed:
-        return list(order[order.index(fold.column):])
+        return list(order[order.index(fold.column) :])
     written = {s.lhs.tensor for s in layer.statements}
     if layer.others and tensor in written and program.tensor(tensor).role == "none":
         return [sk.fused[-1] if sk.fused else None]
@@ -368,15 +451,28 @@ def _levels(program: Program, layer: Layer, sk: Skeleton, order, tensor: str,
     return [None] + list(order)
 
 
-def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks, order, m_loops, band,
-           kind: str, profiles, fold: KFold | None = None) -> Probe:
+def _probe(
+    program: Program,
+    target: Target,
+    layer: Layer,
+    sk: Skeleton,
+    blocks,
+    order,
+    m_loops,
+    band,
+    kind: str,
+    profiles,
+    fold: KFold | None = None,
+) -> Probe:
     stmt = layer.contraction
     geo = Geometry.of(stmt, blocks)
     s = sk.schedule
     written = {x.lhs.tensor for x in layer.statements}
     stored = {t for t in written if program.tensor(t).role != "none"}
     sizes: dict[tuple[str, str | None], Footprint | None] = {}
-    overwrites = None  # whether the first MATMUL of each accumulator element may overwrite it (lazily)
+    overwrites = (
+        None  # whether the first MATMUL of each accumulator element may overwrite it (lazily)
+    )
     for t in layer.tensors():
         tensor = program.tensor(t)
         for lv in _levels(program, layer, sk, order, t, fold):
@@ -387,18 +483,43 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
             comp = row_compaction(box, tensor.itemsize, target, t in written)
             elements = math.prod(compacted_size(box.size, comp))
             fill = box.fresh and (s.zeros_read(t) or (t in stored and not box.covered))
-            refill = box.fresh and not fill and s.initial_value_read(t)  # the first writes overwrite
+            refill = (
+                box.fresh and not fill and s.initial_value_read(t)
+            )  # the first writes overwrite
             temp = t in written and tensor.role == "none"
             first = box.first.count if box.first else 0
-            if first and box.first.covered and kind == "array" and t == stmt.lhs.tensor and overwrites is None:
-                overwrites = s.overwriting_blocks(stmt.name, _position(s, sk.loops[band[0]])) is not None
-            zeroed = bool(first) and not (box.first.covered and kind == "array" and t == stmt.lhs.tensor
-                                          and overwrites)
-            sizes[(t, lv)] = None if temp and not box.fresh else \
-                Footprint(elements * tensor.itemsize, elements, box.fresh, fill or zeroed, first,
-                          box.disjoint_in_loop, refill, comp[2] if comp else 1, math.prod(box.size) * tensor.itemsize)
+            if (
+                first
+                and box.first.covered
+                and kind == "array"
+                and t == stmt.lhs.tensor
+                and overwrites is None
+            ):
+                overwrites = (
+                    s.overwriting_blocks(stmt.name, _position(s, sk.loops[band[0]])) is not None
+                )
+            zeroed = bool(first) and not (
+                box.first.covered and kind == "array" and t == stmt.lhs.tensor and overwrites
+            )
+            sizes[(t, lv)] = (
+                None
+                if temp and not box.fresh
+                else Footprint(
+                    elements * tensor.itemsize,
+                    elements,
+                    box.fresh,
+                    fill or zeroed,
+                    first,
+                    box.disjoint_in_loop,
+                    refill,
+                    comp[2] if comp else 1,
+                    math.prod(box.size) * tensor.itemsize,
+                )
+            )
     if kind == "array":
-        band_cycles = _matmul_band_cycles(target, layer, geo, sk, order, m_loops, fold.matmuls if fold else 1)
+        band_cycles = _matmul_band_cycles(
+            target, layer, geo, sk, order, m_loops, fold.matmuls if fold else 1
+        )
         band_temps = 0
     else:
         instructions, slots = profiles[stmt.name]
@@ -410,22 +531,41 @@ def _probe(program: Program, target: Target, layer: Layer, sk: Skeleton, blocks,
         own = sk.own_names
         tile_work = []
         for v in range(len(own) + 1):
-            blocks_t = geo.blocks(list(sk.fused) + own[:len(own) - v], own[len(own) - v:])
-            cycles = sum(profiles[x.name][0] * sum(n * vector_cycles(target, e) for n, e in blocks_t)
-                         for x in layer.others)
-            temps = max(profiles[x.name][1] for x in layer.others) * _align(4 * max(e for _, e in blocks_t))
+            blocks_t = geo.blocks(list(sk.fused) + own[: len(own) - v], own[len(own) - v :])
+            cycles = sum(
+                profiles[x.name][0] * sum(n * vector_cycles(target, e) for n, e in blocks_t)
+                for x in layer.others
+            )
+            temps = max(profiles[x.name][1] for x in layer.others) * _align(
+                4 * max(e for _, e in blocks_t)
+            )
             tile_work.append((cycles, temps))
     memory = {t: "spad" for t in layer.tensors()}
     if kind == "array":
         memory[stmt.lhs.tensor] = "acc"
     out = out_indices(program, stmt)
-    first_reduction = next((k for k, x in enumerate(order) if geo.base[x] not in out and geo.trips[x] > 1), 10**6)
-    return Probe(tuple(order), sk.fused, {x: geo.trips[x] for x in order}, sizes, band_cycles, band_temps,
-                 tile_work, _ragged(stmt, blocks), memory, written, stored, first_reduction=first_reduction)
+    first_reduction = next(
+        (k for k, x in enumerate(order) if geo.base[x] not in out and geo.trips[x] > 1), 10**6
+    )
+    return Probe(
+        tuple(order),
+        sk.fused,
+        {x: geo.trips[x] for x in order},
+        sizes,
+        band_cycles,
+        band_temps,
+        tile_work,
+        _ragged(stmt, blocks),
+        memory,
+        written,
+        stored,
+        first_reduction=first_reduction,
+    )
 
 
-def _matmul_band_cycles(target: Target, layer: Layer, geo: Geometry, sk: Skeleton, order, m_loops,
-                        per_block: int) -> int:
+def _matmul_band_cycles(
+    target: Target, layer: Layer, geo: Geometry, sk: Skeleton, order, m_loops, per_block: int
+) -> int:
     """The contraction's MATMULs (`per_block` per block of M rows), costed by isa.matmul_cycles:
     back to back on EX, each hides what it can of the next one's fill (two weight buffers),
     except the first of each tile of a fused layer, which follows the vector unit's work."""
@@ -440,8 +580,20 @@ def _align(n: int) -> int:
     return -(-n // 16) * 16
 
 
-def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows: int, fused: bool,
-            vector_elements: int, k_more: list[str], spad: int):
+def _shapes(
+    stmt: Statement,
+    out,
+    reds,
+    mp,
+    m: str,
+    blocks,
+    kind: str,
+    acc_rows: int,
+    fused: bool,
+    vector_elements: int,
+    k_more: list[str],
+    spad: int,
+):
     """(blocks to split, loop orders outside the band, the band's M loops, the band) to try.
 
     On the MAC array, N and K are blocked by the array; M streams: the M index alone, or with
@@ -451,10 +603,13 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
     must stay on chip, and in any layer the accumulators must hold at least one tile of M rows;
     and blocks of a half and a quarter of `acc_rows` are tried too, whose tiles the accumulators
     can double-buffer."""
+
     def split_name(name: str, size: int, part: str) -> str:
         return f"{name}_{part}" if stmt.extent(name) > size else name
 
-    inner = [split_name(n, size, "i") for n, size in blocks] + k_more  # N, then K (and what folds into it)
+    inner = [
+        split_name(n, size, "i") for n, size in blocks
+    ] + k_more  # N, then K (and what folds into it)
     n_outer = [f"{n}_o" for n, size in blocks[:1] if stmt.extent(n) > size]
     k_outer = [f"{n}_o" for n, size in blocks[1:] if stmt.extent(n) > size]
     others_red = [i for i in reds if i not in (mp.k if mp else ()) and i not in k_more]
@@ -463,8 +618,11 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
         yield blocks, [tuple(base_out + others_red)], [m], [m]
         yield from _vector_bands(stmt, out, others_red, vector_elements)
         return
-    m2 = max((i for i in base_out if stmt.extent(i) > 1), key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
-             default=None)
+    m2 = max(
+        (i for i in base_out if stmt.extent(i) > 1),
+        key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
+        default=None,
+    )
     factors = {1}
     fill_rows = min(256, acc_rows)
     m_split = stmt.extent(m) > acc_rows
@@ -493,10 +651,21 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
             else:
                 others_out.remove(m2)
                 m_loops = [m2, m]
-        orders = list(dict.fromkeys([tuple(others_out + n_outer + k_outer + others_red),
-                                     tuple(n_outer + others_out + k_outer + others_red)]))
+        orders = list(
+            dict.fromkeys(
+                [
+                    tuple(others_out + n_outer + k_outer + others_red),
+                    tuple(n_outer + others_out + k_outer + others_red),
+                ]
+            )
+        )
         yield blocks_f, orders, m_loops, m_loops + inner
-    if m2 is None and not m_split and not fused and stmt.extent(m) * stmt.extent(blocks[1][0]) > spad:
+    if (
+        m2 is None
+        and not m_split
+        and not fused
+        and stmt.extent(m) * stmt.extent(blocks[1][0]) > spad
+    ):
         yield from _k_chunks(stmt, blocks, base_out, others_red, m)
     # M blocked by a half or a quarter of the accumulator rows, whose tiles can be double-buffered
     done = {_m_block(m_rows, acc_rows)} if m_split else set()
@@ -505,8 +674,14 @@ def _shapes(stmt: Statement, out, reds, mp, m: str, blocks, kind: str, acc_rows:
         if rows >= 1 and m_rows > rows and size not in done:
             done.add(size)
             others_out = array_out + [f"{m0}_o"]
-            orders = list(dict.fromkeys([tuple(others_out + n_outer + k_outer + others_red),
-                                         tuple(n_outer + others_out + k_outer + others_red)]))
+            orders = list(
+                dict.fromkeys(
+                    [
+                        tuple(others_out + n_outer + k_outer + others_red),
+                        tuple(n_outer + others_out + k_outer + others_red),
+                    ]
+                )
+            )
             yield array_blocks + [(m0, size)], orders, [f"{m0}_i"], [f"{m0}_i"] + inner
 
 
@@ -520,8 +695,11 @@ def _vector_bands(stmt: Statement, out, others_red, cap: int):
     """Vector bands of two and three output indices (the widest ones), which pay the vector
     unit's setup once for many rows; the outermost of them blocked when the band would hold
     more than `cap` elements."""
-    wide = sorted((i for i in out if stmt.extent(i) > 1), key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
-                  reverse=True)
+    wide = sorted(
+        (i for i in out if stmt.extent(i) > 1),
+        key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
+        reverse=True,
+    )
     for count in (2, 3):
         if len(wide) < count:
             return
@@ -545,10 +723,15 @@ def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_out
         if columns >= stmt.extent(n):
             continue
         split = [(n, columns), (f"{n}_i", cols), (k, rows)]
-        inner = [f"{n}_i_i" if columns > cols else f"{n}_i", f"{k}_i" if stmt.extent(k) > rows else k] + k_more
+        inner = [
+            f"{n}_i_i" if columns > cols else f"{n}_i",
+            f"{k}_i" if stmt.extent(k) > rows else k,
+        ] + k_more
         head = [f"{n}_o"]
-        orders = [tuple(head + others_out + k_outer + [f"{n}_i_o"] + others_red),
-                  tuple(others_out + head + k_outer + [f"{n}_i_o"] + others_red)]
+        orders = [
+            tuple(head + others_out + k_outer + [f"{n}_i_o"] + others_red),
+            tuple(others_out + head + k_outer + [f"{n}_i_o"] + others_red),
+        ]
         yield split, list(dict.fromkeys(orders)), [m], [m] + inner
 
 

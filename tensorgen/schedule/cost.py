@@ -33,7 +33,9 @@ class Candidate:
     acc_bytes: int
     pipelined: bool = False  # the innermost staging loop double-buffers its inputs
     vector_cycles: int = 0  # of compute_cycles: the init and epilogue on the vector unit
-    vector_loops: int = 0  # how many of the innermost loops of a tile the init and epilogue vectorize
+    vector_loops: int = (
+        0  # how many of the innermost loops of a tile the init and epilogue vectorize
+    )
 
     @property
     def cycles(self) -> int:
@@ -63,10 +65,14 @@ class Probe:
     order: tuple[str, ...]
     fused: tuple[str, ...]  # the tile loops shared by every statement of a fused layer
     trips: dict[str, int]
-    sizes: dict[tuple[str, str | None], Footprint | None]  # None: a temporary that would leave the chip
+    sizes: dict[
+        tuple[str, str | None], Footprint | None
+    ]  # None: a temporary that would leave the chip
     band_cycles: int  # the contraction's MATMULs or vector instructions
     band_temps: int  # bytes of int32 temporaries the contraction's vector instructions need
-    tile_work: list[tuple[int, int]]  # per number of vectorized tile loops: (cycles, temporary bytes)
+    tile_work: list[
+        tuple[int, int]
+    ]  # per number of vectorized tile loops: (cycles, temporary bytes)
     ragged: set[str] = field(default_factory=set)
     memory: dict[str, str] = field(default_factory=dict)  # tensor -> "spad" or "acc"
     written: set[str] = field(default_factory=set)
@@ -111,20 +117,36 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             probe.table[key] = None
         else:
             order = probe.order
-            count = math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
+            count = (
+                math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
+            )
             written = tensor in probe.written
             loads = 0 if written and fp.fresh else count - fp.skipped
             stores = count if written and tensor in probe.stored else 0
             fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
             channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
-            probe.table[key] = _Staged(count, written, fp.fresh, vector_cycles(target, fp.elements) if fp.fill else 0,
-                                       vector_cycles(target, fp.elements) if fp.refill else 0,
-                                       fills, loads, stores, fp.pipelinable, fp.dmas * target.dma_setup_cycles + channel,
-                                       channel, fp.nbytes, _align(fp.held or fp.nbytes), probe.memory.get(tensor) == "acc")
+            probe.table[key] = _Staged(
+                count,
+                written,
+                fp.fresh,
+                vector_cycles(target, fp.elements) if fp.fill else 0,
+                vector_cycles(target, fp.elements) if fp.refill else 0,
+                fills,
+                loads,
+                stores,
+                fp.pipelinable,
+                fp.dmas * target.dma_setup_cycles + channel,
+                channel,
+                fp.nbytes,
+                _align(fp.held or fp.nbytes),
+                probe.memory.get(tensor) == "acc",
+            )
     return probe.table[key]
 
 
-def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeline: bool = False) -> Candidate:
+def cost(
+    probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeline: bool = False
+) -> Candidate:
     """The cycles of the microcode the lowering emits for staging each tensor at its level in
     `choice`. Serialized: every DMA and every compute instruction adds up. With `pipeline`, the
     innermost staging loop has two buffers of each of its tensors, and its loads and stores
@@ -132,7 +154,7 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
     compute e and stores s per iteration over n iterations (a last, partial iteration that isl
     peels off runs alone: l + e + s)."""
     order, trips = probe.order, probe.trips
-    stages = tuple(zip(tensors, choice))
+    stages = tuple(zip(tensors, choice, strict=False))
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
     refused = Candidate(order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
@@ -169,7 +191,11 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
             spad += st.footprint * (2 if piped else 1)
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
-    options = [(v, work) for v, work in enumerate(probe.tile_work) if max(work[1], probe.band_temps) <= room]
+    options = [
+        (v, work)
+        for v, work in enumerate(probe.tile_work)
+        if max(work[1], probe.band_temps) <= room
+    ]
     if not options or acc > target.acc.bytes:
         return refused
     v, (tile, temps) = options[-1]
@@ -185,8 +211,19 @@ def cost(probe: Probe, target: Target, tensors: list[str], choice: tuple, pipeli
         # the DRAM channel, each queue's DMA setups overlapping the other's transfers; a tensor
         # that is loaded and stored has its loads and stores take turns (tokens order them)
         step = max(e, overlapped + stored) if ahead else max(e, channel, overlapped, stored)
-        total = outer * (overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)) + \
-            (compute - in_loop)
+        total = outer * (
+            overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)
+        ) + (compute - in_loop)
         dma += int(round(total - compute))
-    return Candidate(order, stages, dma, compute, dram, spad, acc, pipelined=pipeline, vector_cycles=tile,
-                     vector_loops=v)
+    return Candidate(
+        order,
+        stages,
+        dma,
+        compute,
+        dram,
+        spad,
+        acc,
+        pipelined=pipeline,
+        vector_cycles=tile,
+        vector_loops=v,
+    )

@@ -43,8 +43,15 @@ def choose_tiles(program: Program, target: Target, kernel: Kernel) -> Kernel:
     if not maps and kernel.out:
         _grow_vector_tile(program, target, kernel, tiles, extents)
     # shrink the streamed M first, then whole reductions, then the rest
-    order = [m.m for m in maps if m.m] + [n for n in extents if n not in kernel.out and all(n != m.k for m in maps)]
-    order += list(reversed(kernel.out)) + [m.k for m in maps] + [m.n for m in maps if m.n] + list(extents)
+    order = [m.m for m in maps if m.m] + [
+        n for n in extents if n not in kernel.out and all(n != m.k for m in maps)
+    ]
+    order += (
+        list(reversed(kernel.out))
+        + [m.k for m in maps]
+        + [m.n for m in maps if m.n]
+        + list(extents)
+    )
     while True:
         candidate = kernel.with_tiles(tiles)
         ok, need = fits(program, target, candidate)
@@ -54,13 +61,19 @@ def choose_tiles(program: Program, target: Target, kernel: Kernel) -> Kernel:
         if shrink is None:
             names = ", ".join(s.name for s in kernel.statements)
             over = {m: need[m] - cap for m, cap in _capacities(target).items() if need[m] > cap}
-            detail = "; ".join(f"{m} needs {need[m]} B of {_capacities(target)[m]} B ({o} B over)" for m, o in over.items())
-            raise CapacityError(f"kernel {names}: even the minimal tile does not fit target {target.name}: {detail}")
+            detail = "; ".join(
+                f"{m} needs {need[m]} B of {_capacities(target)[m]} B ({o} B over)"
+                for m, o in over.items()
+            )
+            raise CapacityError(
+                f"kernel {names}: even the minimal tile does not fit target {target.name}: {detail}"
+            )
         tiles[shrink] = (tiles[shrink] + 1) // 2
 
 
-def _grow_vector_tile(program: Program, target: Target, kernel: Kernel, tiles: dict[str, int],
-                      extents: dict[str, int]) -> None:
+def _grow_vector_tile(
+    program: Program, target: Target, kernel: Kernel, tiles: dict[str, int], extents: dict[str, int]
+) -> None:
     """An element-wise or pooling kernel runs on the vector unit, where every instruction and
     every DMA pays a setup: make its tile as large as a quarter of each memory allows, growing the
     output dimensions from the innermost out (whole rows, then planes, ...), so the loads stay

@@ -35,7 +35,9 @@ from tensorgen.inputs import one_line, read_text
 from tensorgen.ir.core import Program
 from tensorgen.schedule.api import Schedule
 
-DEFAULT_TIME_LIMIT_S = 60.0  # a schedule file takes well under a second; this catches a loop that never ends
+DEFAULT_TIME_LIMIT_S = (
+    60.0  # a schedule file takes well under a second; this catches a loop that never ends
+)
 
 
 class _Expired(BaseException):
@@ -50,14 +52,16 @@ def render(schedule: Schedule, doc: str = "") -> str:
     return f'"""{doc}"""\n\n\ndef schedule(s):\n{body}\n'
 
 
-def load_schedule(path: str | Path, program: Program, target=None,
-                  time_limit: float | None = DEFAULT_TIME_LIMIT_S) -> Schedule:
+def load_schedule(
+    path: str | Path, program: Program, target=None, time_limit: float | None = DEFAULT_TIME_LIMIT_S
+) -> Schedule:
     text = read_text(path, "the schedule file", ScheduleError)
     return replay(text, program, target, str(path), time_limit)
 
 
-def compile_schedule_file(path: str | Path, program: Program, target,
-                          time_limit: float | None = DEFAULT_TIME_LIMIT_S):
+def compile_schedule_file(
+    path: str | Path, program: Program, target, time_limit: float | None = DEFAULT_TIME_LIMIT_S
+):
     """The program lowered under the schedule file at `path`: a refusal of the lowering is a
     line `path:N: ...` too, N the line of `def schedule`."""
     from tensorgen.codegen.scheduled import compile_scheduled  # the codegen imports this package
@@ -70,8 +74,13 @@ def compile_schedule_file(path: str | Path, program: Program, target,
         raise _located(err, str(path), line) from None
 
 
-def replay(text: str, program: Program, target=None, filename: str = "<schedule>",
-           time_limit: float | None = DEFAULT_TIME_LIMIT_S) -> Schedule:
+def replay(
+    text: str,
+    program: Program,
+    target=None,
+    filename: str = "<schedule>",
+    time_limit: float | None = DEFAULT_TIME_LIMIT_S,
+) -> Schedule:
     """The schedule that the schedule file `text` builds (see the module docstring)."""
     return _replay(text, program, target, filename, time_limit)[0]
 
@@ -81,9 +90,17 @@ def _replay(text: str, program: Program, target, filename: str, time_limit) -> t
     try:
         code = compile(text, filename, "exec")
     except SyntaxError as err:
-        raise ScheduleError(f"{filename}:{err.lineno or 1}: syntax error: {one_line(err.msg)}") from None
-    except (ValueError, RecursionError, MemoryError) as err:  # null bytes; nesting too deep to compile
-        raise ScheduleError(f"{filename}:1: cannot compile: {type(err).__name__}: {one_line(err)}") from None
+        raise ScheduleError(
+            f"{filename}:{err.lineno or 1}: syntax error: {one_line(err.msg)}"
+        ) from None
+    except (
+        ValueError,
+        RecursionError,
+        MemoryError,
+    ) as err:  # null bytes; nesting too deep to compile
+        raise ScheduleError(
+            f"{filename}:1: cannot compile: {type(err).__name__}: {one_line(err)}"
+        ) from None
     namespace = {"__name__": "schedule", "__file__": filename}  # exec adds the ordinary builtins
     s = Schedule(program, target)
     try:
@@ -94,18 +111,27 @@ def _replay(text: str, program: Program, target, filename: str, time_limit) -> t
                 raise ScheduleError(f"{filename}:1: a schedule file must define 'def schedule(s):'")
             fn(s)
     except _Expired as err:
-        raise ScheduleError(f"{filename}:{_line(err, filename)}: the schedule ran longer than its time limit "
-                            f"of {time_limit:g} s (time_limit= of tensorgen.schedule.files.load_schedule)") from None
+        raise ScheduleError(
+            f"{filename}:{_line(err, filename)}: the schedule ran longer than its time limit "
+            f"of {time_limit:g} s (time_limit= of tensorgen.schedule.files.load_schedule)"
+        ) from None
     except TensorgenError as err:
         raise _located(err, filename, _line(err, filename)) from None
     except SystemExit as err:
-        raise ScheduleError(f"{filename}:{_line(err, filename)}: the schedule called exit") from None
+        raise ScheduleError(
+            f"{filename}:{_line(err, filename)}: the schedule called exit"
+        ) from None
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # noqa: BLE001 - the user's code called something wrong, or raised anything
-        raise ScheduleError(f"{filename}:{_line(err, filename)}: {type(err).__name__}: {one_line(err)}") from None
+        raise ScheduleError(
+            f"{filename}:{_line(err, filename)}: {type(err).__name__}: {one_line(err)}"
+        ) from None
     code_of = getattr(fn, "__code__", None)
-    return s, code_of.co_firstlineno if code_of is not None and code_of.co_filename == filename else 1
+    return (
+        s,
+        code_of.co_firstlineno if code_of is not None and code_of.co_filename == filename else 1,
+    )
 
 
 def _located(err: TensorgenError, filename: str, line: int) -> TensorgenError:
@@ -127,9 +153,12 @@ def _time_limit(seconds: float | None):
     if not seconds or seconds <= 0:
         yield
         return
-    alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
+    alarm = (
+        threading.current_thread() is threading.main_thread()
+        and hasattr(signal, "setitimer")
         and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    with (_alarm(seconds) if alarm else _timer_thread(seconds)):
+    )
+    with _alarm(seconds) if alarm else _timer_thread(seconds):
         yield
 
 

@@ -44,7 +44,9 @@ class KFold:
         """The index whose whole dimensions, moved innermost in both operands, continue the run
         of `mapping.k` (shorter than the array's rows, innermost with coefficient 1 in both)."""
         k_extent = stmt.extent(mp.k)
-        if k_extent >= target.rows or any(_dim(acc, mp.k) != len(acc.index) - 1 for acc in (mp.a, mp.b)):
+        if k_extent >= target.rows or any(
+            _dim(acc, mp.k) != len(acc.index) - 1 for acc in (mp.a, mp.b)
+        ):
             return None
         out = out_indices(program, stmt)
         best = None
@@ -52,10 +54,14 @@ class KFold:
             if index == mp.k or index in out or mp.a.tensor == mp.b.tensor:
                 continue
             dims = [_dim(acc, index) for acc in (mp.a, mp.b)]
-            if None in dims or any(acc.index[d].bare() != index for acc, d in zip((mp.a, mp.b), dims)):
+            if None in dims or any(
+                acc.index[d].bare() != index for acc, d in zip((mp.a, mp.b), dims, strict=False)
+            ):
                 continue
-            layouts = {acc.tensor: tuple(x for x in range(len(acc.index)) if x != d) + (d,)
-                       for acc, d in zip((mp.a, mp.b), dims)}
+            layouts = {
+                acc.tensor: tuple(x for x in range(len(acc.index)) if x != d) + (d,)
+                for acc, d in zip((mp.a, mp.b), dims, strict=False)
+            }
             extent = stmt.extent(index)
             matmuls = -(-(k_extent * extent) // target.rows)
             if matmuls < extent and (best is None or matmuls * best[1] < best[0].matmuls * extent):
@@ -66,7 +72,9 @@ class KFold:
         return KFold((mp.k, *fold.indices), fold.layouts, fold.matmuls)
 
     @staticmethod
-    def window(program: Program, stmt: Statement, mp: MacMapping, target: Target, fold: KFold | None) -> KFold | None:
+    def window(
+        program: Program, stmt: Statement, mp: MacMapping, target: Target, fold: KFold | None
+    ) -> KFold | None:
         """`fold` plus the kernel-row index: in the streamed operand a dimension `M*h + r`, just
         outside the kernel-column dimension `S*w + s` of `mapping.k`; in the stationary one a
         dimension of its own just outside `mapping.k`'s."""
@@ -95,7 +103,14 @@ class KFold:
                 layouts[acc.tensor] = lay
             else:
                 depth = fold.depth(stmt) * stmt.extent(index)
-                return KFold((*fold.indices, index), layouts, -(-depth // target.rows), rows[0], column[0], a.tensor)
+                return KFold(
+                    (*fold.indices, index),
+                    layouts,
+                    -(-depth // target.rows),
+                    rows[0],
+                    column[0],
+                    a.tensor,
+                )
         return None
 
 
@@ -114,5 +129,9 @@ def window_shape(stmt: Statement, out, reds, mp: MacMapping, fold: KFold, target
     n_outer = [f"{n}_o"] if split else []
     others_out = [i for i in out if i not in (fold.m, n)]
     others_red = [i for i in reds if i not in fold.indices]
-    orders = list(dict.fromkeys([tuple(others_out + n_outer + others_red), tuple(n_outer + others_out + others_red)]))
+    orders = list(
+        dict.fromkeys(
+            [tuple(others_out + n_outer + others_red), tuple(n_outer + others_out + others_red)]
+        )
+    )
     return [(n, cols)], orders, [fold.m], [fold.m] + inner

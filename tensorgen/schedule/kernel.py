@@ -42,8 +42,14 @@ def _mac_operand(e: Expr) -> tuple[Access, int] | None:
     """`X[...]` or `X[...] - zero_point`: what the MAC array's inputs accept."""
     if isinstance(e, Read):
         return e.access, 0
-    if isinstance(e, BinOp) and e.op == "-" and isinstance(e.lhs, Read) and isinstance(e.rhs, Const) \
-            and isinstance(e.rhs.value, int) and -256 < e.rhs.value < 256:
+    if (
+        isinstance(e, BinOp)
+        and e.op == "-"
+        and isinstance(e.lhs, Read)
+        and isinstance(e.rhs, Const)
+        and isinstance(e.rhs.value, int)
+        and -256 < e.rhs.value < 256
+    ):
         return e.lhs.access, e.rhs.value
     return None
 
@@ -119,7 +125,9 @@ def mac_mapping(program: Program, stmt: Statement) -> MacMapping | None:
         if not ks:
             continue
         # ties go to the innermost index: unit stride in the usual layouts
-        pick = lambda cands: max(cands, key=lambda i: (stmt.extent(i), stmt.indices.index(i))) if cands else None  # noqa: E731
+        pick = lambda cands: (
+            max(cands, key=lambda i: (stmt.extent(i), stmt.indices.index(i))) if cands else None
+        )  # noqa: E731
         cand = MacMapping(pick(ms), pick(ns), pick(ks), a, b, a_zp, b_zp)
         # written order wins ties: `X * W` keeps W stationary in the array and streams X
         score = (cand.n is not None, cand.m is not None, a is x)
@@ -139,7 +147,8 @@ def form_kernels(program: Program) -> list[Kernel]:
         if not depmod.pointwise(program, deps, stmt.name, stmt.name, shared, out):
             raise CodegenError(
                 f"{stmt.location}: {stmt.name} depends on itself across its output indices (a scan or an "
-                f"in-place stencil); the default lowering cannot vectorise it yet")
+                f"in-place stencil); the default lowering cannot vectorise it yet"
+            )
         if groups and _can_join(program, deps, groups[-1], stmt, out):
             groups[-1].append(stmt)
         else:
@@ -162,19 +171,25 @@ def _can_join(program: Program, deps, group: list[Statement], stmt: Statement, o
     # share one tile buffer whose box covers both slices and the rows between them
     if any(g.lhs.tensor == stmt.lhs.tensor and g.lhs != stmt.lhs for g in group):
         return False
-    return all(depmod.pointwise(program, deps, g.name, stmt.name, program.shared_names, out) for g in group)
+    return all(
+        depmod.pointwise(program, deps, g.name, stmt.name, program.shared_names, out) for g in group
+    )
 
 
 def _check_lhs(program: Program, stmt: Statement) -> None:
     box = isl.Set("{ " + poly.domain_text(replace(stmt, where="")) + " }")
     if stmt.where and not poly.domain(stmt).is_equal(box):
-        raise CodegenError(f"{stmt.location}: non-rectangular domains (where: {stmt.where}) are not lowered yet")
+        raise CodegenError(
+            f"{stmt.location}: non-rectangular domains (where: {stmt.where}) are not lowered yet"
+        )
     shared = program.shared_names
     seen = set()
     for sub in stmt.lhs.index:
         own = [n for n in sub.names if n not in shared]
         if len(own) > 1 or (own and sub.coef(own[0]) != 1) or (own and own[0] in seen):
-            raise CodegenError(f"{stmt.location}: the written subscript '{sub}' must be one index plus a constant")
+            raise CodegenError(
+                f"{stmt.location}: the written subscript '{sub}' must be one index plus a constant"
+            )
         seen.update(own)
 
 
@@ -189,31 +204,52 @@ def plan_buffers(program: Program, kernel: Kernel) -> list[Buffer]:
         lhs = stmt.lhs.tensor
         self_reads = [a for a in stmt.reads if a.tensor == lhs]
         if lhs not in resident:
-            on_array = any(s.lhs.tensor == lhs and mac_mapping(program, s) for s in kernel.statements)
-            resident[lhs] = {"mem": "acc" if on_array else "spad", "uses": [],
-                             "load": stmt.op != "=" or bool(self_reads)}
+            on_array = any(
+                s.lhs.tensor == lhs and mac_mapping(program, s) for s in kernel.statements
+            )
+            resident[lhs] = {
+                "mem": "acc" if on_array else "spad",
+                "uses": [],
+                "load": stmt.op != "=" or bool(self_reads),
+            }
         resident[lhs]["uses"].append((stmt, stmt.lhs))
         for acc in stmt.reads:
             if acc.tensor in written or acc.tensor == lhs:
                 resident[acc.tensor]["uses"].append((stmt, acc))
             else:
                 pre_reads.add(acc.tensor)
-                streamed.append(Buffer(f"{stmt.name}:{acc.tensor}:{len(streamed)}", acc.tensor, "spad",
-                                       program.tensor(acc.tensor).dtype, stmt.name, ((stmt, acc),), True, False))
+                streamed.append(
+                    Buffer(
+                        f"{stmt.name}:{acc.tensor}:{len(streamed)}",
+                        acc.tensor,
+                        "spad",
+                        program.tensor(acc.tensor).dtype,
+                        stmt.name,
+                        ((stmt, acc),),
+                        True,
+                        False,
+                    )
+                )
         written.add(lhs)
     out = []
     for name, r in resident.items():
         tensor = program.tensor(name)
-        read_elsewhere = any(a.tensor == name for s in program.statements if s.name not in in_kernel for a in s.reads)
+        read_elsewhere = any(
+            a.tensor == name for s in program.statements if s.name not in in_kernel for a in s.reads
+        )
         # a temporary the kernel loads (accumulates onto, or reads before writing) carries its value
         # from one shared-loop iteration to the next: the next iteration loads what this one stores
         carried = bool(program.shared_loops) and r["load"]
         store = tensor.role != "none" or read_elsewhere or name in pre_reads or carried
-        out.append(Buffer(name, name, r["mem"], tensor.dtype, "tile", tuple(r["uses"]), r["load"], store))
+        out.append(
+            Buffer(name, name, r["mem"], tensor.dtype, "tile", tuple(r["uses"]), r["load"], store)
+        )
     return out + streamed
 
 
-def use_sizes(kernel: Kernel, buf: Buffer, stmt: Statement, tiles: dict[str, int]) -> tuple[tuple[str, int], ...]:
+def use_sizes(
+    kernel: Kernel, buf: Buffer, stmt: Statement, tiles: dict[str, int]
+) -> tuple[tuple[str, int], ...]:
     """Tile sizes per index of `stmt` as seen by `buf`: resident buffers span whole reductions."""
     out = []
     for name in stmt.indices:
@@ -231,7 +267,9 @@ def buffer_box(kernel: Kernel, buf: Buffer, tiles: dict[str, int]) -> FootprintB
 
 
 def write_box(kernel: Kernel, buf: Buffer, tiles: dict[str, int]) -> FootprintBox:
-    return footprint(tuple((s, a, use_sizes(kernel, buf, s, tiles)) for s, a in buf.uses if a is s.lhs))
+    return footprint(
+        tuple((s, a, use_sizes(kernel, buf, s, tiles)) for s, a in buf.uses if a is s.lhs)
+    )
 
 
 def expr_nodes(expr: Expr) -> int:
@@ -252,7 +290,9 @@ def footprint_bytes(program: Program, kernel: Kernel) -> dict[str, int]:
     out_elems = 1
     for name in kernel.out:
         out_elems *= tiles[name]
-    temps = max((expr_nodes(s.rhs) for s in kernel.statements if not mac_mapping(program, s)), default=0)
+    temps = max(
+        (expr_nodes(s.rhs) for s in kernel.statements if not mac_mapping(program, s)), default=0
+    )
     need["spad"] += temps * _align(out_elems * 4)
     return need
 

@@ -56,11 +56,15 @@ def recognise(program: Program) -> Layer | str:
         return "the automatic scheduler does not take shared loops (recurrences)"
     stmts = program.statements
     updates = [s for s in stmts if s.op != "="]
-    form = ("the automatic scheduler takes one reduction ('+=' of a product on the MAC array; '+=', 'max=' or "
-            "'min=' on the vector unit), optionally after the init of its accumulator and before element-wise "
-            "statements, or element-wise statements alone")
+    form = (
+        "the automatic scheduler takes one reduction ('+=' of a product on the MAC array; '+=', 'max=' or "
+        "'min=' on the vector unit), optionally after the init of its accumulator and before element-wise "
+        "statements, or element-wise statements alone"
+    )
     if not updates and stmts:
-        updates = [stmts[0]]  # element-wise alone: the first statement leads, the rest follow it point-wise
+        updates = [
+            stmts[0]
+        ]  # element-wise alone: the first statement leads, the rest follow it point-wise
     if len(updates) != 1:
         return form
     c = updates[0]
@@ -70,18 +74,26 @@ def recognise(program: Program) -> Layer | str:
     if len(stmts) == 1:
         return Layer(None, c, ())
     init = stmts[0] if at == 1 else None
-    layer = Layer(init, c, stmts[at + 1:])
+    layer = Layer(init, c, stmts[at + 1 :])
     out = out_indices(program, c)
     if any(sub.bare() is None for sub in c.lhs.index):
         return f"{c.name} writes {c.lhs}: the fused layers the automatic scheduler takes write plain indices"
-    if init is not None and (init.lhs != c.lhs or any(a.tensor in {s.lhs.tensor for s in stmts} for a in init.reads)):
-        return f"{init.name} is not the init of {c.name}'s accumulator {c.lhs} from the layer's inputs"
+    if init is not None and (
+        init.lhs != c.lhs or any(a.tensor in {s.lhs.tensor for s in stmts} for a in init.reads)
+    ):
+        return (
+            f"{init.name} is not the init of {c.name}'s accumulator {c.lhs} from the layer's inputs"
+        )
     writer = {}
     for s in layer.statements:
         writer.setdefault(s.lhs.tensor, s.lhs)
-    bounds = dict(zip(c.indices, c.bounds))
+    bounds = dict(zip(c.indices, c.bounds, strict=False))
     for s in layer.others:
-        if s.where or set(s.indices) != set(out) or any(bounds[i] != b for i, b in zip(s.indices, s.bounds)):
+        if (
+            s.where
+            or set(s.indices) != set(out)
+            or any(bounds[i] != b for i, b in zip(s.indices, s.bounds, strict=False))
+        ):
             return f"{s.name} does not run over exactly the output indices of {c.name} ({', '.join(out)})"
         if any(sub.bare() is None for sub in s.lhs.index):
             return f"{s.name} writes {s.lhs}: the fused layers the automatic scheduler takes write plain indices"
@@ -130,7 +142,9 @@ class Geometry:
             o = self.outer.get(x)
             if o in outside:
                 full = self.trips[o] - (1 if self.partial[x] else 0)
-                options = [(full, self.trips[x])] + ([(1, self.partial[x])] if self.partial[x] else [])
+                options = [(full, self.trips[x])] + (
+                    [(1, self.partial[x])] if self.partial[x] else []
+                )
             else:
                 options = [(1, self.trips[x])]
             kinds = [(n * m, e * f) for n, e in kinds for m, f in options]
@@ -163,8 +177,15 @@ def fused_prefix(layer: Layer, geometry: Geometry, order: tuple[str, ...], out) 
     return tuple(fused)
 
 
-def build_skeleton(program: Program, target, layer: Layer, blocks, order: tuple[str, ...], band: list[str],
-                   checked: bool = True) -> Skeleton:
+def build_skeleton(
+    program: Program,
+    target,
+    layer: Layer,
+    blocks,
+    order: tuple[str, ...],
+    band: list[str],
+    checked: bool = True,
+) -> Skeleton:
     """Splits, fusion and loop order of a layer: the fused tile loops, then in each tile the
     init's loops, the contraction's outer loops and band (`order` after the tile loops, then
     `band`), and the epilogue's loops."""
@@ -172,22 +193,28 @@ def build_skeleton(program: Program, target, layer: Layer, blocks, order: tuple[
     c = layer.contraction
     geo = Geometry.of(c, blocks)
     fused = fused_prefix(layer, geo, order, out_indices(program, c))
-    handles = {st.name: dict(zip(st.indices, s.loops(st.name))) for st in layer.statements}
+    handles = {st.name: dict(zip(st.indices, s.loops(st.name), strict=False)) for st in layer.statements}
     fbase = list(dict.fromkeys(geo.base[x] for x in fused))
     shared, per, done = _fuse_tiles(s, layer, blocks, fused, fbase, handles)
-    loops = {**shared, **per[c.name], **{i: h for i, h in handles[c.name].items() if i not in fbase}}
+    loops = {
+        **shared,
+        **per[c.name],
+        **{i: h for i, h in handles[c.name].items() if i not in fbase},
+    }
     for name, size in blocks:
         if name not in done and _trips(s, loops[name]) > size:
             o, i = s.split(loops.pop(name), size)
             loops[f"{name}_o"], loops[f"{name}_i"] = o, i
-    inner = list(order[len(fused):]) + list(band)
+    inner = list(order[len(fused) :]) + list(band)
     if len(inner) >= 2:
         s.reorder(*(loops[x] for x in inner))
     # each other statement's loops in a tile, in the order of the contraction's output
     names = []
     for sub in c.lhs.index:
         b = sub.bare()
-        names += [x for x in per[c.name] if geo.base[x] == b and x not in fused] if b in fbase else [b]
+        names += (
+            [x for x in per[c.name] if geo.base[x] == b and x not in fused] if b in fbase else [b]
+        )
     own: dict[str, list[Loop]] = {}
     for st in layer.others:
         mine = {**per[st.name], **{i: h for i, h in handles[st.name].items() if i not in fbase}}
@@ -197,7 +224,9 @@ def build_skeleton(program: Program, target, layer: Layer, blocks, order: tuple[
     return Skeleton(s, loops, fused, own, names if layer.others else [])
 
 
-def _fuse_tiles(s: Schedule, layer: Layer, blocks, fused: tuple[str, ...], fbase: list[str], handles):
+def _fuse_tiles(
+    s: Schedule, layer: Layer, blocks, fused: tuple[str, ...], fbase: list[str], handles
+):
     """Fuse the statements' loops over the indices of the tile loops `fused`, split those loops
     (once, for every statement), and give each statement its own copy of the loops that the
     splits leave inside a tile. Returns the tile loops, each statement's copies of the loops
@@ -244,4 +273,3 @@ def _trips(s: Schedule, loop: Loop) -> int:
     _, pos, stmts = s._resolve(loop, "auto", False)
     rng = s._state.maps[next(iter(stmts))].range()
     return int(rng.dim_max(pos).max_val().to_python() - rng.dim_min(pos).min_val().to_python()) + 1
-

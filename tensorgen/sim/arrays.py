@@ -17,7 +17,10 @@ from tensorgen.errors import SimulatorError, TensorgenError
 from tensorgen.inputs import one_line, read_bytes
 from tensorgen.mc.binary import Binary, TensorEntry
 
-_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 _LOAD_ERRORS = (ValueError, EOFError, OSError, TypeError, OverflowError, KeyError, SyntaxError)
 
 
@@ -36,7 +39,7 @@ def read_npy(item: str, path: str, tensor: TensorEntry) -> np.ndarray:
     except TensorgenError as err:
         reason = str(err).removeprefix(f"{path}: ")
         if reason.startswith("cannot read (") and reason.endswith(")"):
-            reason = reason[len("cannot read ("):-1]
+            reason = reason[len("cannot read (") : -1]
         raise TensorgenError(f"--in {item}: cannot load {path} ({reason})") from None
     if not data:  # numpy's own words for it
         raise TensorgenError(f"--in {item}: cannot load {path} (No data left in file)")
@@ -50,8 +53,10 @@ def read_npy(item: str, path: str, tensor: TensorEntry) -> np.ndarray:
         raise TensorgenError(f"--in {item}: cannot load {path} ({one_line(err, 120)})") from None
     _check_header(tensor, shape, dtype)
     if len(data) - f.tell() != math.prod(shape) * dtype.itemsize:
-        raise TensorgenError(f"--in {item}: cannot load {path} (its data is {len(data) - f.tell():,} bytes, "
-                             f"its header promises {math.prod(shape) * dtype.itemsize:,})")
+        raise TensorgenError(
+            f"--in {item}: cannot load {path} (its data is {len(data) - f.tell():,} bytes, "
+            f"its header promises {math.prod(shape) * dtype.itemsize:,})"
+        )
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except _LOAD_ERRORS as err:
@@ -64,6 +69,10 @@ def _check_header(t: TensorEntry, shape: tuple[int, ...], dtype: np.dtype) -> No
         raise SimulatorError(f"input '{t.name}' has shape {list(shape)}, expected {list(t.shape)}")
     if np.dtype(t.dtype).kind == "f":
         if dtype != np.float32:
-            raise SimulatorError(f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected float32")
+            raise SimulatorError(
+                f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected float32"
+            )
     elif dtype.kind not in "iu" or dtype.fields is not None:
-        raise SimulatorError(f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected integers ({t.dtype})")
+        raise SimulatorError(
+            f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected integers ({t.dtype})"
+        )

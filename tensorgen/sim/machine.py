@@ -46,19 +46,29 @@ class Stats:
     busy: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
     stalled: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
     energy_pj: float = 0.0  # the sum of energy_breakdown
-    energy_breakdown: dict = field(default_factory=dict)  # pJ per component (tensorgen.target.energy)
+    energy_breakdown: dict = field(
+        default_factory=dict
+    )  # pJ per component (tensorgen.target.energy)
 
     @property
     def dram_bytes(self) -> int:
         return self.dram_read_bytes + self.dram_write_bytes
 
     def as_dict(self) -> dict:
-        return {"cycles": self.cycles, "instructions": self.instructions, "macs": self.macs,
-                "vector_ops": self.vector_ops, "dram_read_bytes": self.dram_read_bytes,
-                "dram_write_bytes": self.dram_write_bytes, "onchip_bytes": dict(self.onchip_bytes),
-                "onchip_write_bytes": dict(self.onchip_write_bytes), "busy": dict(self.busy),
-                "stalled": dict(self.stalled), "energy_pj": self.energy_pj,
-                "energy_breakdown": dict(self.energy_breakdown)}
+        return {
+            "cycles": self.cycles,
+            "instructions": self.instructions,
+            "macs": self.macs,
+            "vector_ops": self.vector_ops,
+            "dram_read_bytes": self.dram_read_bytes,
+            "dram_write_bytes": self.dram_write_bytes,
+            "onchip_bytes": dict(self.onchip_bytes),
+            "onchip_write_bytes": dict(self.onchip_write_bytes),
+            "busy": dict(self.busy),
+            "stalled": dict(self.stalled),
+            "energy_pj": self.energy_pj,
+            "energy_breakdown": dict(self.energy_breakdown),
+        }
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,9 @@ class Mark:
     cycles: int  # the latest any queue has been busy until
     macs: int
     dram_bytes: int
-    counters: dict | None = field(default=None, compare=False)  # every counter then: Stats.as_dict()
+    counters: dict | None = field(
+        default=None, compare=False
+    )  # every counter then: Stats.as_dict()
 
 
 @dataclass
@@ -95,7 +107,15 @@ class _Access:
     __slots__ = ("mem", "lo", "hi", "end", "queue", "write", "pc")
 
     def __init__(self, mem, lo, hi, end, queue, write, pc):
-        self.mem, self.lo, self.hi, self.end, self.queue, self.write, self.pc = mem, lo, hi, end, queue, write, pc
+        self.mem, self.lo, self.hi, self.end, self.queue, self.write, self.pc = (
+            mem,
+            lo,
+            hi,
+            end,
+            queue,
+            write,
+            pc,
+        )
 
 
 def _values(arr: np.ndarray) -> np.ndarray:
@@ -109,8 +129,11 @@ class Machine:
 
     def __init__(self, binary: Binary, target: Target) -> None:
         self.binary, self.target = binary, target
-        self.mem = {"spad": np.zeros(target.spad.bytes, np.uint8), "acc": np.zeros(target.acc.bytes, np.uint8),
-                    "dram": np.zeros(binary.dram_bytes, np.uint8)}
+        self.mem = {
+            "spad": np.zeros(target.spad.bytes, np.uint8),
+            "acc": np.zeros(target.acc.bytes, np.uint8),
+            "dram": np.zeros(binary.dram_bytes, np.uint8),
+        }
         self.counters: tuple[int, ...] = ()
         self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
@@ -120,15 +143,22 @@ class Machine:
     def _ndarray(self, view: View) -> np.ndarray:
         isz = ITEMSIZE[view.dtype]
         base = view.base.eval(self.counters)
-        lo = base + sum(min(0, (n - 1) * s) for n, s in zip(view.shape, view.strides)) * isz
-        hi = base + sum(max(0, (n - 1) * s) for n, s in zip(view.shape, view.strides)) * isz + isz
+        lo = base + sum(min(0, (n - 1) * s) for n, s in zip(view.shape, view.strides, strict=False)) * isz
+        hi = base + sum(max(0, (n - 1) * s) for n, s in zip(view.shape, view.strides, strict=False)) * isz + isz
         memory = self.mem[view.mem]
         if lo < 0 or hi > memory.size:
-            raise SimulatorError(f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
-                                 f"({memory.size} bytes) at loop counters {list(self.counters)}")
+            raise SimulatorError(
+                f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
+                f"({memory.size} bytes) at loop counters {list(self.counters)}"
+            )
         self._last_range = (view.mem, lo, hi)
-        return np.ndarray(view.shape, np.dtype(view.dtype), buffer=memory, offset=base,
-                          strides=tuple(s * isz for s in view.strides))
+        return np.ndarray(
+            view.shape,
+            np.dtype(view.dtype),
+            buffer=memory,
+            offset=base,
+            strides=tuple(s * isz for s in view.strides),
+        )
 
     def read(self, view: View) -> np.ndarray:
         arr = self._ndarray(view)
@@ -139,7 +169,11 @@ class Machine:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, True))
         values = np.broadcast_to(values, view.shape)
-        arr[...] = values.astype(np.float32) if arr.dtype.kind == "f" else values.astype(np.int64).astype(arr.dtype)
+        arr[...] = (
+            values.astype(np.float32)
+            if arr.dtype.kind == "f"
+            else values.astype(np.int64).astype(arr.dtype)
+        )
 
     def read_loop(self, view: View) -> np.ndarray:
         """The view at every iteration of the loop nest `self.loop`: shape (*counts, *view.shape)."""
@@ -149,19 +183,27 @@ class Machine:
         shape = tuple(n for _, n in self.loop) + view.shape
         byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
         base = view.base.eval(self.counters)
-        lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides))
-        hi = base + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides)) + isz
+        lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
+        hi = base + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False)) + isz
         memory = self.mem[view.mem]
         if lo < 0 or hi > memory.size:
-            raise SimulatorError(f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
-                                 f"({memory.size} bytes) in the loop nest at counters {list(self.counters)}")
+            raise SimulatorError(
+                f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
+                f"({memory.size} bytes) in the loop nest at counters {list(self.counters)}"
+            )
         self.touched.append((view.mem, lo, hi, False))
-        return _values(np.ndarray(shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides))
+        return _values(
+            np.ndarray(
+                shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides
+            )
+        )
 
     def _tensor(self, box: Box):
         t = self.binary.tensors[box.tensor]
         if len(box.shape) != len(t.shape):
-            raise SimulatorError(f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}")
+            raise SimulatorError(
+                f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
+            )
         arr = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset)
         origin = [a.eval(self.counters) for a in box.origin]
         self.touched.append(("dram", t.dram_offset, t.dram_offset + t.nbytes, None))
@@ -171,7 +213,7 @@ class Machine:
         t, arr, origin = self._tensor(box)
         out = np.full(box.shape, t.pad, np.float32 if np.dtype(t.dtype).kind == "f" else np.int64)
         src, dst = [], []
-        for o, n, dim in zip(origin, box.shape, t.shape):
+        for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
             lo, hi = max(o, 0), min(o + n, dim)
             if lo >= hi:
                 return out
@@ -183,7 +225,7 @@ class Machine:
     def store_box(self, box: Box, values: np.ndarray) -> None:
         t, arr, origin = self._tensor(box)
         src, dst = [], []
-        for o, n, dim in zip(origin, box.shape, t.shape):
+        for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
             lo, hi = max(o, 0), min(o + n, dim)
             if lo >= hi:
                 return  # wholly outside the tensor: a halo, nothing to write
@@ -193,8 +235,14 @@ class Machine:
 
 
 class Simulator:
-    def __init__(self, binary: Binary, target: Target | None = None, vectorize_loops: bool = True,
-                 limits: SimLimits | None = None, record: bool = False) -> None:
+    def __init__(
+        self,
+        binary: Binary,
+        target: Target | None = None,
+        vectorize_loops: bool = True,
+        limits: SimLimits | None = None,
+        record: bool = False,
+    ) -> None:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
         verify_binary(binary, target, self.limits)  # before anything is allocated or run
@@ -209,7 +257,10 @@ class Simulator:
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
         self.fields = [dict(ins.args) for ins in binary.code]
-        self.costs = [ins.defn.cost(target, f) if ins.defn.cost else None for ins, f in zip(binary.code, self.fields)]
+        self.costs = [
+            ins.defn.cost(target, f) if ins.defn.cost else None
+            for ins, f in zip(binary.code, self.fields, strict=False)
+        ]
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
         self.vectorize_loops = vectorize_loops
         # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
@@ -222,25 +273,39 @@ class Simulator:
         for t in self.binary.tensors:
             region = np.ndarray(t.shape, np.dtype(t.dtype), buffer=dram, offset=t.dram_offset)
             if t.role == "const":
-                region[...] = np.frombuffer(self.binary.constants, np.dtype(t.dtype), t.const_bytes // region.itemsize,
-                                            t.const_offset).reshape(t.shape)
+                region[...] = np.frombuffer(
+                    self.binary.constants,
+                    np.dtype(t.dtype),
+                    t.const_bytes // region.itemsize,
+                    t.const_offset,
+                ).reshape(t.shape)
             elif t.role in ("input", "inout"):
                 if t.name not in inputs:
-                    raise SimulatorError(f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})")
+                    raise SimulatorError(
+                        f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})"
+                    )
                 value = np.asarray(inputs[t.name])
                 if tuple(value.shape) != tuple(t.shape):
-                    raise SimulatorError(f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}")
+                    raise SimulatorError(
+                        f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}"
+                    )
                 if np.dtype(t.dtype).kind == "f":
                     if value.dtype != np.float32:
-                        raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected float32")
+                        raise SimulatorError(
+                            f"input '{t.name}' has dtype {value.dtype}; expected float32"
+                        )
                 else:
                     if not np.issubdtype(value.dtype, np.integer):
-                        raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})")
+                        raise SimulatorError(
+                            f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})"
+                        )
                     info = np.iinfo(np.dtype(t.dtype))
                     if value.size and (value.min() < info.min or value.max() > info.max):
                         raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
                 region[...] = value.astype(t.dtype)
-        unknown = set(inputs) - {t.name for t in self.binary.tensors if t.role in ("input", "inout")}
+        unknown = set(inputs) - {
+            t.name for t in self.binary.tensors if t.role in ("input", "inout")
+        }
         if unknown:
             raise SimulatorError(f"unknown input tensor(s): {', '.join(sorted(unknown))}")
 
@@ -252,21 +317,34 @@ class Simulator:
         self.stats.cycles = max(self.queue_time.values())
         for (a, b), q in self.tokens.items():
             if q:
-                raise SimulatorError(f"{len(q)} token(s) from {a} to {b} were signalled but never awaited")
+                raise SimulatorError(
+                    f"{len(q)} token(s) from {a} to {b} were signalled but never awaited"
+                )
         s = self.stats
         s.energy_breakdown = energy_breakdown(self.target, s)
         s.energy_pj = sum(s.energy_breakdown.values())
         outputs = {}
         for t in self.binary.tensors:
             if t.role in ("output", "inout"):
-                outputs[t.name] = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.machine.mem["dram"],
-                                             offset=t.dram_offset).copy()
+                outputs[t.name] = np.ndarray(
+                    t.shape,
+                    np.dtype(t.dtype),
+                    buffer=self.machine.mem["dram"],
+                    offset=t.dram_offset,
+                ).copy()
         return SimResult(outputs, s, self.marks, self.recorder)
 
     def _mark(self, pc: int) -> None:
         if pc in self.mark_pcs:
-            self.marks.append(Mark(pc, max(self.queue_time.values()), self.stats.macs, self.stats.dram_bytes,
-                                   self.stats.as_dict()))
+            self.marks.append(
+                Mark(
+                    pc,
+                    max(self.queue_time.values()),
+                    self.stats.macs,
+                    self.stats.dram_bytes,
+                    self.stats.as_dict(),
+                )
+            )
 
     def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
         code = self.binary.code
@@ -278,7 +356,9 @@ class Simulator:
             if ins.mnemonic == "LOOP":
                 body = ins.arg("body")
                 if pc + 1 + body > end or len(counters) >= 8:
-                    raise SimulatorError(f"instruction {pc}: LOOP body leaves its block or nests deeper than 8")
+                    raise SimulatorError(
+                        f"instruction {pc}: LOOP body leaves its block or nests deeper than 8"
+                    )
                 nest = None
                 if self.vectorize_loops:
                     key = (pc, len(counters))
@@ -286,7 +366,9 @@ class Simulator:
                         self.nests[key] = self._reduction_nest(pc, len(counters))
                     nest = self.nests[key]
                 if nest is not None:
-                    self._step(pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest)
+                    self._step(
+                        pc + body, self.binary.code[pc + body], counters + (0,) * len(nest), nest
+                    )
                     pc += 1 + body
                     continue
                 self._iterate(ins.arg("count"))
@@ -296,12 +378,17 @@ class Simulator:
             elif ins.mnemonic in ("LOOPB", "IF"):
                 body = ins.arg("body")
                 if pc + 1 + body > end or len(counters) >= 8:
-                    raise SimulatorError(f"instruction {pc}: {ins.mnemonic} body leaves its block or nests deeper than 8")
+                    raise SimulatorError(
+                        f"instruction {pc}: {ins.mnemonic} body leaves its block or nests deeper than 8"
+                    )
                 if ins.mnemonic == "IF":
                     if all(v >= 0 for v in ins.arg("cond").values(counters)):
                         self._block(pc + 1, pc + 1 + body, counters)
                 else:
-                    lo, hi = max(ins.arg("lower").values(counters)), min(ins.arg("upper").values(counters))
+                    lo, hi = (
+                        max(ins.arg("lower").values(counters)),
+                        min(ins.arg("upper").values(counters)),
+                    )
                     self._iterate(hi - lo + 1)
                     for c in range(lo, hi + 1):
                         self._block(pc + 1, pc + 1 + body, counters + (c,))
@@ -315,8 +402,10 @@ class Simulator:
         # iterations are bounded by the same budget as the instructions.
         self.iterations += max(n, 0)
         if self.iterations > self.limits.max_iterations:
-            raise SimulatorError(f"the program's loops run more than {self.limits.max_iterations:,} iterations, "
-                                 "the simulator's limit (SimLimits.max_iterations)")
+            raise SimulatorError(
+                f"the program's loops run more than {self.limits.max_iterations:,} iterations, "
+                "the simulator's limit (SimLimits.max_iterations)"
+            )
 
     def _reduction_nest(self, pc: int, depth: int) -> list[tuple[int, int]] | None:
         """(level, count) of a perfect loop nest at `pc` around one token-free instruction that
@@ -326,11 +415,18 @@ class Simulator:
             nest.append((depth + len(nest), code[pc].arg("count")))
             pc += 1
         # a perfect nest: the i-th LOOP's body is exactly the inner LOOPs and the instruction
-        if pc >= len(code) or any(code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))):
+        if pc >= len(code) or any(
+            code[pc - len(nest) + i].arg("body") != len(nest) - i for i in range(len(nest))
+        ):
             return None
         ins = code[pc]
         defn = ins.defn
-        if defn.execute_reduction_loop is None or ins.wait or ins.signal or not self.fields[pc].get("accumulate", 1):
+        if (
+            defn.execute_reduction_loop is None
+            or ins.wait
+            or ins.signal
+            or not self.fields[pc].get("accumulate", 1)
+        ):
             return None
         dest = ins.arg(defn.fields[0][0])
         if any(lvl < len(dest.base.coefs) and dest.base.coefs[lvl] for lvl, _ in nest):
@@ -340,20 +436,29 @@ class Simulator:
             return None  # too big for one numpy call: run it iteration by iteration
         return nest
 
-    def _step(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...],
-              nest: list[tuple[int, int]] | None = None) -> None:
+    def _step(
+        self,
+        pc: int,
+        ins: isa.Instruction,
+        counters: tuple[int, ...],
+        nest: list[tuple[int, int]] | None = None,
+    ) -> None:
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
         reps = math.prod(n for _, n in nest) if nest else 1
-        if st.instructions + reps > self.limits.max_steps:  # LOOPB and IF nests are only bounded up front
+        if (
+            st.instructions + reps > self.limits.max_steps
+        ):  # LOOPB and IF nests are only bounded up front
             raise SimulatorError(step_limit_message(None, self.limits))
         q = ins.queue
         tokens = 0  # when the last token it waits for arrives
         for src in ins.wait:
             fifo = self.tokens.get((src, q))
             if not fifo:
-                raise SimulatorError(f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
-                                     f"that was never signalled (at loop counters {list(counters)})")
+                raise SimulatorError(
+                    f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
+                    f"that was never signalled (at loop counters {list(counters)})"
+                )
             tokens = max(tokens, fifo.popleft())
         start = max(self.queue_time[q], tokens)
         cost = self.costs[pc]
@@ -363,15 +468,30 @@ class Simulator:
             self._execute(pc, ins, ins.defn.execute_reduction_loop)
             dmem, dlo, dhi, _ = m.touched[-1]
             for mem, lo, hi, write in m.touched[:-1]:
-                if mem == dmem and lo < dhi and dlo < hi and not (lo == dlo and hi == dhi and mem == dest.mem):
-                    raise SimulatorError(f"instruction {pc}: a reduction loop reads memory its destination overlaps")
-            cost = isa.Cost(cost.cycles * reps, cost.dram_bytes * reps, cost.macs * reps, cost.vector_ops * reps,
-                            tuple((mem, n * reps) for mem, n in cost.bytes),
-                            tuple((mem, n * reps) for mem, n in cost.written), cost.fill)
+                if (
+                    mem == dmem
+                    and lo < dhi
+                    and dlo < hi
+                    and not (lo == dlo and hi == dhi and mem == dest.mem)
+                ):
+                    raise SimulatorError(
+                        f"instruction {pc}: a reduction loop reads memory its destination overlaps"
+                    )
+            cost = isa.Cost(
+                cost.cycles * reps,
+                cost.dram_bytes * reps,
+                cost.macs * reps,
+                cost.vector_ops * reps,
+                tuple((mem, n * reps) for mem, n in cost.bytes),
+                tuple((mem, n * reps) for mem, n in cost.written),
+                cost.fill,
+            )
         elif ins.defn.execute is not None:
             self._execute(pc, ins, ins.defn.execute)
         if cost.dram_bytes:
-            end = self._transfer(start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle))
+            end = self._transfer(
+                start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle)
+            )
             if ins.mnemonic == "LOAD":
                 st.dram_read_bytes += cost.dram_bytes
             else:
@@ -396,7 +516,9 @@ class Simulator:
         for mem, n in cost.written:
             st.onchip_write_bytes[mem] += n
 
-    def _execute_timing(self, cost: isa.Cost, reps: int, start: int, tokens: int) -> tuple[int, int]:
+    def _execute_timing(
+        self, cost: isa.Cost, reps: int, start: int, tokens: int
+    ) -> tuple[int, int]:
         """(end, first cycle it reads memory) of an instruction on EX starting at `start`, the
         last token it waits for arriving at `tokens`: `cost.cycles`, except that a MATMUL's fill
         overlaps the streaming of a MATMUL right before it (SYNCs between them aside) as
@@ -420,11 +542,15 @@ class Simulator:
         # The verifier checks what can be known statically; operands whose shapes do not fit
         # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
         try:
-            with np.errstate(all="ignore"):  # float overflow in a crafted scale: wrong, not a warning
+            with np.errstate(
+                all="ignore"
+            ):  # float overflow in a crafted scale: wrong, not a warning
                 semantics(self.machine, self.fields[pc])
         except (ValueError, IndexError, TypeError, KeyError) as err:
-            raise SimulatorError(f"instruction {pc} ({ins.mnemonic}): operands do not fit its semantics "
-                                 f"({one_line(err, 120)}) at loop counters {list(self.machine.counters)}") from None
+            raise SimulatorError(
+                f"instruction {pc} ({ins.mnemonic}): operands do not fit its semantics "
+                f"({one_line(err, 120)}) at loop counters {list(self.machine.counters)}"
+            ) from None
 
     def _transfer(self, ready: int, cycles: int) -> int:
         """Give a DMA the DRAM channel at the first time >= `ready` when it is free for `cycles`
@@ -452,7 +578,7 @@ class Simulator:
                 continue
             horizon = min(t for qq, t in self.queue_time.items() if qq != other)
             if accesses and accesses[0].end <= horizon:  # no other queue can start that early again
-                del accesses[:bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
+                del accesses[: bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
             for mem, lo, hi, write in self.machine.touched:
                 is_write = write if write is not None else ins.mnemonic == "STORE"
                 for a in reversed(accesses):
@@ -462,16 +588,23 @@ class Simulator:
                         raise SimulatorError(
                             f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle "
                             f"{start} while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} "
-                            f"it (until cycle {a.end}) and no token orders them")
+                            f"it (until cycle {a.end}) and no token orders them"
+                        )
         mine = self.inflight.setdefault(q, [])
         for mem, lo, hi, write in self.machine.touched:
             is_write = write if write is not None else ins.mnemonic == "STORE"
             mine.append(_Access(mem, lo, hi, end, q, is_write, pc))
 
 
-def simulate(binary: Binary, inputs: dict[str, np.ndarray], target: Target | None = None,
-             vectorize_loops: bool = True, marks: tuple[int, ...] = (), limits: SimLimits | None = None,
-             record: bool = False) -> SimResult:
+def simulate(
+    binary: Binary,
+    inputs: dict[str, np.ndarray],
+    target: Target | None = None,
+    vectorize_loops: bool = True,
+    marks: tuple[int, ...] = (),
+    limits: SimLimits | None = None,
+    record: bool = False,
+) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
     that the vectorised path computes the same values and counters). `marks`: top-level
     instruction indices (or the code length, for the end) at which to record the counters, e.g.

@@ -7,7 +7,6 @@ nodes first so that each value keeps its position in the file.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import islpy as isl
@@ -22,7 +21,16 @@ from tensorgen.spec.statement import name_problem, parse_statement
 from tensorgen.spec.types import check_types
 
 FORMAT_VERSION = 1
-TOP_KEYS = {"tensorgen", "name", "tensors", "statements", "loops", "target", "schedule", "description"}
+TOP_KEYS = {
+    "tensorgen",
+    "name",
+    "tensors",
+    "statements",
+    "loops",
+    "target",
+    "schedule",
+    "description",
+}
 TENSOR_KEYS = {"shape", "dtype", "role", "pad"}
 
 
@@ -58,8 +66,11 @@ class _Doc:
             value = yaml.SafeLoader("").construct_object(node)
         except Exception:  # noqa: BLE001  PyYAML's constructors fail in many ways: `!!int xx` (ValueError),
             # `!!timestamp xx` (AttributeError), 5000 digits (ValueError), an unknown tag (YAMLError)
-            raise self.error(node, f"expected {what}, got '{one_line(node.value, 60)}' "
-                                   f"(not a valid {node.tag.rsplit(':', 1)[-1]})") from None
+            raise self.error(
+                node,
+                f"expected {what}, got '{one_line(node.value, 60)}' "
+                f"(not a valid {node.tag.rsplit(':', 1)[-1]})",
+            ) from None
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
             raise self.error(node, f"expected {what}, got '{one_line(node.value, 60)}'")
         return value
@@ -90,7 +101,10 @@ def _parse_program(text: str, path: str, target: str | None) -> Program:
     top = {k: (kn, v) for k, kn, v in doc.mapping(root, "the op.yaml file")}
     for key, (kn, _) in top.items():
         if key not in TOP_KEYS:
-            raise doc.error(kn, f"unknown key '{one_line(key, 60)}' (expected one of {', '.join(sorted(TOP_KEYS))})")
+            raise doc.error(
+                kn,
+                f"unknown key '{one_line(key, 60)}' (expected one of {', '.join(sorted(TOP_KEYS))})",
+            )
     for key in ("tensorgen", "tensors", "statements"):
         if key not in top:
             raise doc.error(root, f"missing key '{key}'")
@@ -120,15 +134,23 @@ def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
         fields = {k: (knode, v) for k, knode, v in doc.mapping(spec, f"tensor {name}")}
         for k, (knode, _) in fields.items():
             if k not in TENSOR_KEYS:
-                raise doc.error(knode, f"unknown key '{one_line(k, 60)}' in tensor {name} (expected shape, dtype, role, pad)")
+                raise doc.error(
+                    knode,
+                    f"unknown key '{one_line(k, 60)}' in tensor {name} (expected shape, dtype, role, pad)",
+                )
         if "shape" not in fields or "dtype" not in fields:
             raise doc.error(spec, f"tensor {name} needs 'shape' and 'dtype'")
         shape_node = fields["shape"][1]
         if not isinstance(shape_node, yaml.SequenceNode) or not shape_node.value:
-            raise doc.error(shape_node, f"expected a non-empty list of dimensions for {name}'s shape")
+            raise doc.error(
+                shape_node, f"expected a non-empty list of dimensions for {name}'s shape"
+            )
         if len(shape_node.value) > LIMITS.tensor_rank:
-            raise doc.error(shape_node, f"{name} has {len(shape_node.value)} dimensions; at most "
-                                        f"{LIMITS.tensor_rank} (limit InputLimits.tensor_rank in tensorgen/inputs.py)")
+            raise doc.error(
+                shape_node,
+                f"{name} has {len(shape_node.value)} dimensions; at most "
+                f"{LIMITS.tensor_rank} (limit InputLimits.tensor_rank in tensorgen/inputs.py)",
+            )
         shape = []
         for d in shape_node.value:
             v = doc.scalar(d, int, "a positive integer dimension")
@@ -137,10 +159,16 @@ def _tensors(doc: _Doc, node: yaml.Node) -> dict[str, Tensor]:
             shape.append(v)
         dtype = doc.scalar(fields["dtype"][1], str, "a dtype")
         if dtype not in DTYPES:
-            raise doc.error(fields["dtype"][1], f"unknown dtype '{one_line(dtype, 60)}' (expected {', '.join(DTYPES)})")
+            raise doc.error(
+                fields["dtype"][1],
+                f"unknown dtype '{one_line(dtype, 60)}' (expected {', '.join(DTYPES)})",
+            )
         role = doc.scalar(fields["role"][1], str, "a role") if "role" in fields else "none"
         if role not in ROLES:
-            raise doc.error(fields["role"][1], f"unknown role '{one_line(role, 60)}' (expected {', '.join(ROLES)})")
+            raise doc.error(
+                fields["role"][1],
+                f"unknown role '{one_line(role, 60)}' (expected {', '.join(ROLES)})",
+            )
         pad = doc.scalar(fields["pad"][1], int, "an integer pad value") if "pad" in fields else 0
         lo, hi = dtype_range(dtype)
         if not lo <= pad <= hi:
@@ -162,8 +190,11 @@ def _loops(doc: _Doc, node: yaml.Node) -> tuple[tuple[str, int], ...]:
         if extent <= 0:
             raise doc.error(v, f"expected a positive trip count, got {extent}")
         if extent > LIMITS.loop_extent:
-            raise doc.error(v, f"trip count {extent} is over the limit of {LIMITS.loop_extent:,} "
-                               "(limit InputLimits.loop_extent in tensorgen/inputs.py)")
+            raise doc.error(
+                v,
+                f"trip count {extent} is over the limit of {LIMITS.loop_extent:,} "
+                "(limit InputLimits.loop_extent in tensorgen/inputs.py)",
+            )
         loops.append((name, extent))
     return tuple(loops)
 
@@ -175,7 +206,9 @@ def _statement_text(doc: _Doc, node: yaml.Node) -> tuple[str, int, int, str, yam
         fields = {k: (kn, v) for k, kn, v in doc.mapping(node, "a statement")}
         for k, (kn, _) in fields.items():
             if k not in ("stmt", "where"):
-                raise doc.error(kn, f"unknown key '{one_line(k, 60)}' in a statement (expected stmt, where)")
+                raise doc.error(
+                    kn, f"unknown key '{one_line(k, 60)}' in a statement (expected stmt, where)"
+                )
         if "stmt" not in fields:
             raise doc.error(node, "expected 'stmt:' in a statement mapping")
         if "where" in fields:
@@ -186,15 +219,24 @@ def _statement_text(doc: _Doc, node: yaml.Node) -> tuple[str, int, int, str, yam
     if not isinstance(node, yaml.ScalarNode):
         raise doc.error(node, "expected a statement like 'Y[i, j] += A[i, k] * B[k, j]'")
     quoted = 1 if node.style in ("'", '"') else 0
-    return node.value, node.start_mark.line + 1, node.start_mark.column + 1 + quoted, where, where_node
+    return (
+        node.value,
+        node.start_mark.line + 1,
+        node.start_mark.column + 1 + quoted,
+        where,
+        where_node,
+    )
 
 
 def _statements(doc: _Doc, node: yaml.Node, tensors: dict[str, Tensor], shared) -> list[Statement]:
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise doc.error(node, "expected a non-empty list of statements")
     if len(node.value) > LIMITS.statements:
-        raise doc.error(node, f"{len(node.value)} statements; at most {LIMITS.statements} "
-                              "(limit InputLimits.statements in tensorgen/inputs.py)")
+        raise doc.error(
+            node,
+            f"{len(node.value)} statements; at most {LIMITS.statements} "
+            "(limit InputLimits.statements in tensorgen/inputs.py)",
+        )
     shared_names = [n for n, _ in shared]
     out = []
     for pos, item in enumerate(node.value):
@@ -204,10 +246,14 @@ def _statements(doc: _Doc, node: yaml.Node, tensors: dict[str, Tensor], shared) 
         for acc in [parsed.lhs] + _reads(parsed.rhs):
             _check_access(loc, acc, tensors)
         indices = _index_order(parsed, shared_names)
-        stmt = Statement(f"S{pos}", parsed.lhs, parsed.op, parsed.rhs, tuple(indices), (), where, text, loc)
+        stmt = Statement(
+            f"S{pos}", parsed.lhs, parsed.op, parsed.rhs, tuple(indices), (), where, text, loc
+        )
         if not indices:  # the reference (and isl's ast) need an index to iterate over
-            raise SpecError(f"{loc}: a statement needs at least one index; write a single element as "
-                            f"'C[i, 0] = ...' with where: 'i = 0'")
+            raise SpecError(
+                f"{loc}: a statement needs at least one index; write a single element as "
+                f"'C[i, 0] = ...' with where: 'i = 0'"
+            )
         check_types(stmt, tensors)
         stmt = _infer_bounds(doc, stmt, tensors, dict(shared), where_node or item)
         check_statement_size(stmt)
@@ -224,7 +270,9 @@ def _reads(rhs) -> list[Access]:
 
 def _check_access(loc: str, acc: Access, tensors: dict[str, Tensor]) -> None:
     if acc.tensor not in tensors:
-        raise SpecError(f"{loc}: unknown tensor '{acc.tensor}' (declared: {one_line(', '.join(tensors), 200)})")
+        raise SpecError(
+            f"{loc}: unknown tensor '{acc.tensor}' (declared: {one_line(', '.join(tensors), 200)})"
+        )
     rank = len(tensors[acc.tensor].shape)
     if len(acc.index) != rank:
         raise SpecError(
@@ -274,10 +322,16 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
     try:
         dom = isl.Set(text)
     except isl.Error:
-        raise doc.error(where_node, f"cannot parse where: '{one_line(stmt.where, 80)}' (expected isl constraints like '0 <= r < 3')") from None
+        raise doc.error(
+            where_node,
+            f"cannot parse where: '{one_line(stmt.where, 80)}' (expected isl constraints like '0 <= r < 3')",
+        ) from None
     if dom.is_empty():
-        raise doc.error(where_node, f"where: '{one_line(stmt.where, 80)}' leaves the statement no iterations; "
-                                    f"expected constraints that some index values satisfy")
+        raise doc.error(
+            where_node,
+            f"where: '{one_line(stmt.where, 80)}' leaves the statement no iterations; "
+            f"expected constraints that some index values satisfy",
+        )
     bounds = []
     for pos, name in enumerate(stmt.indices):
         try:
@@ -292,7 +346,17 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
         lo_v = lo.get_pieces()[0][1].get_constant_val().to_python()
         hi_v = hi.get_pieces()[0][1].get_constant_val().to_python()
         bounds.append((int(lo_v), int(hi_v)))
-    return Statement(stmt.name, stmt.lhs, stmt.op, stmt.rhs, stmt.indices, tuple(bounds), stmt.where, stmt.text, stmt.location)
+    return Statement(
+        stmt.name,
+        stmt.lhs,
+        stmt.op,
+        stmt.rhs,
+        stmt.indices,
+        tuple(bounds),
+        stmt.where,
+        stmt.text,
+        stmt.location,
+    )
 
 
 def _mentions(where: str, name: str) -> bool:
@@ -304,7 +368,10 @@ def _check_write_in_bounds(stmt: Statement, tensor: Tensor) -> None:
     outside = written.subtract(poly.tensor_box(tensor))
     if not outside.is_empty():
         point = outside.sample_point()
-        coords = [point.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(len(tensor.shape))]
+        coords = [
+            point.get_coordinate_val(isl.dim_type.set, i).to_python()
+            for i in range(len(tensor.shape))
+        ]
         raise SpecError(
             f"{stmt.location}: out-of-bounds write: {stmt.lhs} reaches {tensor.name}"
             f"[{', '.join(map(str, coords))}] outside shape {list(tensor.shape)}"
@@ -315,7 +382,9 @@ def _check_roles(doc: _Doc, program: Program, node: yaml.Node) -> None:
     written = {s.lhs.tensor: s for s in program.statements}
     for stmt in program.statements:
         if program.tensor(stmt.lhs.tensor).role == "input":
-            raise SpecError(f"{stmt.location}: {stmt.lhs.tensor} is an input and cannot be written (make it inout)")
+            raise SpecError(
+                f"{stmt.location}: {stmt.lhs.tensor} is an input and cannot be written (make it inout)"
+            )
     for t in program.tensors:
         if t.role in ("output", "inout") and t.name not in written and t.role == "output":
             raise doc.error(node, f"output tensor {t.name} is never written")

@@ -17,7 +17,20 @@ from dataclasses import dataclass
 from tensorgen.errors import SpecError
 from tensorgen.inputs import LIMITS, one_line
 from tensorgen.ir import poly
-from tensorgen.ir.core import BINOPS, CONST_ARGS, FUNCTIONS, TENSOR_ARGS, TWO_OPERANDS, Access, Affine, BinOp, Call, Const, Expr, Read
+from tensorgen.ir.core import (
+    BINOPS,
+    CONST_ARGS,
+    FUNCTIONS,
+    TENSOR_ARGS,
+    TWO_OPERANDS,
+    Access,
+    Affine,
+    BinOp,
+    Call,
+    Const,
+    Expr,
+    Read,
+)
 
 _BINOP_NAMES = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.RShift: ">>", ast.LShift: "<<"}
 
@@ -44,15 +57,25 @@ class _Locator:
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # zero points and clamp bounds: integer arguments (by position) of the element-wise functions
-_INT_ARGS = {"clamp": (1, 2), "requant": (2,), "quantize": (2,), "dequantize": (2,), "requant_fma": (2,),
-             "add_fbgemm": (7,), "requant_fbgemm": (3,), "rshift_round": (1,)}
+_INT_ARGS = {
+    "clamp": (1, 2),
+    "requant": (2,),
+    "quantize": (2,),
+    "dequantize": (2,),
+    "requant_fma": (2,),
+    "add_fbgemm": (7,),
+    "requant_fbgemm": (3,),
+    "rshift_round": (1,),
+}
 
 
 def name_problem(name: str, what: str) -> str | None:
     """Why `name` cannot name a tensor, index or loop, or None: names reach isl's set notation
     and the .tgb tensor table, so they are short ASCII identifiers that are not isl keywords."""
     if not _NAME.fullmatch(name):
-        return f"{what} name '{one_line(name, 60)}' is not an identifier (ASCII letters, digits and _)"
+        return (
+            f"{what} name '{one_line(name, 60)}' is not an identifier (ASCII letters, digits and _)"
+        )
     if len(name) > LIMITS.name_chars:
         return f"{what} name '{name[:20]}...' is longer than {LIMITS.name_chars} characters (limit InputLimits.name_chars in tensorgen/inputs.py)"
     if not poly.isl_name_ok(name):
@@ -64,10 +87,14 @@ def parse_statement(text: str, file: str, line: int, col: int) -> ParsedStatemen
     """Parse `text`, which starts at 1-based `line`/`col` of `file`."""
     loc = _Locator(file, line, col, text.strip())
     if len(text) > LIMITS.statement_chars:
-        raise SpecError(f"{loc.at(offset=0)}: statement longer than {LIMITS.statement_chars} characters "
-                        "(limit InputLimits.statement_chars in tensorgen/inputs.py)")
+        raise SpecError(
+            f"{loc.at(offset=0)}: statement longer than {LIMITS.statement_chars} characters "
+            "(limit InputLimits.statement_chars in tensorgen/inputs.py)"
+        )
     if "**=" in text:  # would otherwise pass for max=, which is spelled that way below
-        raise SpecError(f"{loc.at(offset=text.strip().index('**='))}: expected one of '=', '+=', 'max=', got '**='")
+        raise SpecError(
+            f"{loc.at(offset=text.strip().index('**='))}: expected one of '=', '+=', 'max=', got '**='"
+        )
     source = text.replace("max=", " **=")
     if "\n" in source.strip():
         raise SpecError(f"{loc.at(offset=0)}: a statement must fit on one line")
@@ -79,8 +106,10 @@ def parse_statement(text: str, file: str, line: int, col: int) -> ParsedStatemen
             f"'Y[i, j] += A[i, k] * B[k, j]' ({one_line(err.msg, 80)})"
         ) from None
     except (RecursionError, MemoryError):  # CPython's parser on a very deeply nested expression
-        raise SpecError(f"{loc.at(offset=0)}: expression nested deeper than {LIMITS.expr_depth} levels "
-                        "(limit InputLimits.expr_depth in tensorgen/inputs.py)") from None
+        raise SpecError(
+            f"{loc.at(offset=0)}: expression nested deeper than {LIMITS.expr_depth} levels "
+            "(limit InputLimits.expr_depth in tensorgen/inputs.py)"
+        ) from None
     if len(tree.body) != 1:
         raise SpecError(f"{loc.at(offset=0)}: expected exactly one statement")
     _check_size(tree.body[0], loc)
@@ -91,7 +120,9 @@ def parse_statement(text: str, file: str, line: int, col: int) -> ParsedStatemen
         op = "+=" if isinstance(node.op, ast.Add) else "max="
         target, value = node.target, node.value
     else:
-        raise SpecError(f"{loc.at(node)}: expected one of '=', '+=', 'max=' with a tensor on the left")
+        raise SpecError(
+            f"{loc.at(node)}: expected one of '=', '+=', 'max=' with a tensor on the left"
+        )
     if not isinstance(target, ast.Subscript):
         raise SpecError(f"{loc.at(target)}: expected a tensor access like 'Y[i, j]' on the left")
     return ParsedStatement(_access(target, loc), op, _expr(value, loc))
@@ -107,27 +138,35 @@ def _check_size(stmt: ast.stmt, loc: _Locator) -> None:
             continue
         count += 1
         if depth > LIMITS.expr_depth:
-            raise SpecError(f"{loc.at(node)}: expression nested deeper than {LIMITS.expr_depth} levels "
-                            "(limit InputLimits.expr_depth in tensorgen/inputs.py)")
+            raise SpecError(
+                f"{loc.at(node)}: expression nested deeper than {LIMITS.expr_depth} levels "
+                "(limit InputLimits.expr_depth in tensorgen/inputs.py)"
+            )
         if count > LIMITS.expr_nodes:
-            raise SpecError(f"{loc.at(node)}: statement with more than {LIMITS.expr_nodes} operators, calls, "
-                            "reads and constants (limit InputLimits.expr_nodes in tensorgen/inputs.py)")
+            raise SpecError(
+                f"{loc.at(node)}: statement with more than {LIMITS.expr_nodes} operators, calls, "
+                "reads and constants (limit InputLimits.expr_nodes in tensorgen/inputs.py)"
+            )
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 def _int_constant(node: ast.AST, value: int, loc: _Locator, what: str) -> int:
     if not LIMITS.int_min <= value <= LIMITS.int_max:
         shown = value if value.bit_length() <= 96 else f"of {value.bit_length()} bits"
-        raise SpecError(f"{loc.at(node)}: {what} {shown} "
-                        f"is outside the i32 range [{LIMITS.int_min}, {LIMITS.int_max}] (limit InputLimits.int_min/int_max in tensorgen/inputs.py)")
+        raise SpecError(
+            f"{loc.at(node)}: {what} {shown} "
+            f"is outside the i32 range [{LIMITS.int_min}, {LIMITS.int_max}] (limit InputLimits.int_min/int_max in tensorgen/inputs.py)"
+        )
     return value
 
 
 def _float_constant(node: ast.AST, value: float, loc: _Locator) -> float:
     size = abs(value)
     if not math.isfinite(value) or size > LIMITS.float_abs_max or 0 < size < LIMITS.float_abs_min:
-        raise SpecError(f"{loc.at(node)}: constant {value!r} is outside the range of scales: 0 or a magnitude in "
-                        f"[2**-126, 2**31] (limit InputLimits.float_abs_min/float_abs_max in tensorgen/inputs.py)")
+        raise SpecError(
+            f"{loc.at(node)}: constant {value!r} is outside the range of scales: 0 or a magnitude in "
+            f"[2**-126, 2**31] (limit InputLimits.float_abs_min/float_abs_max in tensorgen/inputs.py)"
+        )
     return value
 
 
@@ -150,7 +189,9 @@ def _affine(node: ast.AST, loc: _Locator) -> Affine:
 
 def _affine_terms(node: ast.AST, loc: _Locator) -> tuple[dict[str, int], int]:
     def fail(why: str) -> SpecError:
-        return SpecError(f"{loc.at(node)}: non-affine subscript '{one_line(ast.unparse(node), 80)}': {why}")
+        return SpecError(
+            f"{loc.at(node)}: non-affine subscript '{one_line(ast.unparse(node), 80)}': {why}"
+        )
 
     if isinstance(node, ast.Name):
         problem = name_problem(node.id, "index")
@@ -181,16 +222,20 @@ def _affine_terms(node: ast.AST, loc: _Locator) -> tuple[dict[str, int], int]:
         if c2:
             c1, k1, c2, k2 = c2, k2, c1, k1
         # bounded at every step, so that `2**31 * 2**31 * ...` never builds a huge integer
-        return ({n: _int_constant(node, v * k2, loc, f"coefficient of {n}") for n, v in c1.items()},
-                _int_constant(node, k1 * k2, loc, "subscript offset"))
+        return (
+            {n: _int_constant(node, v * k2, loc, f"coefficient of {n}") for n, v in c1.items()},
+            _int_constant(node, k1 * k2, loc, "subscript offset"),
+        )
     raise fail("only +, -, and multiplication by an integer constant are allowed")
 
 
 def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
     if isinstance(node, ast.Subscript):
         return Read(_access(node, loc))
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(
-        node.value, bool
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
     ):
         value = -node.value if negate else node.value  # -2147483648 is in range, its literal is not
         if isinstance(value, int):
@@ -213,21 +258,29 @@ def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
         fn = node.func.id
         if fn not in FUNCTIONS:
             known = ", ".join(sorted(FUNCTIONS))
-            raise SpecError(f"{loc.at(node)}: unknown function '{one_line(fn, 60)}' (expected one of {known})")
+            raise SpecError(
+                f"{loc.at(node)}: unknown function '{one_line(fn, 60)}' (expected one of {known})"
+            )
         if len(node.args) != FUNCTIONS[fn] or node.keywords:
             raise SpecError(f"{loc.at(node)}: {fn}() takes {FUNCTIONS[fn]} argument(s)")
         args = tuple(_expr(a, loc) for a in node.args)
         for pos in _INT_ARGS.get(fn, ()):
             if not (isinstance(args[pos], Const) and isinstance(args[pos].value, int)):
-                raise SpecError(f"{loc.at(node.args[pos])}: {fn}() needs an integer constant as argument "
-                                f"{pos + 1} (a zero point, bound or shift)")
+                raise SpecError(
+                    f"{loc.at(node.args[pos])}: {fn}() needs an integer constant as argument "
+                    f"{pos + 1} (a zero point, bound or shift)"
+                )
         if fn in CONST_ARGS and not all(isinstance(a, Const) for a in args[1:]):
             raise SpecError(f"{loc.at(node)}: {CONST_ARGS[fn]}")
         if fn in TWO_OPERANDS and not all(isinstance(a, Const) for a in args[2:]):
             raise SpecError(f"{loc.at(node)}: {TWO_OPERANDS[fn]}")
-        if fn in TENSOR_ARGS and not (all(isinstance(a, Read) for a in args[1:-1]) and isinstance(args[-1], Const)):
+        if fn in TENSOR_ARGS and not (
+            all(isinstance(a, Read) for a in args[1:-1]) and isinstance(args[-1], Const)
+        ):
             raise SpecError(f"{loc.at(node)}: {TENSOR_ARGS[fn]}")
         return Call(fn, args)
     if isinstance(node, ast.Name):
-        raise SpecError(f"{loc.at(node)}: '{one_line(node.id, 60)}' is not a tensor access; write it with subscripts")
+        raise SpecError(
+            f"{loc.at(node)}: '{one_line(node.id, 60)}' is not a tensor access; write it with subscripts"
+        )
     raise SpecError(f"{loc.at(node)}: unsupported expression '{one_line(ast.unparse(node), 80)}'")

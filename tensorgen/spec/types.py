@@ -19,30 +19,44 @@ def check_types(stmt: Statement, tensors: dict[str, Tensor]) -> None:
     lhs_float = tensors[stmt.lhs.tensor].dtype == "float32"
     top_dequant = isinstance(stmt.rhs, Call) and stmt.rhs.fn == "dequantize"
     if lhs_float and not (top_dequant and stmt.op == "="):
-        raise SpecError(f"{loc}: {stmt.lhs.tensor} is float32: it can only be written by "
-                        f"'{stmt.lhs} = dequantize(x, scale, zero_point)'")
+        raise SpecError(
+            f"{loc}: {stmt.lhs.tensor} is float32: it can only be written by "
+            f"'{stmt.lhs} = dequantize(x, scale, zero_point)'"
+        )
     if top_dequant and not lhs_float:
-        raise SpecError(f"{loc}: dequantize() gives float32, but {stmt.lhs.tensor} is "
-                        f"{tensors[stmt.lhs.tensor].dtype}")
+        raise SpecError(
+            f"{loc}: dequantize() gives float32, but {stmt.lhs.tensor} is "
+            f"{tensors[stmt.lhs.tensor].dtype}"
+        )
     _check(stmt.rhs, tensors, loc, float_ok=False, top=True)
 
 
-def _check(e: Expr, tensors: dict[str, Tensor], loc: str, float_ok: bool, top: bool = False) -> None:
+def _check(
+    e: Expr, tensors: dict[str, Tensor], loc: str, float_ok: bool, top: bool = False
+) -> None:
     if isinstance(e, Read):
         is_float = tensors[e.access.tensor].dtype == "float32"
         if is_float and not float_ok:
-            raise SpecError(f"{loc}: {e.access.tensor} is float32: it can only be read by quantize(x, ...) "
-                            "or as requant_fbgemm()'s bias and multiplier")
+            raise SpecError(
+                f"{loc}: {e.access.tensor} is float32: it can only be read by quantize(x, ...) "
+                "or as requant_fbgemm()'s bias and multiplier"
+            )
         if float_ok and not is_float:
-            raise SpecError(f"{loc}: expected a float32 tensor in {e.access}, got {tensors[e.access.tensor].dtype}")
+            raise SpecError(
+                f"{loc}: expected a float32 tensor in {e.access}, got {tensors[e.access.tensor].dtype}"
+            )
     elif isinstance(e, BinOp):
         _check(e.lhs, tensors, loc, False)
         _check(e.rhs, tensors, loc, False)
     elif isinstance(e, Call):
         if e.fn == "dequantize" and not top:
-            raise SpecError(f"{loc}: dequantize() must be the whole right-hand side of its statement")
+            raise SpecError(
+                f"{loc}: dequantize() must be the whole right-hand side of its statement"
+            )
         floats = _FLOAT_READS.get(e.fn, ())
         for pos, arg in enumerate(e.args):
             if pos in floats and not isinstance(arg, Read):
-                raise SpecError(f"{loc}: {e.fn}() needs a float32 tensor read as argument {pos + 1}")
+                raise SpecError(
+                    f"{loc}: {e.fn}() needs a float32 tensor read as argument {pos + 1}"
+                )
             _check(arg, tensors, loc, pos in floats)

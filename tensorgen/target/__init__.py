@@ -104,8 +104,10 @@ def _check(value, path: str, kind: type, where: str, positive: bool = True):
         value = float(value)
     # bools are ints to Python, never numbers (or strings) to a target file
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise TargetError(f"{where}: '{path}' must be {'a number' if kind is float else kind.__name__}, "
-                          f"got {value!r}")
+        raise TargetError(
+            f"{where}: '{path}' must be {'a number' if kind is float else kind.__name__}, "
+            f"got {value!r}"
+        )
     if kind is float and not math.isfinite(value):
         raise TargetError(f"{where}: '{path}' must be finite, got {value!r}")
     if kind in (int, float) and positive and value <= 0:
@@ -119,16 +121,24 @@ def _node(d: dict, path: str, where: str) -> float:
     nm = _get(d, path, float, where)
     lo, hi = SCALING_NODES_NM[0], SCALING_NODES_NM[-1]
     if not lo <= nm <= hi:
-        raise TargetError(f"{where}: '{path}' must be within {lo}-{hi} nm (the scaling table's range), got {nm:g}")
+        raise TargetError(
+            f"{where}: '{path}' must be within {lo}-{hi} nm (the scaling table's range), got {nm:g}"
+        )
     return nm
 
 
 def _points(d: dict, path: str, where: str) -> tuple[tuple[int, float], ...]:
     table = _get(d, path, dict, where)
     if len(table) < 2:
-        raise TargetError(f"{where}: '{path}' needs at least two (bytes: pJ) points, got {len(table)}")
-    return tuple(sorted((_check(k, f"{path} key", int, where), _check(v, f"{path}.{k}", float, where))
-                        for k, v in table.items()))
+        raise TargetError(
+            f"{where}: '{path}' needs at least two (bytes: pJ) points, got {len(table)}"
+        )
+    return tuple(
+        sorted(
+            (_check(k, f"{path} key", int, where), _check(v, f"{path}.{k}", float, where))
+            for k, v in table.items()
+        )
+    )
 
 
 def _energy(d: dict, where: str) -> EnergyConstants:
@@ -138,28 +148,41 @@ def _energy(d: dict, where: str) -> EnergyConstants:
     if not dram:
         raise TargetError(f"{where}: 'energy.dram.pj_per_byte' names no interface")
     return EnergyConstants(
-        node_nm=_node(d, "energy.node_nm", where), vdd_v=_get(d, "energy.vdd_v", float, where),
-        mac_pj=_get(d, "energy.mac_pj", float, where), vector_op_pj=_get(d, "energy.vector_op_pj", float, where),
+        node_nm=_node(d, "energy.node_nm", where),
+        vdd_v=_get(d, "energy.vdd_v", float, where),
+        mac_pj=_get(d, "energy.mac_pj", float, where),
+        vector_op_pj=_get(d, "energy.vector_op_pj", float, where),
         sram_read_pj_per_byte=_points(d, "energy.sram.read_pj_per_byte", where),
         sram_write_pj_per_byte=_points(d, "energy.sram.write_pj_per_byte", where),
-        dram_pj_per_byte=tuple(sorted((_check(k, "energy.dram.pj_per_byte key", str, where),
-                                       _check(v, f"energy.dram.pj_per_byte.{k}", float, where))
-                                      for k, v in dram.items())),
+        dram_pj_per_byte=tuple(
+            sorted(
+                (
+                    _check(k, "energy.dram.pj_per_byte key", str, where),
+                    _check(v, f"energy.dram.pj_per_byte.{k}", float, where),
+                )
+                for k, v in dram.items()
+            )
+        ),
         leakage_mw_per_mm2=_get(d, "energy.leakage.mw_per_mm2", float, where, positive=False),
-        sources=sources)
+        sources=sources,
+    )
 
 
 def _area(d: dict, where: str) -> AreaConstants:
     groups = ("area.logic", "area.sram", "area.fixed")
     sources = tuple((g, _get(d, f"{g}.source", str, where)) for g in groups)
     return AreaConstants(
-        logic_node_nm=_node(d, "area.logic.node_nm", where), mac_um2=_get(d, "area.logic.mac_um2", float, where),
+        logic_node_nm=_node(d, "area.logic.node_nm", where),
+        mac_um2=_get(d, "area.logic.mac_um2", float, where),
         weight_register_um2=_get(d, "area.logic.weight_register_um2", float, where),
         vector_lane_um2=_get(d, "area.logic.vector_lane_um2", float, where),
-        sram_node_nm=_node(d, "area.sram.node_nm", where), bitcell_um2=_get(d, "area.sram.bitcell_um2", float, where),
+        sram_node_nm=_node(d, "area.sram.node_nm", where),
+        bitcell_um2=_get(d, "area.sram.bitcell_um2", float, where),
         periphery=_get(d, "area.sram.periphery", float, where, positive=False),
         fixed_node_nm=_node(d, "area.fixed.node_nm", where),
-        fixed_mm2=_get(d, "area.fixed.mm2", float, where, positive=False), sources=sources)
+        fixed_mm2=_get(d, "area.fixed.mm2", float, where, positive=False),
+        sources=sources,
+    )
 
 
 def load_target(name_or_path: str) -> Target:
@@ -171,7 +194,9 @@ def load_target(name_or_path: str) -> Target:
         known = ", ".join(sorted(p.stem for p in ISA_DIR.glob("*.yaml")))
         raise TargetError(f"unknown target '{name_or_path}' (known: {known}, or a path to a .yaml)")
     where = str(path)
-    return target_from_dict(load_yaml(read_text(path, "the target file", TargetError), where, TargetError), where)
+    return target_from_dict(
+        load_yaml(read_text(path, "the target file", TargetError), where, TargetError), where
+    )
 
 
 def target_from_dict(d: object, where: str) -> Target:
@@ -180,14 +205,20 @@ def target_from_dict(d: object, where: str) -> Target:
     if not isinstance(d, dict):
         raise TargetError(f"{where}: expected a mapping")
     mac = d.get("mac_array")
-    buffers = _get(d, "mac_array.weight_buffers", int, where) if isinstance(mac, dict) and "weight_buffers" in mac else 1
+    buffers = (
+        _get(d, "mac_array.weight_buffers", int, where)
+        if isinstance(mac, dict) and "weight_buffers" in mac
+        else 1
+    )
     if buffers not in (1, 2):
         raise TargetError(f"{where}: 'mac_array.weight_buffers' must be 1 or 2, got {buffers!r}")
     energy = _energy(d, where)
     interface = _get(d, "dram.interface", str, where)
     if interface not in dict(energy.dram_pj_per_byte):
-        raise TargetError(f"{where}: 'dram.interface' {interface!r} has no energy in 'energy.dram.pj_per_byte' "
-                          f"(known: {', '.join(k for k, _ in energy.dram_pj_per_byte)})")
+        raise TargetError(
+            f"{where}: 'dram.interface' {interface!r} has no energy in 'energy.dram.pj_per_byte' "
+            f"(known: {', '.join(k for k, _ in energy.dram_pj_per_byte)})"
+        )
     description = d.get("description", "")
     return Target(
         name=_get(d, "name", str, where),
@@ -201,8 +232,16 @@ def target_from_dict(d: object, where: str) -> Target:
         weight_buffers=buffers,
         lanes=_get(d, "vector.lanes", int, where),
         vector_setup_cycles=_get(d, "vector.setup_cycles", int, where),
-        spad=Memory("spad", _get(d, "memories.spad.bytes", int, where), _get(d, "memories.spad.bytes_per_cycle", int, where)),
-        acc=Memory("acc", _get(d, "memories.acc.bytes", int, where), _get(d, "memories.acc.bytes_per_cycle", int, where)),
+        spad=Memory(
+            "spad",
+            _get(d, "memories.spad.bytes", int, where),
+            _get(d, "memories.spad.bytes_per_cycle", int, where),
+        ),
+        acc=Memory(
+            "acc",
+            _get(d, "memories.acc.bytes", int, where),
+            _get(d, "memories.acc.bytes_per_cycle", int, where),
+        ),
         dram_bytes_per_cycle=_get(d, "dram.bytes_per_cycle", int, where),
         dma_setup_cycles=_get(d, "dram.dma_setup_cycles", int, where),
         dram_interface=interface,

@@ -19,17 +19,29 @@ from typing import Protocol
 # the PTM / ITRS models). The 45 -> 7 nm area factor 0.059 is the one ENERGY-AREA.md quotes.
 SCALING_NODES_NM = (7, 10, 14, 16, 20, 32, 45, 65, 90, 130)
 AREA_FROM_45NM = (0.059, 0.1, 0.17, 0.19, 0.21, 0.46, 1.0, 1.5, 2.8, 6.4)
-ENERGY_POLY = ((0.1776, -0.09097, 0.02447), (0.2068, -0.09311, 0.02375), (0.2363, -0.09675, 0.02239),
-               (0.2958, -0.1241, 0.03024), (0.373, -0.1582, 0.04104), (0.9559, -0.7823, 0.471),
-               (1.103, -0.362, 0.2767), (3.755, -4.398, 1.975), (4.762, -4.781, 2.092),
-               (7.171, -6.709, 2.904))
-SCALING_SOURCE = "Stillmaker & Baas, Integration 58 (2017), area factors and energy polynomials per node"
+ENERGY_POLY = (
+    (0.1776, -0.09097, 0.02447),
+    (0.2068, -0.09311, 0.02375),
+    (0.2363, -0.09675, 0.02239),
+    (0.2958, -0.1241, 0.03024),
+    (0.373, -0.1582, 0.04104),
+    (0.9559, -0.7823, 0.471),
+    (1.103, -0.362, 0.2767),
+    (3.755, -4.398, 1.975),
+    (4.762, -4.781, 2.092),
+    (7.171, -6.709, 2.904),
+)
+SCALING_SOURCE = (
+    "Stillmaker & Baas, Integration 58 (2017), area factors and energy polynomials per node"
+)
 
 
 def _between(node_nm: float) -> tuple[int, float]:
     """(index of the table node at or below `node_nm`, weight of the next one): linear in nm."""
     if not SCALING_NODES_NM[0] <= node_nm <= SCALING_NODES_NM[-1]:
-        raise ValueError(f"node {node_nm} nm outside {SCALING_NODES_NM[0]}-{SCALING_NODES_NM[-1]} nm")
+        raise ValueError(
+            f"node {node_nm} nm outside {SCALING_NODES_NM[0]}-{SCALING_NODES_NM[-1]} nm"
+        )
     i = min(bisect.bisect_right(SCALING_NODES_NM, node_nm) - 1, len(SCALING_NODES_NM) - 2)
     lo, hi = SCALING_NODES_NM[i], SCALING_NODES_NM[i + 1]
     return i, (node_nm - lo) / (hi - lo)
@@ -47,6 +59,7 @@ def scale_area(from_nm: float, to_nm: float) -> float:
 
 def scale_energy(from_nm: float, from_vdd: float, to_nm: float, to_vdd: float) -> float:
     """Energy-per-operation factor from one (node, supply) to another."""
+
     def e(node: float, vdd: float) -> float:
         return _interp(ENERGY_POLY, node, lambda p: p[0] * vdd * vdd + p[1] * vdd + p[2])
 
@@ -87,7 +100,9 @@ def action_energy(target) -> dict[str, float]:
     for mem in (target.spad, target.acc):
         out[f"{mem.name}_read"] = sram_pj_per_byte(en.sram_read_pj_per_byte, mem.bytes) * f
         out[f"{mem.name}_write"] = sram_pj_per_byte(en.sram_write_pj_per_byte, mem.bytes) * f
-    out["dram"] = dict(en.dram_pj_per_byte)[target.dram_interface]  # off chip: not scaled with the node
+    out["dram"] = dict(en.dram_pj_per_byte)[
+        target.dram_interface
+    ]  # off chip: not scaled with the node
     # leakage power of a block scales like its energy per operation (Stillmaker & Baas give no
     # separate leakage fit): per mm^2 at the target's node, f / (area factor)
     density_mw = en.leakage_mw_per_mm2 * f / scale_area(en.node_nm, target.node_nm)
@@ -116,8 +131,10 @@ def area_breakdown(target) -> dict[str, float]:
     logic = scale_area(a.logic_node_nm, target.node_nm) * 1e-6  # um^2 at its node -> mm^2 here
     sram = scale_area(a.sram_node_nm, target.node_nm) * 1e-6
     macs = target.rows * target.cols
-    out = {"mac_array": macs * (a.mac_um2 + target.weight_buffers * a.weight_register_um2) * logic,
-           "vector": target.lanes * a.vector_lane_um2 * logic}
+    out = {
+        "mac_array": macs * (a.mac_um2 + target.weight_buffers * a.weight_register_um2) * logic,
+        "vector": target.lanes * a.vector_lane_um2 * logic,
+    }
     for mem in (target.spad, target.acc):
         out[mem.name] = mem.bytes * 8 * a.bitcell_um2 * (1 + a.periphery) * sram
     out["fixed"] = a.fixed_mm2 * scale_area(a.fixed_node_nm, target.node_nm)

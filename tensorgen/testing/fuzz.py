@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from tensorgen.testing import fuzzbin
@@ -40,8 +40,13 @@ class Case:
 
 def generate(family: str, rng: random.Random, kinds: frozenset[str] | None = None) -> Case:
     """One case of `family`; `kinds` restricts the mutators to a subset (None: all)."""
-    return {"opyaml": opyaml_case, "schedule": schedule_case, "tgb": fuzzbin.tgb_case,
-            "npy": fuzzbin.npy_case, "cli": cli_case}[family](rng, kinds)
+    return {
+        "opyaml": opyaml_case,
+        "schedule": schedule_case,
+        "tgb": fuzzbin.tgb_case,
+        "npy": fuzzbin.npy_case,
+        "cli": cli_case,
+    }[family](rng, kinds)
 
 
 def pick(rng: random.Random, table: dict[str, float], kinds: frozenset[str] | None) -> str:
@@ -50,26 +55,136 @@ def pick(rng: random.Random, table: dict[str, float], kinds: frozenset[str] | No
     return rng.choices(names, [table[n] for n in names])[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def example_texts() -> tuple[tuple[str, str], ...]:
     return tuple((p.stem, p.read_text()) for p in sorted(EXAMPLES.glob("*.yaml")))
 
 
 # --- op.yaml -------------------------------------------------------------------------------
 
-TOKENS = ("[", "]", "{", "}", ":", ",", "-", " ", "\n", "+=", "max=", "=", "*", ">>", "<<", "(", ")", "i",
-          "j", "k", "t", "A", "B", "C", "X", "S", "0", "1", "-1", "16", "int8", "int32", "uint8", "float32",
-          "role: input", "role: inout", "where:", "loops:", "stmt:", "requant(", "relu(", "max(", "min(",
-          "shape:", "dtype:", "tensors:", "statements:", "target:", "tg1", "tiny", "name:", "schedule:",
-          "auto", "null", "~", "true", "&a", "*a", "'", '"', "#", "|", ">", "---", "...", "%YAML 1.1\n")
-HUGE = ("9223372036854775807", "9223372036854775808", "18446744073709551616", "1" + "0" * 30, "0", "-1",
-        "-9223372036854775809", "4294967296", "65536", "1e309", "0x7fffffffffffffff", "1_000_000", "0o777",
-        ".inf", "-.inf", ".nan", "99999999999", "4611686018427387904", "1000000")
-TAGS = ("!!int ", "!!float ", "!!str ", "!!binary ", "!!timestamp ", "!!bool ", "!!null ", "!!set ",
-        "!!omap ", "!!python/object/apply:os.system ", "!custom ", "!!int 0x", "&x ", "*x ", "!!seq ",
-        "!!map ")
-CONTROL = ("\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b", "\x7f", "\x85", "\u2028", "\u2029",
-           "\ufeff", "\t", "\r")
+TOKENS = (
+    "[",
+    "]",
+    "{",
+    "}",
+    ":",
+    ",",
+    "-",
+    " ",
+    "\n",
+    "+=",
+    "max=",
+    "=",
+    "*",
+    ">>",
+    "<<",
+    "(",
+    ")",
+    "i",
+    "j",
+    "k",
+    "t",
+    "A",
+    "B",
+    "C",
+    "X",
+    "S",
+    "0",
+    "1",
+    "-1",
+    "16",
+    "int8",
+    "int32",
+    "uint8",
+    "float32",
+    "role: input",
+    "role: inout",
+    "where:",
+    "loops:",
+    "stmt:",
+    "requant(",
+    "relu(",
+    "max(",
+    "min(",
+    "shape:",
+    "dtype:",
+    "tensors:",
+    "statements:",
+    "target:",
+    "tg1",
+    "tiny",
+    "name:",
+    "schedule:",
+    "auto",
+    "null",
+    "~",
+    "true",
+    "&a",
+    "*a",
+    "'",
+    '"',
+    "#",
+    "|",
+    ">",
+    "---",
+    "...",
+    "%YAML 1.1\n",
+)
+HUGE = (
+    "9223372036854775807",
+    "9223372036854775808",
+    "18446744073709551616",
+    "1" + "0" * 30,
+    "0",
+    "-1",
+    "-9223372036854775809",
+    "4294967296",
+    "65536",
+    "1e309",
+    "0x7fffffffffffffff",
+    "1_000_000",
+    "0o777",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "99999999999",
+    "4611686018427387904",
+    "1000000",
+)
+TAGS = (
+    "!!int ",
+    "!!float ",
+    "!!str ",
+    "!!binary ",
+    "!!timestamp ",
+    "!!bool ",
+    "!!null ",
+    "!!set ",
+    "!!omap ",
+    "!!python/object/apply:os.system ",
+    "!custom ",
+    "!!int 0x",
+    "&x ",
+    "*x ",
+    "!!seq ",
+    "!!map ",
+)
+CONTROL = (
+    "\x00",
+    "\x01",
+    "\x07",
+    "\x08",
+    "\x0b",
+    "\x0c",
+    "\x1b",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\ufeff",
+    "\t",
+    "\r",
+)
 NON_UTF8 = (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xfe\xff", b"\x80\x80", b"\xf4\x90\x80\x80")
 
 
@@ -102,8 +217,8 @@ def _char_edit(rng, text):
     if op == 0:
         return text[:i] + ch + text[i:]
     if op == 1:
-        return text[:i] + text[i + 1:]
-    return text[:i] + ch + text[i + 1:]
+        return text[:i] + text[i + 1 :]
+    return text[:i] + ch + text[i + 1 :]
 
 
 def _huge_number(rng, text):
@@ -111,7 +226,7 @@ def _huge_number(rng, text):
     if not nums:
         return text + rng.choice(HUGE)
     m = rng.choice(nums)
-    return text[: m.start()] + rng.choice(HUGE) + text[m.end():]
+    return text[: m.start()] + rng.choice(HUGE) + text[m.end() :]
 
 
 def _yaml_tag(rng, text):
@@ -152,12 +267,14 @@ def _deep_expression(rng, text):
 def _many_statements(rng, text):
     lines = text.split("\n")
     n = rng.choice(_statement_lines(text) or [len(lines) - 1])
-    lines[n:n + 1] = [lines[n]] * rng.choice((100, 2000, 20000))
+    lines[n : n + 1] = [lines[n]] * rng.choice((100, 2000, 20000))
     return "\n".join(lines)
 
 
 def _huge_loop(rng, text):
-    extent = rng.choice(("4611686018427387904", "9223372036854775807", "1000000000", "100000", "0", "-3"))
+    extent = rng.choice(
+        ("4611686018427387904", "9223372036854775807", "1000000000", "100000", "0", "-3")
+    )
     if "loops:" in text:
         return re.sub(r"loops: \{(\w+): \d+\}", rf"loops: {{\1: {extent}}}", text)
     return text.replace("statements:", f"loops: {{t: {extent}}}\nstatements:", 1)
@@ -200,15 +317,28 @@ def _billion_laughs(rng, text):
     return head + text
 
 
-TEXT_MUTATORS = {"tok-insert": _tok_insert, "tok-delete": _tok_delete, "tok-replace": _tok_replace,
-                 "char": _char_edit, "huge-number": _huge_number, "yaml-tag": _yaml_tag,
-                 "deep-nesting": _deep_nesting, "deep-expression": _deep_expression,
-                 "many-statements": _many_statements, "huge-loop": _huge_loop, "control-char": _control_char,
-                 "line": _line_edit, "where": _where_clause, "billion-laughs": _billion_laughs}
+TEXT_MUTATORS = {
+    "tok-insert": _tok_insert,
+    "tok-delete": _tok_delete,
+    "tok-replace": _tok_replace,
+    "char": _char_edit,
+    "huge-number": _huge_number,
+    "yaml-tag": _yaml_tag,
+    "deep-nesting": _deep_nesting,
+    "deep-expression": _deep_expression,
+    "many-statements": _many_statements,
+    "huge-loop": _huge_loop,
+    "control-char": _control_char,
+    "line": _line_edit,
+    "where": _where_clause,
+    "billion-laughs": _billion_laughs,
+}
 BYTE_MUTATORS = ("non-utf8",)
 
 
-def mutate_opyaml(rng: random.Random, text: str, kinds: frozenset[str] | None) -> tuple[bytes, tuple[str, ...]]:
+def mutate_opyaml(
+    rng: random.Random, text: str, kinds: frozenset[str] | None
+) -> tuple[bytes, tuple[str, ...]]:
     applied = []
     names = [n for n in (*TEXT_MUTATORS, *BYTE_MUTATORS) if kinds is None or n in kinds]
     data = None
@@ -227,7 +357,9 @@ def mutate_opyaml(rng: random.Random, text: str, kinds: frozenset[str] | None) -
 def opyaml_case(rng: random.Random, kinds: frozenset[str] | None = None) -> Case:
     _, text = rng.choice(example_texts())
     data, applied = mutate_opyaml(rng, text, kinds)
-    extra = rng.choice(((), (), ("--target", "tiny"), ("--schedule", "auto"), ("--schedule", "default")))
+    extra = rng.choice(
+        ((), (), ("--target", "tiny"), ("--schedule", "auto"), ("--schedule", "default"))
+    )
     if rng.random() < 0.25:
         argv = ("emit", "{d}/in/op.yaml", "-o", "{d}/out/op.tgb", *extra)
     else:
@@ -246,50 +378,123 @@ def _names(text: str) -> tuple[list[str], list[str]]:
     return loops + [f"S{s}.{v}" for s in range(n_stmts) for v in loops], tensors
 
 
-CALLS = ("s.split(s.loop({L}), {F})", "s.reorder(s.loop({L}), s.loop({L2}))",
-         "s.tile(s.loop({L}), s.loop({L2}), {F}, {F2})", "s.skew(s.loop({L}), s.loop({L2}), {F})",
-         "s.fuse(s.loop({L}), s.loop({L2}))", "s.distribute(s.loop({L}), 'S0')", "s.unroll(s.loop({L}), {F})",
-         "s.unroll(s.loop({L}))", "s.vectorize(s.loop({L}))", "s.tensorize(s.loop({L}), s.loop({L2}), s.loop({L3}))",
-         "s.stage({T}, s.loop({L}))", "s.stage({T}, None, {M})", "s.stage({T}, s.loop({L}), {M})",
-         "s.double_buffer({T})", "s.loops('S0')", "s.staged_box({T}, {L})", "s.check()",
-         "s.reorder(s.loop({L}))", "s.tensorize(s.loop({L}), s.loop({L2}), (s.loop({L3}),))")
-FACTORS = ("0", "-1", "1", "2", "3", "7", "16", "1000000", "2**31", "2**63", "3.5", "'16'", "None", "True",
-           "s", "s.loop('i')", "[16]")
-BAD_NAMES = ("'zz'", "''", "'" + "i" * 300 + "'", "'S9.i'", "'i.o'", "'io'", "'k_o'", "None", "16", "'S0'")
+CALLS = (
+    "s.split(s.loop({L}), {F})",
+    "s.reorder(s.loop({L}), s.loop({L2}))",
+    "s.tile(s.loop({L}), s.loop({L2}), {F}, {F2})",
+    "s.skew(s.loop({L}), s.loop({L2}), {F})",
+    "s.fuse(s.loop({L}), s.loop({L2}))",
+    "s.distribute(s.loop({L}), 'S0')",
+    "s.unroll(s.loop({L}), {F})",
+    "s.unroll(s.loop({L}))",
+    "s.vectorize(s.loop({L}))",
+    "s.tensorize(s.loop({L}), s.loop({L2}), s.loop({L3}))",
+    "s.stage({T}, s.loop({L}))",
+    "s.stage({T}, None, {M})",
+    "s.stage({T}, s.loop({L}), {M})",
+    "s.double_buffer({T})",
+    "s.loops('S0')",
+    "s.staged_box({T}, {L})",
+    "s.check()",
+    "s.reorder(s.loop({L}))",
+    "s.tensorize(s.loop({L}), s.loop({L2}), (s.loop({L3}),))",
+)
+FACTORS = (
+    "0",
+    "-1",
+    "1",
+    "2",
+    "3",
+    "7",
+    "16",
+    "1000000",
+    "2**31",
+    "2**63",
+    "3.5",
+    "'16'",
+    "None",
+    "True",
+    "s",
+    "s.loop('i')",
+    "[16]",
+)
+BAD_NAMES = (
+    "'zz'",
+    "''",
+    "'" + "i" * 300 + "'",
+    "'S9.i'",
+    "'i.o'",
+    "'io'",
+    "'k_o'",
+    "None",
+    "16",
+    "'S0'",
+)
 MEMORIES = ("'spad'", "'acc'", "'dram'", "'l2'", "''", "None", "3")
-HOSTILE = ("raise SystemExit(0)", "raise SystemExit(3)", "1 / 0", "s.nonexistent()", "return 5",
-           "print('x' * 100)", "s.loop()", "s.split()")
+HOSTILE = (
+    "raise SystemExit(0)",
+    "raise SystemExit(3)",
+    "1 / 0",
+    "s.nonexistent()",
+    "return 5",
+    "print('x' * 100)",
+    "s.loop()",
+    "s.split()",
+)
 
 
 def _fill(rng, template: str, loops: list[str], tensors: list[str]) -> str:
     def name() -> str:
         return rng.choice(BAD_NAMES) if rng.random() < 0.2 else repr(rng.choice(loops))
 
-    return template.format(L=name(), L2=name(), L3=name(), F=rng.choice(FACTORS[:12]),
-                           F2=rng.choice(FACTORS[:12]), M=rng.choice(MEMORIES),
-                           T=repr(rng.choice(tensors + ["Q"])) if tensors else "'A'")
+    return template.format(
+        L=name(),
+        L2=name(),
+        L3=name(),
+        F=rng.choice(FACTORS[:12]),
+        F2=rng.choice(FACTORS[:12]),
+        M=rng.choice(MEMORIES),
+        T=repr(rng.choice(tensors + ["Q"])) if tensors else "'A'",
+    )
 
 
-def mutate_schedule(rng: random.Random, text: str, optext: str,
-                    kinds: frozenset[str] | None) -> tuple[str, tuple[str, ...]]:
+def mutate_schedule(
+    rng: random.Random, text: str, optext: str, kinds: frozenset[str] | None
+) -> tuple[str, tuple[str, ...]]:
     loops, tensors = _names(optext)
     head, sep, body = text.partition("def schedule(s):\n")
     lines = [ln for ln in body.split("\n") if ln.strip()] or ["    pass"]
     applied = []
-    table = {"loop-name": 1, "factor": 1, "arg-type": 1, "reorder-calls": 1, "delete-call": 1,
-             "duplicate-call": 1, "insert-call": 1, "hostile": 1, "endless-loop": 0.1}
+    table = {
+        "loop-name": 1,
+        "factor": 1,
+        "arg-type": 1,
+        "reorder-calls": 1,
+        "delete-call": 1,
+        "duplicate-call": 1,
+        "insert-call": 1,
+        "hostile": 1,
+        "endless-loop": 0.1,
+    }
     for _ in range(rng.choice((1, 1, 2, 3))):
         name = pick(rng, table, kinds)
         applied.append(name)
         n = rng.randrange(len(lines))
         if name == "loop-name":
-            lines[n] = re.sub(r"s\.loop\((f?\"[^\"]*\"|f?'[^']*')\)",
-                              lambda m: f"s.loop({rng.choice(BAD_NAMES + tuple(map(repr, loops)))})", lines[n])
+            lines[n] = re.sub(
+                r"s\.loop\((f?\"[^\"]*\"|f?'[^']*')\)",
+                lambda m: f"s.loop({rng.choice(BAD_NAMES + tuple(map(repr, loops)))})",
+                lines[n],
+            )
         elif name == "factor":
             lines[n] = re.sub(r"\b\d+\b", lambda m: rng.choice(FACTORS), lines[n], count=1)
         elif name == "arg-type":
-            lines[n] = re.sub(r"s\.loop\([^()]*\)", lambda m: rng.choice(("16", "'i'", "None", "s", "(1, 2)")),
-                              lines[n], count=1)
+            lines[n] = re.sub(
+                r"s\.loop\([^()]*\)",
+                lambda m: rng.choice(("16", "'i'", "None", "s", "(1, 2)")),
+                lines[n],
+                count=1,
+            )
         elif name == "reorder-calls":
             m = rng.randrange(len(lines))
             lines[n], lines[m] = lines[m], lines[n]
@@ -306,10 +511,13 @@ def mutate_schedule(rng: random.Random, text: str, optext: str,
     return head + sep + "\n".join(lines) + "\n", tuple(applied)
 
 
-@lru_cache(maxsize=None)
+@cache
 def schedule_pairs() -> tuple[tuple[str, str, str], ...]:
-    return tuple((p.stem, (EXAMPLES / f"{p.stem}.yaml").read_text(), p.read_text())
-                 for p in sorted(SCHEDULES.glob("*.py")) if (EXAMPLES / f"{p.stem}.yaml").exists())
+    return tuple(
+        (p.stem, (EXAMPLES / f"{p.stem}.yaml").read_text(), p.read_text())
+        for p in sorted(SCHEDULES.glob("*.py"))
+        if (EXAMPLES / f"{p.stem}.yaml").exists()
+    )
 
 
 def schedule_case(rng: random.Random, kinds: frozenset[str] | None = None) -> Case:
@@ -317,32 +525,117 @@ def schedule_case(rng: random.Random, kinds: frozenset[str] | None = None) -> Ca
     mutated, applied = mutate_schedule(rng, text, optext, kinds)
     extra = rng.choice(((), (), ("--target", "tiny")))
     argv = ("check", "{d}/in/op.yaml", "--schedule", "{d}/in/sched.py", *extra)
-    return Case("schedule", applied, argv, (("in/op.yaml", optext.encode()), ("in/sched.py", mutated.encode())))
+    return Case(
+        "schedule",
+        applied,
+        argv,
+        (("in/op.yaml", optext.encode()), ("in/sched.py", mutated.encode())),
+    )
 
 
 # --- command lines -------------------------------------------------------------------------------
 
-SUBCOMMANDS = ("emit", "check", "compile", "run", "disasm", "isa-doc", "", "chekc", "-h", "--version", "EMIT")
-POSITIONALS = ("{d}/in/op.yaml", "{d}/in/x.tgb", "{d}/in/missing.yaml", "{d}/in/dir", "{d}/in/empty",
-               "{d}/in/bad.yaml", "{d}/in/notmodel.py", "{d}/in/missing.py", "{d}/in/m.pt2", "{d}/in/a.npy",
-               "-", "", "--", "x" * 3000, "{d}/in/op.yaml:build", "{d}/in/notmodel.py:nope", "/dev/null")
-INTS = ("0", "1", "-1", "10", "1000000000", "99999999999999999999", "x", "", "1e3", "0x10", " 5", "-0")
+SUBCOMMANDS = (
+    "emit",
+    "check",
+    "compile",
+    "run",
+    "disasm",
+    "isa-doc",
+    "",
+    "chekc",
+    "-h",
+    "--version",
+    "EMIT",
+)
+POSITIONALS = (
+    "{d}/in/op.yaml",
+    "{d}/in/x.tgb",
+    "{d}/in/missing.yaml",
+    "{d}/in/dir",
+    "{d}/in/empty",
+    "{d}/in/bad.yaml",
+    "{d}/in/notmodel.py",
+    "{d}/in/missing.py",
+    "{d}/in/m.pt2",
+    "{d}/in/a.npy",
+    "-",
+    "",
+    "--",
+    "x" * 3000,
+    "{d}/in/op.yaml:build",
+    "{d}/in/notmodel.py:nope",
+    "/dev/null",
+)
+INTS = (
+    "0",
+    "1",
+    "-1",
+    "10",
+    "1000000000",
+    "99999999999999999999",
+    "x",
+    "",
+    "1e3",
+    "0x10",
+    " 5",
+    "-0",
+)
 VALUES = {
-    "--target": ("tg1", "tiny", "nope", "{d}/in/bad.yaml", "{d}/in/empty", "{d}/in/dir", "{d}/in/op.yaml", "",
-                 "../tg1", "{d}/in/missing.yaml"),
-    "--schedule": ("auto", "default", "{d}/in/sched.py", "{d}/in/missing.py", "{d}/in/op.yaml", "{d}/in/dir",
-                   "", "{d}/in/empty"),
-    "-o": ("{d}/out/x.tgb", "{d}/missing/x.tgb", "{d}/in/dir", "{d}/out/", "", "{d}/out/x.s", "{d}/in"),
+    "--target": (
+        "tg1",
+        "tiny",
+        "nope",
+        "{d}/in/bad.yaml",
+        "{d}/in/empty",
+        "{d}/in/dir",
+        "{d}/in/op.yaml",
+        "",
+        "../tg1",
+        "{d}/in/missing.yaml",
+    ),
+    "--schedule": (
+        "auto",
+        "default",
+        "{d}/in/sched.py",
+        "{d}/in/missing.py",
+        "{d}/in/op.yaml",
+        "{d}/in/dir",
+        "",
+        "{d}/in/empty",
+    ),
+    "-o": (
+        "{d}/out/x.tgb",
+        "{d}/missing/x.tgb",
+        "{d}/in/dir",
+        "{d}/out/",
+        "",
+        "{d}/out/x.s",
+        "{d}/in",
+    ),
     "--asm": ("{d}/out/x.s", "{d}/missing/x.s", "{d}/in/dir", ""),
     "--out": ("{d}/out/res", "{d}/missing/a/b", "{d}/in/x.tgb", "", "{d}/out"),
-    "--seed": INTS, "--trials": INTS,
+    "--seed": INTS,
+    "--trials": INTS,
     "-p": ("size=4", "x", "=1", "1=2", "a=b", "a=99999999999999999999", "a=1=2", "", " a=1"),
     "--engine": ("qnnpack", "x86", "fbgemm", "onednn", ""),
     "--dump-layers": ("{d}/out/layers", "{d}/missing/x", "{d}/in/x.tgb"),
     "--input": ("{d}/in/a.npy", "{d}/in/missing.npy", "{d}/in/empty", "{d}/in/dir"),
-    "--in": ("A={d}/in/a.npy", "A", "=x", "Z={d}/in/a.npy", "A={d}/in/missing.npy", "A={d}/in/empty",
-             "A={d}/in/dir", "A={d}/in/x.tgb", "B={d}/in/b.npy"),
-    "--explain": None, "--help": None, "--bogus": None, "-x": None,
+    "--in": (
+        "A={d}/in/a.npy",
+        "A",
+        "=x",
+        "Z={d}/in/a.npy",
+        "A={d}/in/missing.npy",
+        "A={d}/in/empty",
+        "A={d}/in/dir",
+        "A={d}/in/x.tgb",
+        "B={d}/in/b.npy",
+    ),
+    "--explain": None,
+    "--help": None,
+    "--bogus": None,
+    "-x": None,
 }
 
 

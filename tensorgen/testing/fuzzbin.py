@@ -14,7 +14,7 @@ import random
 import struct
 import zlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +22,34 @@ import numpy as np
 from tensorgen.mc.binary import _HEADER, _TENSOR
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-BASES = (("matmul_odd", "tiny"), ("prefix_sum", "tg1"), ("rnn_cell", "tiny"), ("conv_bias_relu_requant", "tiny"),
-         ("jacobi1d", "tg1"))
+BASES = (
+    ("matmul_odd", "tiny"),
+    ("prefix_sum", "tg1"),
+    ("rnn_cell", "tiny"),
+    ("conv_bias_relu_requant", "tiny"),
+    ("jacobi1d", "tg1"),
+)
 WORD = 32
-INTERESTING = (0, 1, 2, 7, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
-               2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
+INTERESTING = (
+    0,
+    1,
+    2,
+    7,
+    0x7F,
+    0x80,
+    0xFF,
+    0x100,
+    0x7FFF,
+    0xFFFF,
+    0x7FFFFFFF,
+    0x80000000,
+    0xFFFFFFFF,
+    2**40,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +66,7 @@ def npy_bytes(a, allow_pickle: bool = False) -> bytes:
     return buf.getvalue()
 
 
-@lru_cache(maxsize=None)
+@cache
 def bases() -> tuple[Base, ...]:
     from tensorgen.driver import compile_file, random_inputs
     from tensorgen.mc.binary import encode
@@ -52,8 +75,14 @@ def bases() -> tuple[Base, ...]:
     for name, target in BASES:
         job = compile_file(EXAMPLES / f"{name}.yaml", target)
         arrays = random_inputs(job.program, 1)
-        out.append(Base(name, encode(job.compiled.binary), tuple((k, npy_bytes(v)) for k, v in arrays.items()),
-                        tuple(arrays.items())))
+        out.append(
+            Base(
+                name,
+                encode(job.compiled.binary),
+                tuple((k, npy_bytes(v)) for k, v in arrays.items()),
+                tuple(arrays.items()),
+            )
+        )
     return tuple(out)
 
 
@@ -63,11 +92,11 @@ def _with_crc(data: bytes) -> bytes:
 
     if len(data) < _HEADER.size:
         return data
-    head = bytearray(data[:_HEADER.size])
+    head = bytearray(data[: _HEADER.size])
     checksum = getattr(binary, "checksum", None)  # format 2 covers the header too
-    crc = checksum(data) if checksum is not None else zlib.crc32(data[_HEADER.size:])
+    crc = checksum(data) if checksum is not None else zlib.crc32(data[_HEADER.size :])
     struct.pack_into("<I", head, _HEADER.size - 4, crc)
-    return bytes(head) + data[_HEADER.size:]
+    return bytes(head) + data[_HEADER.size :]
 
 
 def _layout(data: bytes) -> dict[str, int]:
@@ -75,36 +104,71 @@ def _layout(data: bytes) -> dict[str, int]:
     tensors = _HEADER.size
     pool = tensors + n_t * _TENSOR.size
     code = pool + pool_len
-    return {"n_t": n_t, "tensors": tensors, "pool": pool, "pool_len": pool_len, "code": code,
-            "n_words": n_words, "consts": code + n_words * WORD, "const_len": const_len}
+    return {
+        "n_t": n_t,
+        "tensors": tensors,
+        "pool": pool,
+        "pool_len": pool_len,
+        "code": code,
+        "n_words": n_words,
+        "consts": code + n_words * WORD,
+        "const_len": const_len,
+    }
 
 
 def _put(data: bytearray, at: int, fmt: str, value: int) -> None:
     size = struct.calcsize("<" + fmt)
     if at + size <= len(data):
         mask = (1 << (8 * size)) - 1
-        data[at:at + size] = (value & mask).to_bytes(size, "little", signed=False)
+        data[at : at + size] = (value & mask).to_bytes(size, "little", signed=False)
 
 
 # Header fields: offset, format (little-endian), whether an accept of the change is suspicious.
-HEADER_FIELDS = {"target-name": (8, "16s", True), "target-hash": (24, "8s", True), "n-tensors": (32, "I", True),
-                 "pool-bytes": (36, "I", True), "code-words": (40, "I", True), "const-bytes": (44, "I", True),
-                 "dram-bytes": (48, "Q", False), "version": (4, "H", True), "magic": (0, "4s", True)}
-NAMES = (b"tg1", b"tiny", b"", b"../tg1", b"/etc/passwd", b"tensorgen/x.yaml", b"x" * 16, b"\xff\xfe", b"TG1")
+HEADER_FIELDS = {
+    "target-name": (8, "16s", True),
+    "target-hash": (24, "8s", True),
+    "n-tensors": (32, "I", True),
+    "pool-bytes": (36, "I", True),
+    "code-words": (40, "I", True),
+    "const-bytes": (44, "I", True),
+    "dram-bytes": (48, "Q", False),
+    "version": (4, "H", True),
+    "magic": (0, "4s", True),
+}
+NAMES = (
+    b"tg1",
+    b"tiny",
+    b"",
+    b"../tg1",
+    b"/etc/passwd",
+    b"tensorgen/x.yaml",
+    b"x" * 16,
+    b"\xff\xfe",
+    b"TG1",
+)
 
 
 def _header_field(rng, data: bytearray) -> tuple[str, bool]:
     field = rng.choice(list(HEADER_FIELDS))
     at, fmt, suspicious = HEADER_FIELDS[field]
-    old = bytes(data[at:at + struct.calcsize("<" + fmt)])
+    old = bytes(data[at : at + struct.calcsize("<" + fmt)])
     if fmt == "16s":
-        data[at:at + 16] = rng.choice(NAMES).ljust(16, b"\0")[:16]
+        data[at : at + 16] = rng.choice(NAMES).ljust(16, b"\0")[:16]
     elif fmt in ("8s", "4s"):
         n = int(fmt[0])
-        data[at:at + n] = bytes(rng.randrange(256) for _ in range(n))
+        data[at : at + n] = bytes(rng.randrange(256) for _ in range(n))
     else:
-        _put(data, at, fmt, rng.choice(INTERESTING + (struct.unpack_from("<" + fmt, data, at)[0] + rng.choice((-1, 1)),)))
-    return f"header-{field}", suspicious and bytes(data[at:at + len(old)]) != old  # an unchanged field is valid
+        _put(
+            data,
+            at,
+            fmt,
+            rng.choice(
+                INTERESTING + (struct.unpack_from("<" + fmt, data, at)[0] + rng.choice((-1, 1)),)
+            ),
+        )
+    return f"header-{field}", suspicious and bytes(
+        data[at : at + len(old)]
+    ) != old  # an unchanged field is valid
 
 
 def _tensor_field(rng, data: bytearray, forbidden: list[str]) -> str:
@@ -112,20 +176,57 @@ def _tensor_field(rng, data: bytearray, forbidden: list[str]) -> str:
     if lay["n_t"] == 0:
         return "tensor-none"
     at = lay["tensors"] + rng.randrange(lay["n_t"]) * _TENSOR.size
-    field = rng.choice(("name", "dtype", "role", "rank", "pad", "shape", "dram-offset", "const-offset", "const-bytes"))
+    field = rng.choice(
+        (
+            "name",
+            "dtype",
+            "role",
+            "rank",
+            "pad",
+            "shape",
+            "dram-offset",
+            "const-offset",
+            "const-bytes",
+        )
+    )
     if field == "name":
         sentinel = f"/tmp/tgfz-{rng.randrange(16**8):08x}"
         forbidden.extend((sentinel, sentinel + ".npy"))
-        name = rng.choice((b"../esc", b"../../esc", sentinel.encode(), b"", b"a/b", b"..", b".", b"x" * 32,
-                           b"\xff", b"C", b"A", b"a b", b"\x1b[31m"))
+        name = rng.choice(
+            (
+                b"../esc",
+                b"../../esc",
+                sentinel.encode(),
+                b"",
+                b"a/b",
+                b"..",
+                b".",
+                b"x" * 32,
+                b"\xff",
+                b"C",
+                b"A",
+                b"a b",
+                b"\x1b[31m",
+            )
+        )
         if at + 32 <= len(data):
-            data[at:at + 32] = name.ljust(32, b"\0")
+            data[at : at + 32] = name.ljust(32, b"\0")
     elif field in ("dtype", "role", "rank"):
-        _put(data, at + 32 + ("dtype", "role", "rank").index(field), "B", rng.choice((0, 1, 2, 3, 4, 5, 6, 7, 0x7F, 0xFF)))
+        _put(
+            data,
+            at + 32 + ("dtype", "role", "rank").index(field),
+            "B",
+            rng.choice((0, 1, 2, 3, 4, 5, 6, 7, 0x7F, 0xFF)),
+        )
     elif field == "pad":
         _put(data, at + 36, "i", rng.choice((0, 1, -1, 2**31 - 1, -(2**31), 64)))
     elif field == "shape":
-        _put(data, at + 40 + 4 * rng.randrange(6), "I", rng.choice(INTERESTING[:13] + (3, 1000, 10**6)))
+        _put(
+            data,
+            at + 40 + 4 * rng.randrange(6),
+            "I",
+            rng.choice(INTERESTING[:13] + (3, 1000, 10**6)),
+        )
     else:
         off = {"dram-offset": 64, "const-offset": 72, "const-bytes": 80}[field]
         _put(data, at + off, "Q", rng.choice(INTERESTING))
@@ -153,13 +254,20 @@ def _code_field(rng, data: bytearray) -> str:
     elif what == "tokens":
         _put(data, at + rng.choice((1, 2)), "B", rng.randrange(256))
     else:
-        _put(data, at + 4 + rng.randrange(WORD - 4), rng.choice(("B", "H", "I", "q")), rng.choice(INTERESTING))
+        _put(
+            data,
+            at + 4 + rng.randrange(WORD - 4),
+            rng.choice(("B", "H", "I", "q")),
+            rng.choice(INTERESTING),
+        )
     return f"code-{what}"
 
 
 def _code_shuffle(rng, data: bytes) -> bytes:
     lay = _layout(data)
-    words = [data[lay["code"] + i * WORD: lay["code"] + (i + 1) * WORD] for i in range(lay["n_words"])]
+    words = [
+        data[lay["code"] + i * WORD : lay["code"] + (i + 1) * WORD] for i in range(lay["n_words"])
+    ]
     if not words:
         return data
     i, j = rng.randrange(len(words)), rng.randrange(len(words))
@@ -170,17 +278,31 @@ def _code_shuffle(rng, data: bytes) -> bytes:
         del words[i]
     else:
         words.insert(i, words[j])
-    head = bytearray(data[:_HEADER.size])
+    head = bytearray(data[: _HEADER.size])
     struct.pack_into("<I", head, 40, len(words))
-    return bytes(head) + data[_HEADER.size:lay["code"]] + b"".join(words) + data[lay["consts"]:]
+    return bytes(head) + data[_HEADER.size : lay["code"]] + b"".join(words) + data[lay["consts"] :]
 
 
-def mutate_tgb(rng: random.Random, data: bytes,
-               kinds: frozenset[str] | None) -> tuple[bytes, tuple[str, ...], tuple[bool, bool], list[str]]:
+def mutate_tgb(
+    rng: random.Random, data: bytes, kinds: frozenset[str] | None
+) -> tuple[bytes, tuple[str, ...], tuple[bool, bool], list[str]]:
     """(mutated bytes, mutators, (an accept is suspicious, the header names another target), paths
     that must not appear)."""
-    ops = [k for k in ("flip", "flip-crc", "truncate", "extend", "header", "tensor", "pool", "code", "shuffle")
-           if kinds is None or k in kinds]
+    ops = [
+        k
+        for k in (
+            "flip",
+            "flip-crc",
+            "truncate",
+            "extend",
+            "header",
+            "tensor",
+            "pool",
+            "code",
+            "shuffle",
+        )
+        if kinds is None or k in kinds
+    ]
     applied, suspicious, forbidden = [], False, []
     retarget = False  # the header names another target (or hash): only `run` must refuse that
     for _ in range(rng.choice((1, 1, 2))):
@@ -203,7 +325,9 @@ def mutate_tgb(rng: random.Random, data: bytes,
             applied.append(op)
             break  # the layout is gone: nothing to mutate field by field
         elif op == "extend":
-            data += rng.choice((b"\0", b"\0" * 32, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))))
+            data += rng.choice(
+                (b"\0", b"\0" * 32, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))))
+            )
             suspicious = True
             applied.append(op)
             break
@@ -219,8 +343,11 @@ def mutate_tgb(rng: random.Random, data: bytes,
                     suspicious |= susp
                 data = _with_crc(bytes(buf))
             else:
-                name = {"tensor": lambda: _tensor_field(rng, buf, forbidden), "pool": lambda: _pool_field(rng, buf),
-                        "code": lambda: _code_field(rng, buf)}[op]()
+                name = {
+                    "tensor": lambda: _tensor_field(rng, buf, forbidden),
+                    "pool": lambda: _pool_field(rng, buf),
+                    "code": lambda: _code_field(rng, buf),
+                }[op]()
                 data = _with_crc(bytes(buf))
             applied.append(name)
             if op == "header":  # the layout the other mutators read may be gone
@@ -249,8 +376,24 @@ def tgb_case(rng: random.Random, kinds: frozenset[str] | None = None):
 
 # --- --in arrays ------------------------------------------------------------------------------
 
-DTYPES = ("float32", "float64", "int16", "int64", "uint8", "int8", "int32", "bool", "complex64", "float16",
-          ">i4", "<U2", "S2", "V4", "datetime64[s]", "uint32")
+DTYPES = (
+    "float32",
+    "float64",
+    "int16",
+    "int64",
+    "uint8",
+    "int8",
+    "int32",
+    "bool",
+    "complex64",
+    "float16",
+    ">i4",
+    "<U2",
+    "S2",
+    "V4",
+    "datetime64[s]",
+    "uint32",
+)
 
 
 def _npy_header(shape: tuple[int, ...], dtype: str = "<i4") -> bytes:
@@ -261,8 +404,25 @@ def _npy_header(shape: tuple[int, ...], dtype: str = "<i4") -> bytes:
 
 def mutate_array(rng: random.Random, a: np.ndarray, kinds) -> tuple[bytes | str, str, bool]:
     """(file content or a special kind, mutator, accept is suspicious)."""
-    ops = [k for k in ("dtype", "shape", "fortran", "object", "pickle", "truncate", "empty", "header-lie",
-                       "npz", "random-bytes", "fifo", "dir", "strided") if kinds is None or k in kinds]
+    ops = [
+        k
+        for k in (
+            "dtype",
+            "shape",
+            "fortran",
+            "object",
+            "pickle",
+            "truncate",
+            "empty",
+            "header-lie",
+            "npz",
+            "random-bytes",
+            "fifo",
+            "dir",
+            "strided",
+        )
+        if kinds is None or k in kinds
+    ]
     ops = ops or ["dtype"]
     op = rng.choice(ops)
     if op == "dtype":
@@ -273,7 +433,14 @@ def mutate_array(rng: random.Random, a: np.ndarray, kinds) -> tuple[bytes | str,
             b = np.zeros(a.shape, dt)
         return npy_bytes(b), op, b.dtype != a.dtype
     if op == "shape":
-        shapes = [a.T.shape, (1, *a.shape), (a.size,), (0, *a.shape[1:]), (), tuple(s + 1 for s in a.shape)]
+        shapes = [
+            a.T.shape,
+            (1, *a.shape),
+            (a.size,),
+            (0, *a.shape[1:]),
+            (),
+            tuple(s + 1 for s in a.shape),
+        ]
         shape = rng.choice(shapes)
         return npy_bytes(np.resize(a, shape)), op, shape != a.shape
     if op == "fortran":
@@ -290,7 +457,9 @@ def mutate_array(rng: random.Random, a: np.ndarray, kinds) -> tuple[bytes | str,
     if op == "empty":
         return b"", op, True
     if op == "header-lie":
-        shape = rng.choice(((10**12,), (2**62,), (2**31, 2**31), (-1,), (*a.shape[:-1], a.shape[-1] * 4)))
+        shape = rng.choice(
+            ((10**12,), (2**62,), (2**31, 2**31), (-1,), (*a.shape[:-1], a.shape[-1] * 4))
+        )
         return _npy_header(shape, a.dtype.str) + a.tobytes(), op, True
     if op == "npz":
         buf = io.BytesIO()
@@ -320,7 +489,10 @@ def npy_case(rng: random.Random, kinds: frozenset[str] | None = None):
         drop = rng.choice(list(arrays))
         argv = list(_run_argv(base, set(arrays) - {drop}))
     elif op == "unknown-name":
-        argv[2:2] = ["--in", f"{rng.choice(('Z', 'a', '', '../x', 'A.B'))}={{d}}/in/{next(iter(arrays))}.npy"]
+        argv[2:2] = [
+            "--in",
+            f"{rng.choice(('Z', 'a', '', '../x', 'A.B'))}={{d}}/in/{next(iter(arrays))}.npy",
+        ]
     elif op == "duplicate":
         argv[2:2] = argv[2:4]
         suspicious = False
@@ -330,12 +502,20 @@ def npy_case(rng: random.Random, kinds: frozenset[str] | None = None):
     return Case("npy", (op,), tuple(argv), files_t, ("out/res",), suspicious)
 
 
-@lru_cache(maxsize=None)
+@cache
 def cli_files() -> tuple[tuple[str, bytes | str], ...]:
     """The files a random command line may name (under {d}/in)."""
     base = bases()[0]
-    return (("in/op.yaml", (EXAMPLES / "matmul_odd.yaml").read_bytes()),
-            ("in/sched.py", (EXAMPLES.parent / "schedules" / "matmul_odd.py").read_bytes()),
-            ("in/x.tgb", base.tgb), ("in/a.npy", dict(base.inputs)["A"]), ("in/b.npy", dict(base.inputs)["B"]),
-            ("in/empty", b""), ("in/bad.yaml", b"a: [\n"), ("in/notmodel.py", b"x = 1\n"),
-            ("in/m.pt2", b"PK\x03\x04garbage"), ("in/dir", "dir"), ("out", "dir"))
+    return (
+        ("in/op.yaml", (EXAMPLES / "matmul_odd.yaml").read_bytes()),
+        ("in/sched.py", (EXAMPLES.parent / "schedules" / "matmul_odd.py").read_bytes()),
+        ("in/x.tgb", base.tgb),
+        ("in/a.npy", dict(base.inputs)["A"]),
+        ("in/b.npy", dict(base.inputs)["B"]),
+        ("in/empty", b""),
+        ("in/bad.yaml", b"a: [\n"),
+        ("in/notmodel.py", b"x = 1\n"),
+        ("in/m.pt2", b"PK\x03\x04garbage"),
+        ("in/dir", "dir"),
+        ("out", "dir"),
+    )

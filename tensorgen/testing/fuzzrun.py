@@ -31,8 +31,19 @@ from pathlib import Path
 from tensorgen.testing.fuzz import Case
 
 OK, REFUSED = "ok", "refused"
-BREAKS = ("exit-3", "traceback", "hang", "signal", "memory", "multi-line", "stray-output", "suspicious-accept",
-          "mismatch", "bad-output", "bad-exit")
+BREAKS = (
+    "exit-3",
+    "traceback",
+    "hang",
+    "signal",
+    "memory",
+    "multi-line",
+    "stray-output",
+    "suspicious-accept",
+    "mismatch",
+    "bad-output",
+    "bad-exit",
+)
 CLASSES = (OK, REFUSED, *BREAKS)
 PKG_ROOT = Path(__file__).resolve().parents[2]
 _USAGE_ERROR = re.compile(r"^tensorgen( [\w-]+)?: error: ")
@@ -135,21 +146,38 @@ def run_inprocess(case: Case, d: Path, limit: float = 20.0, memory: int | None =
 def run_process(case: Case, d: Path, limit: float = 20.0, memory: int = 4 << 30) -> tuple:
     """(exit code, negative for a signal, or None past the limits; stdout; stderr; seconds) of a
     real process; `limit` is CPU seconds beyond the interpreter's start (SIGXCPU is a hang)."""
+
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CPU, (int(limit) + 5, int(limit) + 10))
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PKG_ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(PKG_ROOT), os.environ.get("PYTHONPATH", "")])
+    )
     t0 = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, "-m", "tensorgen.cli", *argv_of(case, d)], cwd=d, env=env,
-                           capture_output=True, timeout=wall_limit(limit), preexec_fn=limits,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            [sys.executable, "-m", "tensorgen.cli", *argv_of(case, d)],
+            cwd=d,
+            env=env,
+            capture_output=True,
+            timeout=wall_limit(limit),
+            preexec_fn=limits,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as exc:
-        return (None, (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(errors="replace"),
-                wall_limit(limit))
-    return (None if p.returncode == -signal.SIGXCPU else p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"),
-            time.perf_counter() - t0)
+        return (
+            None,
+            (exc.stdout or b"").decode(errors="replace"),
+            (exc.stderr or b"").decode(errors="replace"),
+            wall_limit(limit),
+        )
+    return (
+        None if p.returncode == -signal.SIGXCPU else p.returncode,
+        p.stdout.decode(errors="replace"),
+        p.stderr.decode(errors="replace"),
+        time.perf_counter() - t0,
+    )
 
 
 def _last_exception(err: str) -> str:
@@ -189,7 +217,9 @@ def _valid_output(case: Case, d: Path, out: str) -> str:
     if "-h" in case.argv or "--help" in case.argv:
         return "" if "usage:" in out else "help without usage"
     if cmd == "check":
-        return "" if "BIT-EXACT" in out and "MISMATCH" not in out else "check exit 0 without BIT-EXACT"
+        return (
+            "" if "BIT-EXACT" in out and "MISMATCH" not in out else "check exit 0 without BIT-EXACT"
+        )
     if cmd in ("emit", "compile"):
         argv = argv_of(case, d)
         for flag in ("-o", "--output"):
@@ -213,8 +243,9 @@ def _valid_output(case: Case, d: Path, out: str) -> str:
     return "" if out else f"{cmd} exit 0 with no output"
 
 
-def classify(case: Case, d: Path, before: set[str], code: int | None, out: str, err: str,
-             seconds: float) -> Outcome:
+def classify(
+    case: Case, d: Path, before: set[str], code: int | None, out: str, err: str, seconds: float
+) -> Outcome:
     def result(cls: str, detail: str = "") -> Outcome:
         return Outcome(cls, code, out, err, seconds, detail)
 
@@ -234,9 +265,15 @@ def classify(case: Case, d: Path, before: set[str], code: int | None, out: str, 
     if stray:
         return result("stray-output", f"{stray} (exit {code})")
     if code == 2:
-        return result(REFUSED) if _one_error(err) else result("multi-line", " | ".join(err.splitlines())[:300])
+        return (
+            result(REFUSED)
+            if _one_error(err)
+            else result("multi-line", " | ".join(err.splitlines())[:300])
+        )
     if code == 1 and case.argv[:1] == ("check",):
-        return result("mismatch", next((ln for ln in out.splitlines() if "MISMATCH" in ln), "exit 1")[:300])
+        return result(
+            "mismatch", next((ln for ln in out.splitlines() if "MISMATCH" in ln), "exit 1")[:300]
+        )
     if code == 0:
         why = _valid_output(case, d, out)
         if why:
@@ -247,8 +284,9 @@ def classify(case: Case, d: Path, before: set[str], code: int | None, out: str, 
     return result("bad-exit", f"exit {code}")
 
 
-def execute(case: Case, workdir: Path, limit: float = 20.0, memory: int | None = None,
-            process: bool = False) -> Outcome:
+def execute(
+    case: Case, workdir: Path, limit: float = 20.0, memory: int | None = None, process: bool = False
+) -> Outcome:
     """Materialize `case` in a fresh directory under `workdir`, run it, classify, clean up."""
     d = Path(workdir)
     shutil.rmtree(d, ignore_errors=True)
@@ -274,8 +312,10 @@ def save_reproducer(case: Case, outcome: Outcome, d: Path) -> None:
     materialize(case, d)
     argv = [a.replace("{d}", ".") for a in case.argv]
     quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
-    (d / "cmd.sh").write_text(f"# {case.describe()}: {outcome.cls} {outcome.detail}\n"
-                              f"cd \"$(dirname \"$0\")\" && python -m tensorgen.cli {quoted}\n")
+    (d / "cmd.sh").write_text(
+        f"# {case.describe()}: {outcome.cls} {outcome.detail}\n"
+        f'cd "$(dirname "$0")" && python -m tensorgen.cli {quoted}\n'
+    )
     (d / "stdout.txt").write_text(outcome.out)
     (d / "stderr.txt").write_text(outcome.err)
 
@@ -296,8 +336,19 @@ def _worker(conn, workdir: str, limit: float, memory: int) -> None:
             return
         index, case, process = task
         outcome = execute(case, Path(workdir), limit, None, process)
-        conn.send((index, Outcome(outcome.cls, outcome.code, outcome.out[-20000:], outcome.err[-20000:],
-                                  outcome.seconds, outcome.detail)))
+        conn.send(
+            (
+                index,
+                Outcome(
+                    outcome.cls,
+                    outcome.code,
+                    outcome.out[-20000:],
+                    outcome.err[-20000:],
+                    outcome.seconds,
+                    outcome.detail,
+                ),
+            )
+        )
 
 
 class WorkerPool:
@@ -313,8 +364,11 @@ class WorkerPool:
 
     def _start(self, n: int) -> dict:
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker, args=(child, str(self.workdir / f"w{n}"), self.limit, self.memory),
-                                daemon=True)
+        proc = self.ctx.Process(
+            target=_worker,
+            args=(child, str(self.workdir / f"w{n}"), self.limit, self.memory),
+            daemon=True,
+        )
         proc.start()
         child.close()
         return {"n": n, "proc": proc, "conn": parent, "task": None, "t0": 0.0}
@@ -339,8 +393,14 @@ class WorkerPool:
                     except (EOFError, OSError):
                         s["proc"].join(5)
                         code = s["proc"].exitcode
-                        outcome = Outcome("signal" if code and code < 0 else "bad-exit", code, "", "",
-                                          time.perf_counter() - s["t0"], f"worker died (exit {code})")
+                        outcome = Outcome(
+                            "signal" if code and code < 0 else "bad-exit",
+                            code,
+                            "",
+                            "",
+                            time.perf_counter() - s["t0"],
+                            f"worker died (exit {code})",
+                        )
                         index = s["task"][0]
                         self._replace(s)
                     s["task"] = None
@@ -350,7 +410,10 @@ class WorkerPool:
                     s["proc"].kill()
                     self._replace(s)
                     s["task"] = None
-                    done(index, Outcome("hang", None, "", "", grace, f"worker killed after {grace:.0f} s"))
+                    done(
+                        index,
+                        Outcome("hang", None, "", "", grace, f"worker killed after {grace:.0f} s"),
+                    )
 
     def _replace(self, s: dict) -> None:
         s["proc"].join(5)

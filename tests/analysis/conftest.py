@@ -26,9 +26,11 @@ def small_cnn() -> str:
 @pytest.fixture
 def error_line(capsys) -> Callable[[], str]:
     """The one line a bad input printed on stderr (asserting there is exactly one)."""
+
     def get() -> str:
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1, err
         assert err[0].startswith("error: ")
         return err[0]
+
     return get

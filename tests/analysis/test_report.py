@@ -15,7 +15,6 @@ from tensorgen.target import load_target
 from tensorgen.target.energy import energy_breakdown
 
 
-
 @pytest.mark.parametrize("which", ["matmul", "small_cnn"])
 def test_trace_durations_equal_busy_counters(which, request):
     source = request.getfixturevalue(which)
@@ -31,8 +30,12 @@ def test_trace_durations_equal_busy_counters(which, request):
         assert round(dur * tgt.clock_mhz) == a.stats.busy[q]
     dram = sum(e["dur"] for e in events if e["ph"] == "X" and e["tid"] == DRAM_TID) * tgt.clock_mhz
     assert round(dram) == sum(e - b for b, e in a.recorder.channel)
-    assert round(dram) >= a.stats.dram_bytes / tgt.dram_bytes_per_cycle  # every byte crossed the channel
-    stalls = {q: sum(s - r for qq, r, s, _e, _pc, _m in a.recorder.events if qq == q) for q in isa.QUEUES}
+    assert (
+        round(dram) >= a.stats.dram_bytes / tgt.dram_bytes_per_cycle
+    )  # every byte crossed the channel
+    stalls = {
+        q: sum(s - r for qq, r, s, _e, _pc, _m in a.recorder.events if qq == q) for q in isa.QUEUES
+    }
     assert stalls == a.stats.stalled
     # per-layer rows partition the run: their cycles and energy add up to the totals
     assert sum(r.cycles for r in a.layers) == a.stats.cycles

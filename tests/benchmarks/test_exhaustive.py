@@ -30,7 +30,9 @@ def _check(row: dict) -> None:
 
 def test_auto_is_within_5_percent_of_the_exhaustive_optimum_on_a_small_matmul():
     """A 32^3 matmul on the tiny target: 182 candidates, 41 of which fit, in a few seconds."""
-    row = exhaustive.enumerate_layer(layers.Layer("mm32", layers.Matmul(32, 32, 32)), load_target("tiny"))
+    row = exhaustive.enumerate_layer(
+        layers.Layer("mm32", layers.Matmul(32, 32, 32)), load_target("tiny")
+    )
     _check(row)
     report = {"target": "tiny", "layers": [row], "summary": exhaustive.summarize([row])}
     json.loads(json.dumps(report))

@@ -20,11 +20,27 @@ if str(REPO / "benchmarks") not in sys.path:
 import layers  # noqa: E402
 import suite  # noqa: E402
 
-LAYER_KEYS = {"name", "macs", "cycles", "roofline_attainment", "dram_bytes", "dram_lower_bound",
-              "compile_s", "sim_s", "torch_s", "bit_exact", "sim_over_torch", "dram_over_lower_bound",
-              "utilization"}
-SUMMARY_KEYS = {"geomean_roofline_attainment", "geomean_sim_over_torch",
-                "geomean_dram_over_lower_bound", "total_compile_s"}
+LAYER_KEYS = {
+    "name",
+    "macs",
+    "cycles",
+    "roofline_attainment",
+    "dram_bytes",
+    "dram_lower_bound",
+    "compile_s",
+    "sim_s",
+    "torch_s",
+    "bit_exact",
+    "sim_over_torch",
+    "dram_over_lower_bound",
+    "utilization",
+}
+SUMMARY_KEYS = {
+    "geomean_roofline_attainment",
+    "geomean_sim_over_torch",
+    "geomean_dram_over_lower_bound",
+    "total_compile_s",
+}
 QUICK = suite.Options(seed=1, repeats=2, sim_repeats=1)
 
 
@@ -36,7 +52,7 @@ def tiny_report() -> dict:
 
 def test_tiny_matmul_row(tiny_report):
     (row,) = tiny_report["layers"]
-    assert LAYER_KEYS <= row.keys()
+    assert row.keys() >= LAYER_KEYS
     assert row["error"] is None
     assert row["bit_exact"] is True and row["torch_matches_reference"] is True
     assert row["macs"] == 16**3
@@ -51,14 +67,19 @@ def test_tiny_matmul_row(tiny_report):
 def test_report_is_json_with_summary(tiny_report):
     report = json.loads(json.dumps(tiny_report))
     assert report["target"] == "tiny"
-    assert SUMMARY_KEYS <= report["summary"].keys()
+    assert report["summary"].keys() >= SUMMARY_KEYS
     assert report["summary"]["below_half"] == [
         {k: r[k] for k in ("name", "roofline_attainment", "unit", "unit_ceiling")}
-        for r in report["layers"] if r["roofline_attainment"] < 0.5]
+        for r in report["layers"]
+        if r["roofline_attainment"] < 0.5
+    ]
     assert report["summary"]["all_bit_exact"] is True
     # which layers the automatic scheduler scheduled, and why the others fell back (none here)
     assert report["summary"]["auto_scheduled"] == 1 and report["summary"]["fallbacks"] == []
-    assert report["layers"][0]["schedule"] == "auto" and report["layers"][0]["schedule_fallback"] is None
+    assert (
+        report["layers"][0]["schedule"] == "auto"
+        and report["layers"][0]["schedule_fallback"] is None
+    )
     suite.render(report)  # the table renders from the JSON alone
 
 
@@ -76,8 +97,10 @@ def test_failed_layer_is_reported_not_raised():
     suite.render(report)
 
 
-@pytest.mark.parametrize("name, example", [("resnet18_conv3x3", "conv3x3_resnet18.yaml"),
-                                           ("matmul_256", "matmul_256.yaml")])
+@pytest.mark.parametrize(
+    "name, example",
+    [("resnet18_conv3x3", "conv3x3_resnet18.yaml"), ("matmul_256", "matmul_256.yaml")],
+)
 def test_generated_layers_match_the_examples(name, example):
     """The suite's default layers are the operators of the example files, generated from sizes."""
     (layer,) = [la for la in layers.LAYERS if la.name == name]
@@ -85,7 +108,13 @@ def test_generated_layers_match_the_examples(name, example):
     reference = load_program(REPO / "examples" / example, "tg1")
     assert generated.tensors == reference.tensors
     for g, r in zip(generated.statements, reference.statements, strict=True):
-        assert (g.lhs, g.op, g.rhs, g.indices, g.bounds) == (r.lhs, r.op, r.rhs, r.indices, r.bounds)
+        assert (g.lhs, g.op, g.rhs, g.indices, g.bounds) == (
+            r.lhs,
+            r.op,
+            r.rhs,
+            r.indices,
+            r.bounds,
+        )
 
 
 @pytest.mark.parametrize("layer", layers.LAYERS, ids=lambda la: la.name)
@@ -105,7 +134,10 @@ def test_compulsory_traffic_of_a_strided_1x1_conv():
 
 
 def test_only_selects_by_name_and_pattern():
-    assert [la.name for la in suite.select_layers(None, False)] == ["resnet18_conv3x3", "matmul_256"]
+    assert [la.name for la in suite.select_layers(None, False)] == [
+        "resnet18_conv3x3",
+        "matmul_256",
+    ]
     assert all(la.name.startswith("bert_") for la in suite.select_layers(["bert_*"], False))
     with pytest.raises(ValueError, match="no such layer"):
         suite.select_layers(["nope"], False)

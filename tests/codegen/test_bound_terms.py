@@ -40,17 +40,23 @@ def test_bounds_are_rewritten_exactly(index: int) -> None:
         terms = floor_terms(expr, ENV, combine)
         assert len(terms) == 1 and all(d > 0 for _, d in terms)
         for a, b in itertools.product(range(-9, 10), repeat=2):
-            (num, d), = terms
+            ((num, d),) = terms
             assert num.eval((a, b)) // d == value(a, b), (expr.to_C_str(), a, b)
 
 
-@pytest.mark.parametrize("expr", [
-    C0.pdiv_q(n(2)).add(C1.pdiv_q(n(3))),  # a sum of two divisions
-    n(3).mul(C0.pdiv_q(n(2))),  # a multiple of a division
-    C0.pdiv_r(n(4)),  # a remainder
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        C0.pdiv_q(n(2)).add(C1.pdiv_q(n(3))),  # a sum of two divisions
+        n(3).mul(C0.pdiv_q(n(2))),  # a multiple of a division
+        C0.pdiv_r(n(4)),  # a remainder
+    ],
+)
 def test_bounds_without_that_form_are_refused_in_one_line(expr) -> None:
-    with pytest.raises(CodegenError, match=r"^the schedule's loop nest has a bound '.*' that the hardware loops "
-                                           r"cannot take \(") as err:
+    with pytest.raises(
+        CodegenError,
+        match=r"^the schedule's loop nest has a bound '.*' that the hardware loops "
+        r"cannot take \(",
+    ) as err:
         floor_terms(expr, ENV, "max")
     assert "\n" not in str(err.value)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tensorgen.codegen.lower import compile_program
-from tensorgen.driver import random_inputs, run_and_compare, Job
+from tensorgen.driver import Job, random_inputs, run_and_compare
 from tensorgen.errors import CapacityError
 from tensorgen.mc.operands import View
 from tensorgen.spec.loader import parse_program
@@ -41,7 +41,11 @@ def test_every_staged_view_fits_the_target_memories() -> None:
     assert cmp.exact, cmp.message
     # tiny's 1 KiB accumulator forces tiling of the 100x37 output
     tiles = dict(job.compiled.kernels[0].tiles)
-    assert tiles["i"] * min(tiles["j"], 4) * 4 <= tgt.acc.bytes and tiles["j"] <= tgt.cols and tiles["l"] <= tgt.rows
+    assert (
+        tiles["i"] * min(tiles["j"], 4) * 4 <= tgt.acc.bytes
+        and tiles["j"] <= tgt.cols
+        and tiles["l"] <= tgt.rows
+    )
 
 
 def test_partial_tiles_are_separate_code_not_guards() -> None:
@@ -56,9 +60,14 @@ def test_partial_tiles_are_separate_code_not_guards() -> None:
 def test_minimal_tile_that_cannot_fit_is_a_capacity_error(tmp_path: Path) -> None:
     isa = Path(__file__).parents[2] / "tensorgen" / "target" / "isa" / "tiny.yaml"
     small = tmp_path / "micro.yaml"
-    small.write_text(isa.read_text().replace("name: tiny", "name: micro").replace("bytes: 2048", "bytes: 16"))
+    small.write_text(
+        isa.read_text().replace("name: tiny", "name: micro").replace("bytes: 2048", "bytes: 16")
+    )
     program = parse_program(MM.format(m=8, n=8, k=8))
-    with pytest.raises(CapacityError, match=r"even the minimal tile does not fit target micro: spad needs \d+ B of 16 B"):
+    with pytest.raises(
+        CapacityError,
+        match=r"even the minimal tile does not fit target micro: spad needs \d+ B of 16 B",
+    ):
         compile_program(program, load_target(str(small)))
 
 

@@ -36,7 +36,11 @@ def _jacobi_where(op: str) -> str:
 def _check(text: str, target: str, schedule: str) -> Job:
     program = parse_program(text, "<recurrence>")
     tgt = load_target(target)
-    compiled = compile_default(program, tgt) if schedule == "default" else compile_auto(program, tgt).compiled
+    compiled = (
+        compile_default(program, tgt)
+        if schedule == "default"
+        else compile_auto(program, tgt).compiled
+    )
     job = Job(program, tgt, compiled)
     for seed in (0, 1):
         cmp, _ = run_and_compare(job, random_inputs(program, seed))

@@ -34,8 +34,16 @@ def test_example_bit_exact(path: Path, target: str) -> None:
 
 def test_examples_exist() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"matmul_256", "conv3x3_resnet18", "conv3x3_stride2", "conv1x1", "conv_bias_relu_requant",
-            "depthwise3x3", "matmul_odd", "rnn_cell"} <= names
+    assert {
+        "matmul_256",
+        "conv3x3_resnet18",
+        "conv3x3_stride2",
+        "conv1x1",
+        "conv_bias_relu_requant",
+        "depthwise3x3",
+        "matmul_odd",
+        "rnn_cell",
+    } <= names
 
 
 @pytest.mark.parametrize("name", ["conv_bias_relu_requant", "depthwise3x3", "rnn_cell"])

@@ -57,7 +57,9 @@ def test_random_conv2d(c, k, h, w, r, q, stride, pad, dil, zp, seed) -> None:
     assume(ho >= 1 and wo >= 1)
     xdt = "int8" if zp is None else "uint8"
     xpad = 0 if zp is None else zp
-    x_read = f"X[n, c, {_affine(stride, 'h', dil, 'r', pad)}, {_affine(stride, 'w', dil, 'q', pad)}]"
+    x_read = (
+        f"X[n, c, {_affine(stride, 'h', dil, 'r', pad)}, {_affine(stride, 'w', dil, 'q', pad)}]"
+    )
     if zp is not None:
         x_read = f"({x_read} - {zp})"
     text = f"""tensorgen: 1
@@ -74,13 +76,20 @@ statements:
     wt = rng.integers(-128, 127, (k, c, r, q), endpoint=True).astype(np.int8)
     out = _run(text, {"X": x, "W": wt})
     xt = torch.from_numpy(x.astype(np.int64)) - (zp or 0)
-    expected = F.conv2d(xt, torch.from_numpy(wt.astype(np.int64)), stride=stride, padding=pad, dilation=dil)
+    expected = F.conv2d(
+        xt, torch.from_numpy(wt.astype(np.int64)), stride=stride, padding=pad, dilation=dil
+    )
     np.testing.assert_array_equal(out["Y"], expected.numpy().astype(np.int32))
 
 
 @SETTINGS
-@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 40), transposed=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    m=st.integers(1, 40),
+    n=st.integers(1, 40),
+    k=st.integers(1, 40),
+    transposed=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_random_matmul(m, n, k, transposed, seed) -> None:
     b_shape, b_read = ([n, k], "B[j, l]") if transposed else ([k, n], "B[l, j]")
     text = f"""tensorgen: 1
@@ -100,8 +109,13 @@ statements:
 
 
 @SETTINGS
-@given(c=st.integers(1, 9), h=st.integers(1, 8), w=st.integers(1, 8), stride=st.integers(1, 2),
-       seed=st.integers(0, 2**16))
+@given(
+    c=st.integers(1, 9),
+    h=st.integers(1, 8),
+    w=st.integers(1, 8),
+    stride=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
 def test_random_depthwise(c, h, w, stride, seed) -> None:
     ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
     text = f"""tensorgen: 1
@@ -116,6 +130,11 @@ statements:
     x = rng.integers(-128, 127, (1, c, h, w), endpoint=True).astype(np.int8)
     wt = rng.integers(-128, 127, (c, 1, 3, 3), endpoint=True).astype(np.int8)
     out = _run(text, {"X": x, "W": wt})
-    expected = F.conv2d(torch.from_numpy(x.astype(np.int64)), torch.from_numpy(wt.astype(np.int64)),
-                        stride=stride, padding=1, groups=c)
+    expected = F.conv2d(
+        torch.from_numpy(x.astype(np.int64)),
+        torch.from_numpy(wt.astype(np.int64)),
+        stride=stride,
+        padding=1,
+        groups=c,
+    )
     np.testing.assert_array_equal(out["Y"], expected.numpy().astype(np.int32))

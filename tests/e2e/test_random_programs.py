@@ -136,13 +136,29 @@ def _mentions_t(text: str) -> bool:
 @st.composite
 def programs(draw) -> str:
     shared = draw(st.integers(0, 3)) > 0
-    shape = Shape(draw(st.integers(1, 4)), shared, draw(st.sampled_from([0, 0, 0, 2])) if shared else 0,
-                  draw(st.integers(1, 6)), draw(st.integers(1, 5)))
+    shape = Shape(
+        draw(st.integers(1, 4)),
+        shared,
+        draw(st.sampled_from([0, 0, 0, 2])) if shared else 0,
+        draw(st.integers(1, 6)),
+        draw(st.integers(1, 5)),
+    )
     written: set[str] = set()
     stmts = []
     for _ in range(draw(st.integers(1, 4))):
         text = _statement(draw, shape, written)
-        stmts.append((text, _where(draw, shape, _mentions_t(text), draw(st.booleans()), draw(st.integers(0, 3)) == 0)))
+        stmts.append(
+            (
+                text,
+                _where(
+                    draw,
+                    shape,
+                    _mentions_t(text),
+                    draw(st.booleans()),
+                    draw(st.integers(0, 3)) == 0,
+                ),
+            )
+        )
         written.add(text.split("[", 1)[0])
     if not written & {"Y", "H", "Z"}:  # something must come out
         stmts.append(("Y[i] = P[i] + Q[i]" if written else "Y[i] = X[t, i]", ""))
@@ -156,7 +172,9 @@ def programs(draw) -> str:
     used = {name for name in ("X", "XQ", "WQ", "P", "Q", "Y", "H", "Z") if f"{name}[" in body}
     loops = f"{{t: {shape.t}, u: {shape.u}}}" if shape.u else f"{{t: {shape.t}}}"
     loops = f"loops: {loops}\n" if shared else ""
-    out_role = draw(st.sampled_from(["output", "inout"])) if "Y" in written else "inout"  # read, not written
+    out_role = (
+        draw(st.sampled_from(["output", "inout"])) if "Y" in written else "inout"
+    )  # read, not written
     tensors = "\n".join(_tensors(shape, used, out_role))
     return f"tensorgen: 1\nname: random\ntensors:\n{tensors}\n{loops}statements:\n{body}\n"
 

@@ -35,15 +35,17 @@ def small_cnn(tmp_path_factory):
     return model, inputs, pt2
 
 
-def assert_same_float(model: nn.Module, rebuilt: nn.Module,
-                      inputs: tuple[torch.Tensor, ...]) -> None:
+def assert_same_float(
+    model: nn.Module, rebuilt: nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> None:
     with torch.no_grad():
         expected, got = model(*inputs), rebuilt(*inputs)
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
 
 
-def assert_compiles_bit_exact(model: nn.Module, module: nn.Module,
-                              example: tuple[torch.Tensor, ...]) -> None:
+def assert_compiles_bit_exact(
+    model: nn.Module, module: nn.Module, example: tuple[torch.Tensor, ...]
+) -> None:
     """`module` compiles bit-exact, and quantizes to what FX quantization of `model` gives."""
     cm = compile_model(module, example, load_target("tg1"))
     reference = quantize(model, example)
@@ -144,12 +146,18 @@ def test_every_supported_op_rebuilds_to_the_same_floats():
         torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("dim, size", [(0, torch.export.Dim("batch", min=2, max=8)),
-                                       (2, torch.export.Dim("height", min=8, max=64))])
+@pytest.mark.parametrize(
+    "dim, size",
+    [(0, torch.export.Dim("batch", min=2, max=8)), (2, torch.export.Dim("height", min=8, max=64))],
+)
 def test_dynamic_shape_is_refused_naming_the_input(tmp_path, small_cnn, dim, size):
     model, _, _ = small_cnn
-    pt2 = export_to(tmp_path / "dynamic.pt2", model, (torch.randn(2, 3, 16, 16),),
-                    dynamic_shapes={"x": {dim: size}})
+    pt2 = export_to(
+        tmp_path / "dynamic.pt2",
+        model,
+        (torch.randn(2, 3, 16, 16),),
+        dynamic_shapes={"x": {dim: size}},
+    )
     expected = r"dynamic\.pt2: input x has a dynamic shape .*; export with static shapes"
     with pytest.raises(SpecError, match=expected) as err:
         load_model(str(pt2))
@@ -173,8 +181,10 @@ class Gated(nn.Module):
 
 def test_unsupported_op_is_refused_naming_op_and_module(tmp_path):
     pt2 = export_to(tmp_path / "gated.pt2", Gated().eval(), (torch.randn(1, 3, 8, 8),))
-    expected = r"^.*gated\.pt2: unsupported operator aten\.sigmoid\.default at layer1\.1 " \
-               r"\(sigmoid\)$"
+    expected = (
+        r"^.*gated\.pt2: unsupported operator aten\.sigmoid\.default at layer1\.1 "
+        r"\(sigmoid\)$"
+    )
     with pytest.raises(SpecError, match=expected):
         load_model(str(pt2))
 
@@ -276,11 +286,21 @@ def _crafted(kind: str, pt2: Path, tmp_path: Path, marker: Path) -> Path:
     def symbolic_size(program: dict) -> None:
         graph = program["graph_module"]["graph"]
         inputs = {arg["as_tensor"]["name"] for arg in graph["inputs"]}
-        size = next(v for k, v in graph["tensor_values"].items() if k not in inputs)["sizes"]  # an inner value
-        size[0] = {"as_expr": {"expr_str": f"__import__('os').system('touch {marker}')", "hint": {"as_int": 4}}}
+        size = next(v for k, v in graph["tensor_values"].items() if k not in inputs)[
+            "sizes"
+        ]  # an inner value
+        size[0] = {
+            "as_expr": {
+                "expr_str": f"__import__('os').system('touch {marker}')",
+                "hint": {"as_int": 4},
+            }
+        }
 
     change = {
-        "use_pickle": {weights: _json_record(pt2, weights, mark_pickled), "data/weights/weight_0": payload},
+        "use_pickle": {
+            weights: _json_record(pt2, weights, mark_pickled),
+            "data/weights/weight_0": payload,
+        },
         "sample_inputs": {"data/sample_inputs/model.pt": payload},
         "opaque_object": {"data/constants/opaque_obj_0": payload},
         "aotinductor": {"data/aotinductor/model/model.so": b"\x7fELF"},
@@ -290,14 +310,26 @@ def _crafted(kind: str, pt2: Path, tmp_path: Path, marker: Path) -> Path:
     return rewrite_pt2(pt2, tmp_path / f"{kind}.pt2", change)
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("use_pickle", r"conv1\.weight is stored as a pickled object, which loading would run"),
-    ("sample_inputs", r"its example inputs are not plain tensors \(the weights-only unpickler refuses them"),
-    ("opaque_object", r"unexpected record 'data/constants/opaque_obj_0'"),
-    ("aotinductor", r"unexpected record 'data/aotinductor/model/model\.so'"),
-    ("guards", r"the program has symbolic shapes or guards, which loading would evaluate as Python"),
-    ("symbolic", r"the program has symbolic shapes or guards, which loading would evaluate as Python"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("use_pickle", r"conv1\.weight is stored as a pickled object, which loading would run"),
+        (
+            "sample_inputs",
+            r"its example inputs are not plain tensors \(the weights-only unpickler refuses them",
+        ),
+        ("opaque_object", r"unexpected record 'data/constants/opaque_obj_0'"),
+        ("aotinductor", r"unexpected record 'data/aotinductor/model/model\.so'"),
+        (
+            "guards",
+            r"the program has symbolic shapes or guards, which loading would evaluate as Python",
+        ),
+        (
+            "symbolic",
+            r"the program has symbolic shapes or guards, which loading would evaluate as Python",
+        ),
+    ],
+)
 def test_a_pt2_never_runs_code(cli, small_cnn, tmp_path, kind, message):
     _, _, pt2 = small_cnn
     marker = tmp_path / "marker"
@@ -341,11 +373,27 @@ def test_pytorch_warnings_never_precede_the_error_line(tmp_path):
         "    model, x = nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()).eval(), (torch.randn(2, 8),)\n"
         "    prepared = prepare_fx(model, get_default_qconfig_mapping('qnnpack'), x)\n"
         "    prepared(*x)\n"
-        "    return convert_fx(prepared), x\n")
+        "    return convert_fx(prepared), x\n"
+    )
     out = tmp_path / "out.tgb"
     root = Path(__file__).parents[2]
-    proc = subprocess.run([sys.executable, "-W", "default", "-m", "tensorgen.cli", "compile", str(factory),
-                           "-o", str(out)], capture_output=True, text=True, cwd=root, timeout=300,
-                          env={"PYTHONPATH": str(root), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "default",
+            "-m",
+            "tensorgen.cli",
+            "compile",
+            str(factory),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        env={"PYTHONPATH": str(root), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert (proc.returncode, proc.stderr) == (2, "error: Sigmoid at 1: unsupported operator\n")
     assert not out.exists()

@@ -43,8 +43,9 @@ ADD = "call_function torch.ops.quantized.add"
 ADD_RELU = "call_function torch.ops.quantized.add_relu"
 CONTIGUOUS = "call_method contiguous"  # inserted by repair_qnnpack_clamp, qnnpack only
 
-_RESNET = QUANTIZE_IN | DEQUANTIZE_OUT | {CONV, CONV_RELU, ADD_RELU, MAXPOOL, AVGPOOL, FLATTEN,
-                                          LINEAR}
+_RESNET = (
+    QUANTIZE_IN | DEQUANTIZE_OUT | {CONV, CONV_RELU, ADD_RELU, MAXPOOL, AVGPOOL, FLATTEN, LINEAR}
+)
 _MOBILENET = QUANTIZE_IN | DEQUANTIZE_OUT | {CONV, RELU6, ADD, AVGPOOL, FLATTEN, LINEAR}
 _MLP = QUANTIZE_IN | DEQUANTIZE_OUT | {FLATTEN, LINEAR_RELU, LINEAR}
 NODE_KINDS = {
@@ -149,8 +150,11 @@ def test_resnet18_is_resnet18() -> None:
 
 def test_mobilenetv2_has_the_block_variety() -> None:
     model, _ = build("mobilenetv2")
-    depthwise = [m for m in model.modules()
-                 if isinstance(m, torch.nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels]
+    depthwise = [
+        m
+        for m in model.modules()
+        if isinstance(m, torch.nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels
+    ]
     assert {m.stride for m in depthwise} == {(1, 1), (2, 2)}
     blocks = [m for m in model.modules() if hasattr(m, "use_residual")]
     assert any(b.use_residual for b in blocks) and not all(b.use_residual for b in blocks)
@@ -182,18 +186,26 @@ def test_load_factory_leaves_sys_path_and_modules_alone() -> None:
 
 
 FACTORY_ERRORS = {
-    "raises": ("def build(size=1, seed=0):\n    raise ValueError('bad size')\n",
-               r"bad\.py:build\(size=3\) raised ValueError: bad size"),
-    "wrong_type": ("def build(size=1, seed=0):\n    return 42\n",
-                   r"bad\.py:build: factory returned int; expected \(nn\.Module"),
-    "not_a_module": ("import torch\ndef build(size=1, seed=0):\n"
-                     "    return 'model', (torch.zeros(1),)\n",
-                     r"bad\.py:build: factory returned a str as the model"),
-    "inputs_not_tensors": ("import torch\ndef build(size=1, seed=0):\n"
-                           "    return torch.nn.ReLU(), [torch.zeros(1)]\n",
-                           r"bad\.py:build: factory's example inputs are not"),
-    "import_fails": ("import no_such_module_xyz\n",
-                     r"bad\.py:build: importing the file raised ModuleNotFoundError"),
+    "raises": (
+        "def build(size=1, seed=0):\n    raise ValueError('bad size')\n",
+        r"bad\.py:build\(size=3\) raised ValueError: bad size",
+    ),
+    "wrong_type": (
+        "def build(size=1, seed=0):\n    return 42\n",
+        r"bad\.py:build: factory returned int; expected \(nn\.Module",
+    ),
+    "not_a_module": (
+        "import torch\ndef build(size=1, seed=0):\n    return 'model', (torch.zeros(1),)\n",
+        r"bad\.py:build: factory returned a str as the model",
+    ),
+    "inputs_not_tensors": (
+        "import torch\ndef build(size=1, seed=0):\n    return torch.nn.ReLU(), [torch.zeros(1)]\n",
+        r"bad\.py:build: factory's example inputs are not",
+    ),
+    "import_fails": (
+        "import no_such_module_xyz\n",
+        r"bad\.py:build: importing the file raised ModuleNotFoundError",
+    ),
     "no_function": ("x = 1\n", r"bad\.py:build: the file defines no function 'build'"),
 }
 
@@ -282,8 +294,10 @@ def test_node_kinds(name: str, engine: str) -> None:
     assert kinds == NODE_KINDS[name, engine]
     # BatchNorm is folded into the convs; no float compute is left between quantize and dequantize
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in qmodel.modules())
-    assert not any(isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) and not hasattr(m, "scale")
-                   for m in qmodel.modules())
+    assert not any(
+        isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) and not hasattr(m, "scale")
+        for m in qmodel.modules()
+    )
     with quantized_engine(engine), torch.no_grad():
         assert qmodel(*inputs).shape == model(*inputs).shape
 
@@ -303,10 +317,13 @@ def test_qparams_live_where_the_report_says(engine: str) -> None:
             expected = torch.per_channel_affine if per_channel else torch.per_tensor_affine
             assert weight.qscheme() == expected
             assert module.bias().dtype == torch.float32  # quantized to int32 by the kernel
-        if node.op == "call_function" and node.target in (torch.quantize_per_tensor,
-                                                          torch.ops.quantized.add_relu):
-            scale, zero_point = node.args[-3:-1] if node.target is torch.quantize_per_tensor \
-                else node.args[2:4]
+        if node.op == "call_function" and node.target in (
+            torch.quantize_per_tensor,
+            torch.ops.quantized.add_relu,
+        ):
+            scale, zero_point = (
+                node.args[-3:-1] if node.target is torch.quantize_per_tensor else node.args[2:4]
+            )
             assert scale.op == zero_point.op == "get_attr"
             assert getattr(qmodel, scale.target).dtype == torch.float32
             assert getattr(qmodel, zero_point.target).dtype == torch.int64
@@ -346,7 +363,8 @@ def test_repaired_relu6_clamps_codes_exactly() -> None:
             if isinstance(self.module.get_submodule(target), torch.nn.ReLU6):
                 x = args[0]
                 low, high = torch.quantize_per_tensor(
-                    torch.tensor([0.0, 6.0]), x.q_scale(), x.q_zero_point(), x.dtype).int_repr()
+                    torch.tensor([0.0, 6.0]), x.q_scale(), x.q_zero_point(), x.dtype
+                ).int_repr()
                 assert torch.equal(out.int_repr(), x.int_repr().clamp(low, high)), target
                 checked.append(target)
             return out
@@ -365,10 +383,20 @@ def test_repair_leaves_graphs_without_clamps_unchanged() -> None:
 # --- the qnnpack dilated max pooling bug -------------------------------------------------------
 
 
-@pytest.mark.parametrize("kernel,stride,padding,dilation,buggy", [
-    (3, 1, 1, 2, True), (3, 2, 1, 2, True), (2, 1, 1, 3, True),
-    (3, 1, 0, 2, False), (3, 1, 1, 1, False), (2, 2, 0, 1, False)])
-def test_qnnpack_dilated_max_pool_bug_is_still_in_torch(kernel, stride, padding, dilation, buggy) -> None:
+@pytest.mark.parametrize(
+    "kernel,stride,padding,dilation,buggy",
+    [
+        (3, 1, 1, 2, True),
+        (3, 2, 1, 2, True),
+        (2, 1, 1, 3, True),
+        (3, 1, 0, 2, False),
+        (3, 1, 1, 1, False),
+        (2, 2, 0, 1, False),
+    ],
+)
+def test_qnnpack_dilated_max_pool_bug_is_still_in_torch(
+    kernel, stride, padding, dilation, buggy
+) -> None:
     """A canary: torch 2.13's qnnpack quantized max pooling is wrong at the borders exactly when
     dilation > 1 and padding > 0 (in both layouts); x86 agrees with float max pooling of the
     dequantized values. When the buggy cases start passing, torch has fixed it and the refusal
@@ -376,8 +404,9 @@ def test_qnnpack_dilated_max_pool_bug_is_still_in_torch(kernel, stride, padding,
     x = torch.randn(1, 4, 14, 14, generator=torch.Generator().manual_seed(0))
     q = torch.quantize_per_tensor(x, 0.03, 128, torch.quint8)
     args = (kernel, stride, padding, dilation)
-    expected = torch.quantize_per_tensor(F.max_pool2d(q.dequantize(), *args), 0.03, 128,
-                                         torch.quint8).int_repr()
+    expected = torch.quantize_per_tensor(
+        F.max_pool2d(q.dequantize(), *args), 0.03, 128, torch.quint8
+    ).int_repr()
     for channels_last in (False, True):
         qi = q.contiguous(memory_format=torch.channels_last) if channels_last else q
         with quantized_engine("x86"):

@@ -112,7 +112,14 @@ def expected_fbgemm(acc, bias, s_in, s_w, s_out, zp_out, lo) -> np.ndarray:
     n = acc.ndim
     b = channel(bias, n)
     return arith.requantize_fbgemm(
-        acc, b, channel(p.atws, n), channel(p.inv_atws, n), channel(p.cm, n), zp_out, lo, 255,
+        acc,
+        b,
+        channel(p.atws, n),
+        channel(p.inv_atws, n),
+        channel(p.cm, n),
+        zp_out,
+        lo,
+        255,
         p.per_channel,
     )
 
@@ -176,8 +183,11 @@ def test_fma_f32_is_correctly_rounded_on_hard_cases() -> None:
         got = arith.fma_f32(a, b, c)
         naive = (a.astype(np.float64) * b + c).astype(F32)
         want = np.array(
-            [exact_rn32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))
-             for x, y, z in zip(a, b, c)], dtype=F32,
+            [
+                exact_rn32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))
+                for x, y, z in zip(a, b, c, strict=False)
+            ],
+            dtype=F32,
         )
         assert np.array_equal(got.view(np.int32), want.view(np.int32)), family
         naive_wrong[family] = int((naive.view(np.int32) != want.view(np.int32)).sum())
@@ -199,16 +209,16 @@ def test_rounding_shift_right_rounds_half_away_from_zero() -> None:
     rng = np.random.default_rng(1)
     for shift in range(0, 32):
         lim = 2 ** min(12, 32 - shift)  # keeps k << (shift - 1) inside int32
-        x = np.concatenate([
-            rng.integers(-(2**31), 2**31, 3000),
-            (rng.integers(-lim, lim, 3000) << max(shift - 1, 0)),  # many exact halves
-            [arith.INT32_MIN, arith.INT32_MAX, 0, -1, 1],
-        ])
+        x = np.concatenate(
+            [
+                rng.integers(-(2**31), 2**31, 3000),
+                (rng.integers(-lim, lim, 3000) << max(shift - 1, 0)),  # many exact halves
+                [arith.INT32_MIN, arith.INT32_MAX, 0, -1, 1],
+            ]
+        )
         got = arith.rounding_shift_right(x, shift)
         half = Fraction(1, 2)
-        want = [
-            int(np.sign(v)) * int(abs(Fraction(int(v), 2**shift)) + half) for v in x
-        ]
+        want = [int(np.sign(v)) * int(abs(Fraction(int(v), 2**shift)) + half) for v in x]
         assert got.tolist() == want, shift
 
 
@@ -295,8 +305,9 @@ def run_conv(rng, case, per_channel, relu, x_max, bias_std=2.0):
     s_in, x_zp = float(rng.uniform(1e-3, 5e-2)), int(rng.integers(0, x_max + 1))
     xq = rng.integers(0, x_max + 1, size=(4, c, h, h))
     bias = rng.normal(0, bias_std, k).astype(F32)
-    acc = conv_acc(xq - float(x_zp), wq - w_zp.astype(np.float64), stride=stride, padding=pad,
-                   groups=groups)
+    acc = conv_acc(
+        xq - float(x_zp), wq - w_zp.astype(np.float64), stride=stride, padding=pad, groups=groups
+    )
     s_out, zp_out = output_scale(s_in, s_w, acc), int(rng.integers(0, 256))
     mod = (nniq.ConvReLU2d if relu else nnq.Conv2d)(c, k, ks, stride, pad, groups=groups)
     mod.set_weight_bias(w, torch.from_numpy(bias))
@@ -329,7 +340,9 @@ def test_conv2d_fbgemm(engine, eng: str, case: str, per_channel: bool) -> None:
     rng = np.random.default_rng(7)
     total = 0
     while total < 100_000:
-        y, acc, params = run_conv(rng, case, per_channel, relu=False, x_max=x_max_exact(eng, case, per_channel))
+        y, acc, params = run_conv(
+            rng, case, per_channel, relu=False, x_max=x_max_exact(eng, case, per_channel)
+        )
         assert np.array_equal(expected_fbgemm(acc, *params), y)
         total += y.size
 
@@ -359,10 +372,16 @@ def test_requantize_with_multiplier_above_one(engine, eng: str, s_out: float) ->
     rng = np.random.default_rng(21)
     f_in, f_out, s_in, zp_x, zp_y = 256, 8, 0.5, 128, 7
     wq = rng.integers(-128, 128, size=(f_out, f_in))
-    w = (torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq.astype(np.int8)), 0.5, 0)
-         if eng == "qnnpack" else torch._make_per_channel_quantized_tensor(
-             torch.from_numpy(wq.astype(np.int8)), torch.full((f_out,), 0.5, dtype=torch.float64),
-             torch.zeros(f_out, dtype=torch.long), 0))
+    w = (
+        torch._make_per_tensor_quantized_tensor(torch.from_numpy(wq.astype(np.int8)), 0.5, 0)
+        if eng == "qnnpack"
+        else torch._make_per_channel_quantized_tensor(
+            torch.from_numpy(wq.astype(np.int8)),
+            torch.full((f_out,), 0.5, dtype=torch.float64),
+            torch.zeros(f_out, dtype=torch.long),
+            0,
+        )
+    )
     xq = np.concatenate([rng.integers(0, 256, (1000, f_in)), rng.integers(127, 130, (1000, f_in))])
     bias = rng.normal(0, 1, f_out).astype(F32)
     acc = (xq - zp_x) @ wq.T
@@ -402,7 +421,9 @@ def test_dot_sat16_is_fbgemms_saturating_pair_sum() -> None:
     exact, sat = full @ wq.T, arith.dot_sat16(full, wq)
     assert (sat != exact).mean() > 0.3
     m = np.float32(1 / 2000)
-    assert (arith.requantize(sat, m, 128, 0, 255) != arith.requantize(exact, m, 128, 0, 255)).mean() > 0.05
+    assert (
+        arith.requantize(sat, m, 128, 0, 255) != arith.requantize(exact, m, 128, 0, 255)
+    ).mean() > 0.05
 
 
 def test_probe_verdict_is_one_consistent_record() -> None:
@@ -475,8 +496,14 @@ def test_conv2d_qnnpack_rounds_exact_ties_to_even(engine) -> None:
 
 @pytest.mark.parametrize(
     "eng,per_channel,relu",
-    [("qnnpack", False, False), ("qnnpack", True, False), ("qnnpack", False, True),
-     ("x86", True, False), ("x86", False, True), ("fbgemm", False, False)],
+    [
+        ("qnnpack", False, False),
+        ("qnnpack", True, False),
+        ("qnnpack", False, True),
+        ("x86", True, False),
+        ("x86", False, True),
+        ("fbgemm", False, False),
+    ],
 )
 def test_linear(engine, eng: str, per_channel: bool, relu: bool) -> None:
     """torch.ao.nn.quantized.Linear / LinearReLU against the exact integer matmul."""
@@ -623,8 +650,11 @@ def test_quantize_bias_agrees_with_torch_quantize_to_qint32() -> None:
     b2 = b.reshape(1000, 100)
     s_wc = rng.uniform(1e-3, 2e-2, 1000)
     want = torch.quantize_per_channel(
-        torch.from_numpy(b2), torch.from_numpy(s_wc * s_in), torch.zeros(1000, dtype=torch.long),
-        0, torch.qint32,
+        torch.from_numpy(b2),
+        torch.from_numpy(s_wc * s_in),
+        torch.zeros(1000, dtype=torch.long),
+        0,
+        torch.qint32,
     )
     got = numerics.quantize_bias(b2, s_in, s_wc[:, None])
     assert got.dtype == np.int32
@@ -672,8 +702,11 @@ def test_relu_and_relu6(engine, eng: str) -> None:
         x = qtensor(q, s, zp)
         assert np.array_equal(ints(torch.relu(x)), np.maximum(q, zp))
         want = np.minimum(np.maximum(q, zp), numerics.relu6_max(s, zp))
-        for y in (torch.nn.functional.relu6(x), torch.nn.functional.hardtanh(x, 0.0, 6.0),
-                  torch.ops.quantized.relu6(x)):
+        for y in (
+            torch.nn.functional.relu6(x),
+            torch.nn.functional.hardtanh(x, 0.0, 6.0),
+            torch.ops.quantized.relu6(x),
+        ):
             assert np.array_equal(ints(y), want)
 
 
@@ -716,8 +749,9 @@ def test_add_qnnpack(engine, relu: bool, shape: tuple[int, ...]) -> None:
         y = ints(op(qtensor(qa, s_a, zp_a), qtensor(qb, s_b, zp_b), s_out, zp_out))
         p = numerics.add_params(s_a, zp_a, s_b, zp_b, s_out)
         assert 2**21 <= max(p.a_mult, p.b_mult) < 2**22
-        want = arith.add_qnnpack(qa, qb, p.a_mult, p.b_mult, p.zp_product, p.shift, zp_out,
-                                 zp_out if relu else 0, 255)
+        want = arith.add_qnnpack(
+            qa, qb, p.a_mult, p.b_mult, p.zp_product, p.shift, zp_out, zp_out if relu else 0, 255
+        )
         assert np.array_equal(want, y)
         total += y.size + 100  # tiny shapes still end after a few hundred cases
 
@@ -752,8 +786,11 @@ def window_sums(d: np.ndarray, k: int, stride: int, reduce: Callable) -> np.ndar
     """Reduce every k x k window (stride `stride`) of an NCHW array with `reduce`."""
     n, c, h, w = d.shape
     ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
-    views = [d[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
-             for i in range(k) for j in range(k)]
+    views = [
+        d[:, :, i : i + stride * (ho - 1) + 1 : stride, j : j + stride * (wo - 1) + 1 : stride]
+        for i in range(k)
+        for j in range(k)
+    ]
     return reduce(np.stack(views), axis=0)
 
 
@@ -790,16 +827,24 @@ def test_adaptive_avg_pool2d_qnnpack_multiplier_is_float(engine) -> None:
             sums = (q - zp).reshape(16, 64, out, kk, out, kk).sum(axis=(3, 5))
             m = numerics.avgpool_multiplier(s, s, kk * kk)
             assert np.array_equal(arith.requantize(sums, m, zp, 0, 255), ints(y))
-            for name, alt in (("double", F32(float(F32(s)) / (float(F32(s)) * kk * kk))),
-                              ("1/n", F32(1 / (kk * kk)))):
+            for name, alt in (
+                ("double", F32(float(F32(s)) / (float(F32(s)) * kk * kk))),
+                ("1/n", F32(1 / (kk * kk))),
+            ):
                 wrong[name] += int((arith.requantize(sums, alt, zp, 0, 255) != ints(y)).sum())
     assert wrong["double"] > 0 and wrong["1/n"] > 0
 
 
 @pytest.mark.parametrize(
     "k,stride,pad,count_include_pad,divisor",
-    [(2, 2, 0, True, None), (3, 1, 1, True, None), (3, 2, 1, True, None),
-     (3, 1, 1, False, None), (3, 1, 1, True, 5), (10, 1, 0, True, None)],
+    [
+        (2, 2, 0, True, None),
+        (3, 1, 1, True, None),
+        (3, 2, 1, True, None),
+        (3, 1, 1, False, None),
+        (3, 1, 1, True, 5),
+        (10, 1, 0, True, None),
+    ],
 )
 def test_avg_pool2d_qnnpack(engine, k, stride, pad, count_include_pad, divisor) -> None:
     """Plain avg_pool2d on the qnnpack engine follows the adaptive rule with n = k*k;
@@ -812,10 +857,16 @@ def test_avg_pool2d_qnnpack(engine, k, stride, pad, count_include_pad, divisor) 
     while total < 100_000:
         s, zp = float(rng.uniform(1e-3, 1)), int(rng.integers(0, 256))
         q = rng.integers(0, 256, size=(8, 32, h, h))
-        y = ints(torch.nn.functional.avg_pool2d(
-            qtensor(q, s, zp), k, stride, pad, count_include_pad=count_include_pad,
-            divisor_override=divisor,
-        ))
+        y = ints(
+            torch.nn.functional.avg_pool2d(
+                qtensor(q, s, zp),
+                k,
+                stride,
+                pad,
+                count_include_pad=count_include_pad,
+                divisor_override=divisor,
+            )
+        )
         d = np.pad(q - zp, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
         sums = window_sums(d, k, stride, np.sum)
         want = arith.requantize(sums, numerics.avgpool_multiplier(s, s, k * k), zp, 0, 255)

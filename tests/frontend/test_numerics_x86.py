@@ -67,7 +67,9 @@ def from_memory_order(flat: np.ndarray, shape: tuple[int, ...], channels_last: b
 
 def scalar_mask(numel: int, num_threads: int = 1, same_layout: bool = True) -> np.ndarray:
     """`fbgemm_add_scalar_mask` with the vector block this CPU's PyTorch uses (probed)."""
-    return numerics.fbgemm_add_scalar_mask(numel, num_threads, same_layout, x86_behaviour("x86").add_block)
+    return numerics.fbgemm_add_scalar_mask(
+        numel, num_threads, same_layout, x86_behaviour("x86").add_block
+    )
 
 
 def rne(x: np.ndarray) -> np.ndarray:
@@ -79,8 +81,21 @@ def rne(x: np.ndarray) -> np.ndarray:
 
 def add_rule(qa, qb, s_a, zp_a, s_b, zp_b, s_out, zp_out, relu, scalar) -> np.ndarray:
     p = numerics.fbgemm_add_params(s_a, zp_a, s_b, zp_b, s_out, zp_out)
-    return arith.add_fbgemm(qa, qb, p.s_a, p.zp_a, p.offset_a, p.s_b, p.zp_b, p.offset_b,
-                            p.inv_out, p.zp_out, zp_out if relu else 0, 255, scalar)
+    return arith.add_fbgemm(
+        qa,
+        qb,
+        p.s_a,
+        p.zp_a,
+        p.offset_a,
+        p.s_b,
+        p.zp_b,
+        p.offset_b,
+        p.inv_out,
+        p.zp_out,
+        zp_out if relu else 0,
+        255,
+        scalar,
+    )
 
 
 def add_op(relu: bool) -> Callable[..., torch.Tensor]:
@@ -118,8 +133,9 @@ def test_add_fbgemm_random(engine, threads, eng: str, relu: bool, case: str) -> 
     while total < limit:
         qp = random_add_qparams(rng)
         qa, qb = rng.integers(0, 256, shape), rng.integers(0, 256, shape)
-        out = add_op(relu)(qtensor(qa, qp[0], qp[1], cl_a), qtensor(qb, qp[2], qp[3], cl_b),
-                           qp[4], qp[5])
+        out = add_op(relu)(
+            qtensor(qa, qp[0], qp[1], cl_a), qtensor(qb, qp[2], qp[3], cl_b), qp[4], qp[5]
+        )
         cl_out = cl_a  # the output takes the first input's memory format
         assert out.is_contiguous(memory_format=torch.channels_last) == cl_out or len(shape) < 4
         mask = scalar_mask(qa.size, 1, same_layout=cl_a == cl_b)
@@ -132,8 +148,9 @@ def add_alternatives(qa, qb, s_a, zp_a, s_b, zp_b, s_out, zp_out) -> dict[str, n
     """Plausible other roundings of the add, for each path (no clamp needed for the tests)."""
     sa, sb, so = F32(s_a), F32(s_b), F32(s_out)
     inv = F32(1) / so
-    c_fma = arith.fma_f32(sa, qa.astype(F32), sa * F32(-zp_a)) + \
-        arith.fma_f32(sb, qb.astype(F32), sb * F32(-zp_b))
+    c_fma = arith.fma_f32(sa, qa.astype(F32), sa * F32(-zp_a)) + arith.fma_f32(
+        sb, qb.astype(F32), sb * F32(-zp_b)
+    )
     c_mul = (qa - zp_a).astype(F32) * sa + (qb - zp_b).astype(F32) * sb
     alts = {
         "vector: dequantize (q - zp) * s": rne(c_mul * inv) + zp_out,
@@ -158,8 +175,11 @@ def test_add_fbgemm_rounding_against_alternatives(engine, threads, path: str) ->
     threads(1)
     rng = np.random.default_rng(101)
     scalar = path == "scalar"
-    wrong = {k: 0 for k in add_alternatives(ALL_QA[:1], ALL_QB[:1], 1, 0, 1, 0, 1, 0)
-             if k.startswith(path)}
+    wrong = {
+        k: 0
+        for k in add_alternatives(ALL_QA[:1], ALL_QB[:1], 1, 0, 1, 0, 1, 0)
+        if k.startswith(path)
+    }
     checked = 0
     while checked < 20_000:
         qp = random_add_qparams(rng)
@@ -169,7 +189,7 @@ def test_add_fbgemm_rounding_against_alternatives(engine, threads, path: str) ->
         picks = [p for p in picks if p.size]
         if not picks:
             continue
-        idx = np.concatenate([rng.choice(p, 64 * 16 // len(picks) + 64) for p in picks])[:64 * 16]
+        idx = np.concatenate([rng.choice(p, 64 * 16 // len(picks) + 64) for p in picks])[: 64 * 16]
         qa, qb = ALL_QA[idx].reshape(1, 16, 8, 8), ALL_QB[idx].reshape(1, 16, 8, 8)
         ta, tb = qtensor(qa, qp[0], qp[1], True), qtensor(qb, qp[2], qp[3], not scalar)
         y = ints(add_op(False)(ta, tb, qp[4], qp[5]))
@@ -185,20 +205,29 @@ def vector_scalar_pairs(rng: np.random.Generator) -> tuple[tuple, np.ndarray]:
     """Random qparams and the (qa, qb) pair indices on which the vector and scalar rules differ."""
     while True:
         qp = random_add_qparams(rng)
-        diff = np.flatnonzero(add_rule(ALL_QA, ALL_QB, *qp, False, False)
-                              != add_rule(ALL_QA, ALL_QB, *qp, False, True))
+        diff = np.flatnonzero(
+            add_rule(ALL_QA, ALL_QB, *qp, False, False)
+            != add_rule(ALL_QA, ALL_QB, *qp, False, True)
+        )
         if diff.size:
             return qp, diff
 
 
 @pytest.mark.parametrize(
     "shape,cl_a,cl_b,n_threads",
-    [((1, 3, 7, 7), False, False, 1), ((1, 3, 7, 7), True, True, 1),
-     ((1, 32, 15, 15), True, True, 1), ((1, 32, 16, 16), True, True, 2),
-     ((1, 32, 16, 16), True, False, 1), ((1, 32, 16, 16), False, True, 1),
-     ((1, 64, 33, 33), True, True, 1), ((1, 64, 33, 33), True, True, 2),
-     ((1, 100_003), False, False, 2), ((1, 100_003), False, False, 3),
-     ((1, 65_537), False, False, 2)],
+    [
+        ((1, 3, 7, 7), False, False, 1),
+        ((1, 3, 7, 7), True, True, 1),
+        ((1, 32, 15, 15), True, True, 1),
+        ((1, 32, 16, 16), True, True, 2),
+        ((1, 32, 16, 16), True, False, 1),
+        ((1, 32, 16, 16), False, True, 1),
+        ((1, 64, 33, 33), True, True, 1),
+        ((1, 64, 33, 33), True, True, 2),
+        ((1, 100_003), False, False, 2),
+        ((1, 100_003), False, False, 3),
+        ((1, 65_537), False, False, 2),
+    ],
 )
 def test_add_fbgemm_scalar_positions(engine, threads, shape, cl_a, cl_b, n_threads) -> None:
     """Every element is a pair on which the vector and scalar rules differ, so PyTorch's output
@@ -210,8 +239,11 @@ def test_add_fbgemm_scalar_positions(engine, threads, shape, cl_a, cl_b, n_threa
     qp, diff = vector_scalar_pairs(rng)
     idx = rng.choice(diff, int(np.prod(shape)))
     qa, qb = ALL_QA[idx].reshape(shape), ALL_QB[idx].reshape(shape)
-    y = ints(add_op(False)(qtensor(qa, qp[0], qp[1], cl_a), qtensor(qb, qp[2], qp[3], cl_b),
-                           qp[4], qp[5]))
+    y = ints(
+        add_op(False)(
+            qtensor(qa, qp[0], qp[1], cl_a), qtensor(qb, qp[2], qp[3], cl_b), qp[4], qp[5]
+        )
+    )
     cl_out = cl_a and len(shape) == 4
     mask = scalar_mask(qa.size, n_threads, same_layout=cl_a == cl_b)
     scalar = from_memory_order(mask, shape, cl_out)
@@ -231,7 +263,9 @@ def test_fbgemm_add_scalar_mask_chunks() -> None:
     with pytest.raises(ValueError, match="fbgemm_add_scalar_mask"):
         numerics.fbgemm_add_scalar_mask(10, num_threads=0)
     # a wider vector loop (an AVX512 build of the kernel): the tail is what 128 leaves
-    assert np.flatnonzero(numerics.fbgemm_add_scalar_mask(300, block=128)).tolist() == list(range(256, 300))
+    assert np.flatnonzero(numerics.fbgemm_add_scalar_mask(300, block=128)).tolist() == list(
+        range(256, 300)
+    )
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -303,16 +337,21 @@ def test_adaptive_avg_pool2d_rounding_against_alternatives(engine, kh, kw) -> No
         if sums.size == 0:
             continue
         vec = np.resize(sums, 8 * -(-sums.size // 8))
-        for path, layout_sums, cl in (("nhwc", np.concatenate([vec, sums[:7]]), True),
-                                      ("nchw", sums, False)):
+        for path, layout_sums, cl in (
+            ("nhwc", np.concatenate([vec, sums[:7]]), True),
+            ("nchw", sums, False),
+        ):
             q = fill_sums(layout_sums, n).reshape(1, -1, kh, kw)
             pooled = torch.nn.functional.adaptive_avg_pool2d(qtensor(q, 0.05, zp, cl), 1)
             y = ints(pooled)[0, :, 0, 0]
             rule = avgpool_rule(q, zp, cl)[0]
             assert np.array_equal(rule, y), (path, zp)
             pos = np.arange(y.size)
-            parts = ({"nhwc vector": pos < vec.size, "nhwc scalar": pos >= vec.size} if cl
-                     else {"nchw": pos >= 0})
+            parts = (
+                {"nhwc vector": pos < vec.size, "nhwc scalar": pos >= vec.size}
+                if cl
+                else {"nchw": pos >= 0}
+            )
             for name, v in avgpool_alternatives(layout_sums, kh, kw, zp).items():
                 for part, sel in parts.items():
                     key = (part, name)
@@ -323,11 +362,13 @@ def test_adaptive_avg_pool2d_rounding_against_alternatives(engine, kh, kw) -> No
     separated = {key for key, d in differs.items() if d > 0}
     expected = {(part, "RNE(acc * M) + zp") for part in ("nhwc vector", "nhwc scalar")}
     if n & (n - 1) and n % 2 == 0:  # even, not a power of two: exact halves meet float error
-        expected |= {("nhwc vector", "RNE(RN(RN(acc * M) + zp))"),
-                     ("nhwc scalar", "RNE(fma(acc, M, zp))"), ("nchw", "RNE(fma(acc, M, zp))")}
+        expected |= {
+            ("nhwc vector", "RNE(RN(RN(acc * M) + zp))"),
+            ("nhwc scalar", "RNE(fma(acc, M, zp))"),
+            ("nchw", "RNE(fma(acc, M, zp))"),
+        }
     if (kh, kw) == (14, 14):  # RN(RN(1/14)/14) != RN(1/196)
-        expected |= {("nchw", "RNE(sum * RN(1/n))"),
-                     ("nhwc vector", "RNE(sum * RN(RN(1/kh)/kw))")}
+        expected |= {("nchw", "RNE(sum * RN(1/n))"), ("nhwc vector", "RNE(sum * RN(RN(1/kh)/kw))")}
     assert expected <= separated, expected - separated
 
 
@@ -342,8 +383,9 @@ def test_max_pool2d_channels_last_is_integer_max(engine, eng: str) -> None:
     for k, stride, pad in [(2, 2, 0), (3, 2, 1)]:
         y = torch.nn.functional.max_pool2d(qtensor(q, 0.05, 200, True), k, stride, pad)
         assert (y.q_scale(), y.q_zero_point()) == (0.05, 200)
-        padded = torch.from_numpy(np.pad(q, ((0, 0), (0, 0), (pad, pad), (pad, pad)),
-                                         constant_values=-1))
+        padded = torch.from_numpy(
+            np.pad(q, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-1)
+        )
         want = torch.nn.functional.max_pool2d(padded.double(), k, stride).numpy()
         assert np.array_equal(want.astype(np.int64), ints(y))
 
@@ -362,8 +404,10 @@ def test_quantize_and_dequantize_do_not_depend_on_engine(engine, threads, eng: s
         s, zp = float(F32(rng.uniform(0.01, 0.1))), int(rng.integers(0, 256))
         inv = numerics.inv_scale(s)
         k = rng.integers(-zp, 256 - zp, n)
-        x = (((k + 0.5) / np.float64(inv)).astype(F32).view(np.int32)
-             + rng.integers(-2, 3, n).astype(np.int32)).view(F32)
+        x = (
+            ((k + 0.5) / np.float64(inv)).astype(F32).view(np.int32)
+            + rng.integers(-2, 3, n).astype(np.int32)
+        ).view(F32)
         qt = torch.quantize_per_tensor(torch.from_numpy(x), s, zp, torch.quint8)
         q = ints(qt)
         assert np.array_equal(arith.quantize(x, inv, zp, 0, 255), q)
@@ -388,8 +432,11 @@ def test_x86_linear_is_fbgemm_per_channel(engine) -> None:
     wq = rng.integers(-128, 128, size=(f_out, f_in))
     s_w = rng.uniform(1e-3, 2e-2, f_out)
     w = torch._make_per_channel_quantized_tensor(
-        torch.from_numpy(wq.astype(np.int8)), torch.from_numpy(s_w),
-        torch.zeros(f_out, dtype=torch.long), 0)
+        torch.from_numpy(wq.astype(np.int8)),
+        torch.from_numpy(s_w),
+        torch.zeros(f_out, dtype=torch.long),
+        0,
+    )
     bias = rng.normal(0, 2, f_out).astype(F32)
     mismatch, model_mismatch = {}, {}
     for x_max in (127, 255):
@@ -446,14 +493,26 @@ def conv_fbgemm(mod, xq: np.ndarray, s_in: float, zp_in: int, relu: bool) -> np.
     assert w.qscheme() == torch.per_channel_affine
     assert not w.q_per_channel_zero_points().any()
     wq = w.int_repr().numpy().astype(np.float64)
-    acc = torch.nn.functional.conv2d(torch.from_numpy(xq - float(zp_in)), torch.from_numpy(wq),
-                                     stride=mod.stride, padding=mod.padding)
+    acc = torch.nn.functional.conv2d(
+        torch.from_numpy(xq - float(zp_in)),
+        torch.from_numpy(wq),
+        stride=mod.stride,
+        padding=mod.padding,
+    )
     acc = np.rint(acc.numpy()).astype(np.int64)
     p = numerics.fbgemm_requant_params(s_in, w.q_per_channel_scales().numpy(), mod.scale)
     ch = lambda v: np.reshape(v, (-1, 1, 1))  # noqa: E731
-    return arith.requantize_fbgemm(acc, ch(mod.bias().detach().numpy()), ch(p.atws),
-                                   ch(p.inv_atws), ch(p.cm), mod.zero_point,
-                                   mod.zero_point if relu else 0, 255, True)
+    return arith.requantize_fbgemm(
+        acc,
+        ch(mod.bias().detach().numpy()),
+        ch(p.atws),
+        ch(p.inv_atws),
+        ch(p.cm),
+        mod.zero_point,
+        mod.zero_point if relu else 0,
+        255,
+        True,
+    )
 
 
 @pytest.mark.parametrize("seed", [None, 5, 6])
@@ -462,8 +521,11 @@ def test_small_cnn_x86_bit_exact(engine, small_cnn_x86, seed) -> None:
     PyTorch at every node and in the final float output (the example input and two others)."""
     engine("x86")
     gm, example = small_cnn_x86
-    x = example[0] if seed is None else torch.randn(example[0].shape,
-                                                    generator=torch.Generator().manual_seed(seed))
+    x = (
+        example[0]
+        if seed is None
+        else torch.randn(example[0].shape, generator=torch.Generator().manual_seed(seed))
+    )
     v = run_nodes(gm, x)
     mods = dict(gm.named_modules())
 
@@ -482,8 +544,18 @@ def test_small_cnn_x86_bit_exact(engine, small_cnn_x86, seed) -> None:
     assert v["conv3"].is_contiguous(memory_format=torch.channels_last)
     assert v["conv2"].is_contiguous(memory_format=torch.channels_last)
     mask = scalar_mask(y3.size, torch.get_num_threads())
-    ya = add_rule(y3, y2, c3.scale, c3.zero_point, c2.scale, c2.zero_point, s_add, zp_add,
-                  True, from_memory_order(mask, y3.shape, True))
+    ya = add_rule(
+        y3,
+        y2,
+        c3.scale,
+        c3.zero_point,
+        c2.scale,
+        c2.zero_point,
+        s_add,
+        zp_add,
+        True,
+        from_memory_order(mask, y3.shape, True),
+    )
     assert np.array_equal(ya, ints(v["add_relu"]))
 
     n, c, h, w = ya.shape
@@ -497,8 +569,9 @@ def test_small_cnn_x86_bit_exact(engine, small_cnn_x86, seed) -> None:
     wf = fc.weight()
     acc = (yg - zp_add) @ wf.int_repr().numpy().astype(np.int64).T
     p = numerics.fbgemm_requant_params(s_add, wf.q_per_channel_scales().numpy(), fc.scale)
-    yf = arith.requantize_fbgemm(acc, fc.bias().detach().numpy(), p.atws, p.inv_atws, p.cm,
-                                 fc.zero_point, 0, 255, True)
+    yf = arith.requantize_fbgemm(
+        acc, fc.bias().detach().numpy(), p.atws, p.inv_atws, p.cm, fc.zero_point, 0, 255, True
+    )
     assert np.array_equal(yf, ints(v["fc"]))
     out = arith.dequantize(yf, fc.scale, fc.zero_point)
     assert np.array_equal(out.view(np.int32), v["output"].numpy().view(np.int32))

@@ -22,13 +22,18 @@ MEMORY = 6 << 30  # address space while the case runs: a runaway allocation fail
 @pytest.fixture
 def fuzz_case(tmp_path):
     """run(family, seed, kinds) -> the Outcome; fails the test if the case broke the contract."""
+
     def run(family: str, seed: int, kinds: frozenset[str] | None = None):
         case = generate(family, random.Random(seed), kinds)
         outcome = execute(case, Path(tmp_path) / "case", LIMIT, MEMORY)
-        if outcome.cls == "hang":  # the CPU timer counts the whole test process: confirm in a fresh one
+        if (
+            outcome.cls == "hang"
+        ):  # the CPU timer counts the whole test process: confirm in a fresh one
             outcome = execute(case, Path(tmp_path) / "case", LIMIT, MEMORY, process=True)
         assert not outcome.broken, (
             f"{outcome.cls}: {case.describe()} seed={seed}\n  argv={case.argv}\n  {outcome.detail}\n"
-            f"  stderr: {outcome.err[-800:]}")
+            f"  stderr: {outcome.err[-800:]}"
+        )
         return outcome
+
     return run

@@ -9,8 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @SETTINGS
@@ -53,4 +58,7 @@ def test_check_refuses_absurd_trials_before_compiling(capsys):
     message = _argparse_error(capsys, "check", MATMUL, "--trials", "100000000")
 
     assert message.startswith("argument --trials: 100000000 is outside 0..1000 (MAX_TRIALS")
-    assert _argparse_error(capsys, "check", MATMUL, "--trials", "x") == "argument --trials: expected an integer, got 'x'"
+    assert (
+        _argparse_error(capsys, "check", MATMUL, "--trials", "x")
+        == "argument --trials: expected an integer, got 'x'"
+    )

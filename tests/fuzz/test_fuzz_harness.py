@@ -22,28 +22,44 @@ def test_a_seed_names_one_case(family):
 
 def test_kinds_restrict_the_mutators():
     for seed in range(40):
-        assert generate("opyaml", random.Random(seed), frozenset({"huge-number"})).kinds[0] == "huge-number"
-        assert set(generate("tgb", random.Random(seed), frozenset({"truncate"})).kinds) == {"truncate"}
+        assert (
+            generate("opyaml", random.Random(seed), frozenset({"huge-number"})).kinds[0]
+            == "huge-number"
+        )
+        assert set(generate("tgb", random.Random(seed), frozenset({"truncate"})).kinds) == {
+            "truncate"
+        }
 
 
-CASE = Case("cli", ("argv",), ("emit", "{d}/in/op.yaml", "-o", "{d}/out/x.tgb"),
-            (("in/op.yaml", b"x"), ("out", "dir")))
+CASE = Case(
+    "cli",
+    ("argv",),
+    ("emit", "{d}/in/op.yaml", "-o", "{d}/out/x.tgb"),
+    (("in/op.yaml", b"x"), ("out", "dir")),
+)
 
 
-@pytest.mark.parametrize("code, err, expected", [
-    (2, "error: op.yaml:1: bad\n", "refused"),
-    (2, "usage: tensorgen emit [-h] op\n       more usage\ntensorgen emit: error: the following ...\n", "refused"),
-    (2, "error: a\nsecond line\n", "multi-line"),
-    (2, "warning: x\nerror: a\n", "multi-line"),
-    (2, "", "multi-line"),
-    (3, "Traceback (most recent call last):\nValueError: x\ninternal error: ...\n", "exit-3"),
-    (2, "Traceback (most recent call last):\n  File x\nKeyError: 'a'\n", "traceback"),
-    (3, "Traceback (most recent call last):\nMemoryError\n", "memory"),
-    (None, "", "hang"),
-    (-11, "", "signal"),
-    (0, "", "bad-output"),
-    (5, "", "bad-exit"),
-])
+@pytest.mark.parametrize(
+    "code, err, expected",
+    [
+        (2, "error: op.yaml:1: bad\n", "refused"),
+        (
+            2,
+            "usage: tensorgen emit [-h] op\n       more usage\ntensorgen emit: error: the following ...\n",
+            "refused",
+        ),
+        (2, "error: a\nsecond line\n", "multi-line"),
+        (2, "warning: x\nerror: a\n", "multi-line"),
+        (2, "", "multi-line"),
+        (3, "Traceback (most recent call last):\nValueError: x\ninternal error: ...\n", "exit-3"),
+        (2, "Traceback (most recent call last):\n  File x\nKeyError: 'a'\n", "traceback"),
+        (3, "Traceback (most recent call last):\nMemoryError\n", "memory"),
+        (None, "", "hang"),
+        (-11, "", "signal"),
+        (0, "", "bad-output"),
+        (5, "", "bad-exit"),
+    ],
+)
 def test_classify_outcomes(tmp_path, code, err, expected):
     before = materialize(CASE, tmp_path)
 
@@ -74,9 +90,18 @@ def test_an_accept_of_an_invalid_input_is_suspicious(tmp_path):
 
     from tensorgen.testing.fuzzbin import bases
 
-    case = replace(CASE, argv=("disasm", "{d}/in/x.tgb"), files=(("in/x.tgb", bases()[0].tgb),),
-                   expect_refusal=True)
+    case = replace(
+        CASE,
+        argv=("disasm", "{d}/in/x.tgb"),
+        files=(("in/x.tgb", bases()[0].tgb),),
+        expect_refusal=True,
+    )
     before = materialize(case, tmp_path)
 
     assert classify(case, tmp_path, before, 0, ".target tiny\n", "", 0.1).cls == "suspicious-accept"
-    assert classify(replace(case, expect_refusal=False), tmp_path, before, 0, ".target tiny\n", "", 0.1).cls == "ok"
+    assert (
+        classify(
+            replace(case, expect_refusal=False), tmp_path, before, 0, ".target tiny\n", "", 0.1
+        ).cls
+        == "ok"
+    )

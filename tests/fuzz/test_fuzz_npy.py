@@ -6,11 +6,35 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 # Every mutator (tensorgen/testing/fuzzbin.py): all keep the contract since the binary branch.
-KINDS = frozenset({"dtype", "shape", "header-lie", "npz", "fifo", "fortran", "object", "pickle", "truncate", "empty", "random-bytes", "dir", "strided",
-                   "missing-input", "unknown-name", "duplicate", "no-equals"})
+KINDS = frozenset(
+    {
+        "dtype",
+        "shape",
+        "header-lie",
+        "npz",
+        "fifo",
+        "fortran",
+        "object",
+        "pickle",
+        "truncate",
+        "empty",
+        "random-bytes",
+        "dir",
+        "strided",
+        "missing-input",
+        "unknown-name",
+        "duplicate",
+        "no-equals",
+    }
+)
 
 
 @SETTINGS

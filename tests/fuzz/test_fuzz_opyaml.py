@@ -6,15 +6,35 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = settings(max_examples=50, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 # The mutators whose cases keep the contract since the loader branch (tensorgen/testing/fuzz.py).
 # "many-statements" is left out: 100-2000 copies of a conv statement are within the loader's
 # limits and take minutes to compile and check (seed 82: 921 instructions, compiled in 15 s);
 # "where" too: a restricted conv1x1 under --schedule auto spends over 15 CPU-s in the reference's
 # isl point enumeration (seed 547).
-KINDS = frozenset({"tok-insert", "tok-delete", "tok-replace", "char", "yaml-tag", "control-char", "non-utf8",
-                   "line", "billion-laughs", "deep-nesting", "deep-expression", "huge-loop", "huge-number"})
+KINDS = frozenset(
+    {
+        "tok-insert",
+        "tok-delete",
+        "tok-replace",
+        "char",
+        "yaml-tag",
+        "control-char",
+        "non-utf8",
+        "line",
+        "billion-laughs",
+        "deep-nesting",
+        "deep-expression",
+        "huge-loop",
+        "huge-number",
+    }
+)
 
 
 @SETTINGS

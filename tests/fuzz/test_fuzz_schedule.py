@@ -7,13 +7,19 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 # Left out: "endless-loop" (it takes the schedule file's 60 s time limit, too slow for the default
 # suite) and "delete-call" until the simulator limits its work: a schedule without its tensorize
 # (seed 146) lowers conv3x3_stride2 element by element and simulates for minutes.
-KINDS = frozenset({"loop-name", "factor", "arg-type", "reorder-calls", "duplicate-call",
-                   "insert-call", "hostile"})
+KINDS = frozenset(
+    {"loop-name", "factor", "arg-type", "reorder-calls", "duplicate-call", "insert-call", "hostile"}
+)
 
 
 @SETTINGS

@@ -15,12 +15,36 @@ def test_nbytes_is_exact_beyond_int64():
     assert t.nbytes == 2**82
 
 
-@pytest.mark.parametrize("name", ["max", "min", "mod", "floor", "ceil", "floord", "ceild", "exists", "infty",
-                                  "NaN", "nan", "true", "false", "False", "rat", "not", "and", "or", "implies"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "max",
+        "min",
+        "mod",
+        "floor",
+        "ceil",
+        "floord",
+        "ceild",
+        "exists",
+        "infty",
+        "NaN",
+        "nan",
+        "true",
+        "false",
+        "False",
+        "rat",
+        "not",
+        "and",
+        "or",
+        "implies",
+    ],
+)
 def test_isl_keywords_are_not_names(name):
     assert not poly.isl_name_ok(name)
 
 
-@pytest.mark.parametrize("name", ["i", "A", "S0", "o_i", "e", "d0", "c1", "_", "x_1", "domain", "xor", "inf"])
+@pytest.mark.parametrize(
+    "name", ["i", "A", "S0", "o_i", "e", "d0", "c1", "_", "x_1", "domain", "xor", "inf"]
+)
 def test_identifiers_are_names(name):
     assert poly.isl_name_ok(name)

@@ -36,7 +36,7 @@ PNG_HEADER = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 
 def header(data: bytes) -> dict:
-    return dict(zip(HEADER_FIELDS.split(), HEADER.unpack_from(data)))
+    return dict(zip(HEADER_FIELDS.split(), HEADER.unpack_from(data), strict=False))
 
 
 def code_section(data: bytes) -> slice:
@@ -106,8 +106,9 @@ def test_round_trip_keeps_constants_and_const_tensors(matmul_binary):
     b, _ = matmul_binary
     weights = bytes(range(256)) * 2 + b"\x7f\x80"
     const = TensorEntry("K", "int8", (2, 257), "const", b.dram_bytes, 0, 0, len(weights))
-    b = dataclasses.replace(b, tensors=b.tensors + (const,), constants=weights,
-                            dram_bytes=b.dram_bytes + const.nbytes)
+    b = dataclasses.replace(
+        b, tensors=b.tensors + (const,), constants=weights, dram_bytes=b.dram_bytes + const.nbytes
+    )
     assert decode(encode(b)) == b
     assert encode(assemble(disassemble(b), b.constants)) == encode(b)
     assert ".tensor K int8 2x257 const" in disassemble(b)
@@ -118,13 +119,27 @@ def test_round_trip_keeps_constants_and_const_tensors(matmul_binary):
 TOO_SHORT = r"not a \.tgb file \(too short for a header\)"
 
 
-@pytest.mark.parametrize("cut", ["empty", "inside-header", "header-only", "inside-tensor-table",
-                                 "inside-code", "last-byte-missing"])
+@pytest.mark.parametrize(
+    "cut",
+    [
+        "empty",
+        "inside-header",
+        "header-only",
+        "inside-tensor-table",
+        "inside-code",
+        "last-byte-missing",
+    ],
+)
 def test_truncated(matmul_binary, cut):
     whole = matmul_binary[1]
-    end = {"empty": 0, "inside-header": HEADER.size - 1, "header-only": HEADER.size,
-           "inside-tensor-table": HEADER.size + 10, "inside-code": code_section(whole).start + 5,
-           "last-byte-missing": len(whole) - 1}[cut]
+    end = {
+        "empty": 0,
+        "inside-header": HEADER.size - 1,
+        "header-only": HEADER.size,
+        "inside-tensor-table": HEADER.size + 10,
+        "inside-code": code_section(whole).start + 5,
+        "last-byte-missing": len(whole) - 1,
+    }[cut]
     promise = rf"truncated \.tgb file \({end} bytes, header promises {len(whole)}\)"
     with pytest.raises(BinaryError, match=rf"^({TOO_SHORT}|{promise})$"):
         decode(whole[:end])
@@ -150,12 +165,15 @@ def test_trailing_bytes(matmul_binary):
         decode(matmul_binary[1] + b"\0\0\0")
 
 
-@pytest.mark.parametrize("foreign", [
-    pytest.param(PNG_HEADER + bytes(200), id="png"),
-    pytest.param(random.Random(0).randbytes(2000), id="random-bytes"),
-    pytest.param(b"tensorgen: 1\nname: op\ntensors: {}\nstatements: []\n" * 3, id="op-yaml"),
-    pytest.param(b"\x7fELF\x02\x01\x01" + bytes(100), id="elf"),
-])
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        pytest.param(PNG_HEADER + bytes(200), id="png"),
+        pytest.param(random.Random(0).randbytes(2000), id="random-bytes"),
+        pytest.param(b"tensorgen: 1\nname: op\ntensors: {}\nstatements: []\n" * 3, id="op-yaml"),
+        pytest.param(b"\x7fELF\x02\x01\x01" + bytes(100), id="elf"),
+    ],
+)
 def test_foreign_file(foreign):
     with pytest.raises(BinaryError, match=r"^not a \.tgb file \(bad magic\)$"):
         decode(foreign)
@@ -214,12 +232,14 @@ REASONS = {
 
 
 def bad_file(data: bytes, kind: str) -> bytes:
-    return {"truncated": lambda: data[: len(data) // 2],
-            "corrupt": lambda: flip(data, code_section(data).start + 3),
-            "png": lambda: PNG_HEADER + bytes(100),
-            "random": lambda: random.Random(2).randbytes(500),
-            "empty": lambda: b"",
-            "version": lambda: with_version(data, 1)}[kind]()
+    return {
+        "truncated": lambda: data[: len(data) // 2],
+        "corrupt": lambda: flip(data, code_section(data).start + 3),
+        "png": lambda: PNG_HEADER + bytes(100),
+        "random": lambda: random.Random(2).randbytes(500),
+        "empty": lambda: b"",
+        "version": lambda: with_version(data, 1),
+    }[kind]()
 
 
 @pytest.mark.parametrize("kind", sorted(REASONS))
@@ -229,8 +249,16 @@ def test_run_refuses_and_writes_nothing(tmp_path, cli, matmul_binary, kind):
     np.save(tmp_path / "a.npy", np.zeros((100, 37), np.int8))
     np.save(tmp_path / "b.npy", np.zeros((37, 53), np.int8))
 
-    result = cli("run", bad, "--in", f"A={tmp_path / 'a.npy'}", "--in", f"B={tmp_path / 'b.npy'}",
-                 "--out", tmp_path / "out")
+    result = cli(
+        "run",
+        bad,
+        "--in",
+        f"A={tmp_path / 'a.npy'}",
+        "--in",
+        f"B={tmp_path / 'b.npy'}",
+        "--out",
+        tmp_path / "out",
+    )
 
     message = result.one_error()
     assert re.fullmatch(rf"{re.escape(str(bad))}: {REASONS[kind]}.*", message), message
@@ -267,7 +295,7 @@ def mutate_first(text: str, pattern: str, replace) -> tuple[str, int]:
     """
     m = re.search(pattern, text, re.MULTILINE)
     assert m, f"no {pattern} in the disassembly"
-    return text[: m.start()] + replace(m) + text[m.end():], text[: m.start()].count("\n") + 1
+    return text[: m.start()] + replace(m) + text[m.end() :], text[: m.start()].count("\n") + 1
 
 
 INSTRUCTION = r"^    (\w+)( .*)?$"  # the first instruction line (instructions are indented)
@@ -276,23 +304,45 @@ BOX = r"=([A-Za-z_]\w*)\(([^()]*),([^(),]*)\)\["
 FIELD = r"^(    \w+ .*?)\b(\w+)=(\d+)\b"  # the first integer field of an instruction
 
 
-@pytest.mark.parametrize("pattern, replace, reason", [
-    pytest.param(INSTRUCTION, lambda m: f"    FROB{m[2] or ''}", r"unknown mnemonic FROB",
-                 id="unknown-mnemonic"),
-    pytest.param(INSTRUCTION, lambda m: f"    {m[1]}{m[2] or ''} bogus=1", r"takes fields",
-                 id="extra-field"),
-    pytest.param(INSTRUCTION, lambda m: f"    {m[1]}", r"takes fields", id="no-fields"),
-    pytest.param(INSTRUCTION, lambda m: f"    {m[1]}{m[2] or ''} wait", r"", id="word-without-="),
-    pytest.param(FIELD, lambda m: f"{m[1]}{m[2]}=twelve", r"invalid literal",
-                 id="integer-field-word"),
-    pytest.param(VIEW, lambda m: f"=sram:{m[2]}@", r"bad view 'sram:", id="view-unknown-memory"),
-    pytest.param(VIEW, lambda m: f"={m[1]}:float@", r"bad view '\w+:float@",
-                 id="view-unknown-dtype"),
-    pytest.param(BOX, lambda m: f"=Nope({m[2]},{m[3]})[", r"bad box 'Nope\(",
-                 id="box-unknown-tensor"),
-    pytest.param(BOX, lambda m: f"={m[1]}({m[2]})[", r"origin and shape differ in rank",
-                 id="box-wrong-rank"),
-])
+@pytest.mark.parametrize(
+    "pattern, replace, reason",
+    [
+        pytest.param(
+            INSTRUCTION,
+            lambda m: f"    FROB{m[2] or ''}",
+            r"unknown mnemonic FROB",
+            id="unknown-mnemonic",
+        ),
+        pytest.param(
+            INSTRUCTION,
+            lambda m: f"    {m[1]}{m[2] or ''} bogus=1",
+            r"takes fields",
+            id="extra-field",
+        ),
+        pytest.param(INSTRUCTION, lambda m: f"    {m[1]}", r"takes fields", id="no-fields"),
+        pytest.param(
+            INSTRUCTION, lambda m: f"    {m[1]}{m[2] or ''} wait", r"", id="word-without-="
+        ),
+        pytest.param(
+            FIELD, lambda m: f"{m[1]}{m[2]}=twelve", r"invalid literal", id="integer-field-word"
+        ),
+        pytest.param(
+            VIEW, lambda m: f"=sram:{m[2]}@", r"bad view 'sram:", id="view-unknown-memory"
+        ),
+        pytest.param(
+            VIEW, lambda m: f"={m[1]}:float@", r"bad view '\w+:float@", id="view-unknown-dtype"
+        ),
+        pytest.param(
+            BOX, lambda m: f"=Nope({m[2]},{m[3]})[", r"bad box 'Nope\(", id="box-unknown-tensor"
+        ),
+        pytest.param(
+            BOX,
+            lambda m: f"={m[1]}({m[2]})[",
+            r"origin and shape differ in rank",
+            id="box-wrong-rank",
+        ),
+    ],
+)
 def test_bad_instruction_names_the_line(matmul_binary, pattern, replace, reason):
     text, lineno = mutate_first(disassemble(matmul_binary[0]), pattern, replace)
     bad_line = re.escape(text.splitlines()[lineno - 1].strip())
@@ -301,12 +351,15 @@ def test_bad_instruction_names_the_line(matmul_binary, pattern, replace, reason)
         assemble(text)
 
 
-@pytest.mark.parametrize("directive, reason", [
-    (".tensor A int8 100x37 input pad=0", r"'dram'"),
-    (".tensor A int8 100xx37 input dram=0", r"invalid literal"),
-    (".dram lots", r"invalid literal"),
-    (".target tiny not-hex", r"non-hexadecimal"),
-])
+@pytest.mark.parametrize(
+    "directive, reason",
+    [
+        (".tensor A int8 100x37 input pad=0", r"'dram'"),
+        (".tensor A int8 100xx37 input dram=0", r"invalid literal"),
+        (".dram lots", r"invalid literal"),
+        (".target tiny not-hex", r"non-hexadecimal"),
+    ],
+)
 def test_bad_directive_names_the_line(directive, reason):
     text = "; a comment\n.target tiny 00\n\n" + directive + "\n"
     expected = rf"^line 4: cannot assemble '{re.escape(directive)}' \(.*{reason}.*\)$"
@@ -321,13 +374,16 @@ def test_assembly_without_target():
 
 # The assembler range-checks fields, queues, dtypes and roles, so a bad value is refused on its
 # line instead of crashing the encoder.
-@pytest.mark.parametrize("pattern, replace", [
-    pytest.param(r"\bcount=\d+", lambda m: "count=99999999999", id="u32-field-too-big"),
-    pytest.param(r"\bcount=\d+", lambda m: "count=-1", id="u32-field-negative"),
-    pytest.param(r"\b(wait|signal)=\w+", lambda m: f"{m[1]}=XX", id="unknown-queue"),
-    pytest.param(r"\.tensor (\w+) int8", lambda m: f".tensor {m[1]} float", id="unknown-dtype"),
-    pytest.param(r" input dram=", lambda m: " banana dram=", id="unknown-role"),
-])
+@pytest.mark.parametrize(
+    "pattern, replace",
+    [
+        pytest.param(r"\bcount=\d+", lambda m: "count=99999999999", id="u32-field-too-big"),
+        pytest.param(r"\bcount=\d+", lambda m: "count=-1", id="u32-field-negative"),
+        pytest.param(r"\b(wait|signal)=\w+", lambda m: f"{m[1]}=XX", id="unknown-queue"),
+        pytest.param(r"\.tensor (\w+) int8", lambda m: f".tensor {m[1]} float", id="unknown-dtype"),
+        pytest.param(r" input dram=", lambda m: " banana dram=", id="unknown-role"),
+    ],
+)
 def test_out_of_range_assembly_names_the_line(matmul_binary, pattern, replace):
     text, lineno = mutate_first(disassemble(matmul_binary[0]), pattern, replace)
     try:
@@ -338,11 +394,16 @@ def test_out_of_range_assembly_names_the_line(matmul_binary, pattern, replace):
     raise AssertionError("accepted")
 
 
-@pytest.mark.parametrize("directive, reason", [
-    (".target ../tiny 00", r"target name '\.\./tiny' is not a name"),
-    (".tensor ../A int8 4 input dram=0", r"tensor name '\.\./A' is not a dotted identifier"),
-])
+@pytest.mark.parametrize(
+    "directive, reason",
+    [
+        (".target ../tiny 00", r"target name '\.\./tiny' is not a name"),
+        (".tensor ../A int8 4 input dram=0", r"tensor name '\.\./A' is not a dotted identifier"),
+    ],
+)
 def test_assembler_refuses_names_that_are_paths(directive, reason):
     text = ".target tiny 00\n" + directive + "\n"
-    with pytest.raises(BinaryError, match=rf"^line 2: cannot assemble '{re.escape(directive)}' \(.*{reason}.*\)$"):
+    with pytest.raises(
+        BinaryError, match=rf"^line 2: cannot assemble '{re.escape(directive)}' \(.*{reason}.*\)$"
+    ):
         assemble(text)

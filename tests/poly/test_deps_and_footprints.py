@@ -41,15 +41,24 @@ def test_domain_and_schedule_follow_program_order() -> None:
     p = parse_program(RNN)
     s1 = p.statements[1]
     assert s1.indices == ("t", "b", "j", "i")
-    assert poly.domain(s1).is_equal(isl.Set("{ S1[t, b, j, i] : 0 <= t < 4 and 0 <= b < 2 and 0 <= j < 5 and 0 <= i < 3 }"))
+    assert poly.domain(s1).is_equal(
+        isl.Set("{ S1[t, b, j, i] : 0 <= t < 4 and 0 <= b < 2 and 0 <= j < 5 and 0 <= i < 3 }")
+    )
     sched = poly.schedule_map(p)
     # S3 at step t runs before S2 at step t + 1
-    before = isl.Map("{ S3[t, b, j] -> S2[t + 1, b2, j2, i] }").intersect_domain(poly.domain(p.statements[3])) \
+    before = (
+        isl.Map("{ S3[t, b, j] -> S2[t + 1, b2, j2, i] }")
+        .intersect_domain(poly.domain(p.statements[3]))
         .intersect_range(poly.domain(p.statements[2]))
+    )
     order = sched.apply_range(sched.reverse())  # identity sanity
     assert not order.is_empty()
     lt = isl.UnionMap.from_map(before).apply_domain(sched).apply_range(sched)
-    assert lt.is_subset(isl.UnionSet("{ [x0, x1, x2, x3, x4] }").lex_lt_union_set(isl.UnionSet("{ [x0, x1, x2, x3, x4] }")))
+    assert lt.is_subset(
+        isl.UnionSet("{ [x0, x1, x2, x3, x4] }").lex_lt_union_set(
+            isl.UnionSet("{ [x0, x1, x2, x3, x4] }")
+        )
+    )
 
 
 def test_rnn_flow_dependence_is_carried_by_time() -> None:

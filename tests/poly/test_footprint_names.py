@@ -37,11 +37,15 @@ def test_the_footprint_does_not_depend_on_index_names():
         b = footprint(((clash, clash.reads[pos], sizes(clash)),))
         rename = {"j": "o_i"}
         assert b.size == a.size
-        assert b.offset == tuple((c, tuple((rename.get(n, n), k) for n, k in coefs)) for c, coefs in a.offset)
+        assert b.offset == tuple(
+            (c, tuple((rename.get(n, n), k) for n, k in coefs)) for c, coefs in a.offset
+        )
 
 
 @pytest.mark.parametrize("target", ["tiny", "tg1"])
-@pytest.mark.parametrize("text", [MATMUL.format(i="i", j="o_i"), CONV1D], ids=["matmul-o_i", "conv1d-o_i"])
+@pytest.mark.parametrize(
+    "text", [MATMUL.format(i="i", j="o_i"), CONV1D], ids=["matmul-o_i", "conv1d-o_i"]
+)
 def test_an_index_named_o_i_computes_the_right_result(text, target, tmp_path, cli):
     op = tmp_path / "op.yaml"
     op.write_text(text)
@@ -51,7 +55,9 @@ def test_an_index_named_o_i_computes_the_right_result(text, target, tmp_path, cl
 
 
 def test_a_lower_bound_with_a_division_is_no_offset():
-    offset, size = rectangular_hull(isl.Set("[o] -> { A[x] : exists e: x = 2e and o <= x < o + 4 }"))
+    offset, size = rectangular_hull(
+        isl.Set("[o] -> { A[x] : exists e: x = 2e and o <= x < o + 4 }")
+    )
     assert offset == [None] and size == [3]
     assert rectangular_hull(isl.Set("[o] -> { A[x] : o <= x < o + 4 }")) == ([(0, {"o": 1})], [4])
 

@@ -31,8 +31,12 @@ def test_conv_fast_path_equals_generic_path_and_torch(stride: int, monkeypatch) 
     generic = torch_ref.evaluate(p, inputs)["Y"]
     np.testing.assert_array_equal(fast, generic)
     x = torch.from_numpy(inputs["X"].astype(np.int64)) - 4
-    expected = F.conv2d(F.pad(x, (0, 0, 1, 1)), torch.from_numpy(inputs["W"].astype(np.int64)),
-                        stride=stride, dilation=(2, 1))
+    expected = F.conv2d(
+        F.pad(x, (0, 0, 1, 1)),
+        torch.from_numpy(inputs["W"].astype(np.int64)),
+        stride=stride,
+        dilation=(2, 1),
+    )
     np.testing.assert_array_equal(fast, expected.numpy()[:, :, :ho, :wo])
 
 
@@ -56,7 +60,7 @@ def test_requant_matches_pytorch_quantized_conv_output_rule() -> None:
     # 0.5, 1.5, 2.5 round half to even; -0.5 -> -0; saturation at both ends
     assert got.tolist() == [3 + 0, 3 + 2, 3 + 2, 3 + 0, 3 - 2, 3 + 1, 255, 0]
     m = torch.tensor(0.0047, dtype=torch.float32)
-    rnd = torch.randint(-2**20, 2**20, (10000,))
+    rnd = torch.randint(-(2**20), 2**20, (10000,))
     expected = torch.clamp(torch.round(rnd.to(torch.float32) * m).to(torch.int64) - 3, -128, 127)
     assert torch.equal(torch_ref.requant(rnd, 0.0047, -3, "int8"), expected)
 

@@ -37,9 +37,16 @@ def _check(program, target_name: str):
     return result
 
 
-@pytest.mark.parametrize("name", ["matmul_odd", "conv1x1", "depthwise3x3",
-                                  pytest.param("conv3x3_resnet18", marks=pytest.mark.slow),
-                                  pytest.param("matmul_256", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "matmul_odd",
+        "conv1x1",
+        "depthwise3x3",
+        pytest.param("conv3x3_resnet18", marks=pytest.mark.slow),
+        pytest.param("matmul_256", marks=pytest.mark.slow),
+    ],
+)
 def test_examples_on_tg1(name: str) -> None:
     _check(load_program(ROOT / "examples" / f"{name}.yaml"), "tg1")
 
@@ -68,14 +75,20 @@ def test_programs_outside_the_search_space_fall_back_to_the_default() -> None:
     result = compile_auto(program, load_target("tg1"))
     assert result.plan.schedule is None
     assert "recurrences" in result.plan.explain(load_target("tg1"))
-    cmp, _ = run_and_compare(Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1))
+    cmp, _ = run_and_compare(
+        Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1)
+    )
     assert cmp.exact
 
 
 def test_a_target_too_small_for_any_tile_is_a_capacity_error(tmp_path: Path) -> None:
     small = tmp_path / "micro.yaml"
-    small.write_text((ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
-                     .replace("bytes: 2048", "bytes: 16"))
+    small.write_text(
+        (ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml")
+        .read_text()
+        .replace("name: tiny", "name: micro")
+        .replace("bytes: 2048", "bytes: 16")
+    )
     with pytest.raises(CapacityError, match=r"does not fit target micro"):
         compile_auto(parse_program(SMALL_CONV), load_target(str(small)))
 
@@ -105,17 +118,31 @@ def _check_layer(path: Path, target_name: str):
     return result
 
 
-@pytest.mark.parametrize("name", ["resnet_conv3x3_q", "proj1x1s2_q", "linear_q", "depthwise3x3s2_q",
-                                  "stem7x7s2_q", "classifier_q"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "resnet_conv3x3_q",
+        "proj1x1s2_q",
+        "linear_q",
+        "depthwise3x3s2_q",
+        "stem7x7s2_q",
+        "classifier_q",
+    ],
+)
 def test_quantized_layers_on_tg1(name: str) -> None:
     _check_layer(LAYERS / f"{name}.yaml", "tg1")
 
 
-@pytest.mark.parametrize("name", ["depthwise3x3s2_q",
-                                  pytest.param("resnet_conv3x3_q", marks=pytest.mark.slow),
-                                  pytest.param("proj1x1s2_q", marks=pytest.mark.slow),
-                                  pytest.param("linear_q", marks=pytest.mark.slow),
-                                  pytest.param("stem7x7s2_q", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "depthwise3x3s2_q",
+        pytest.param("resnet_conv3x3_q", marks=pytest.mark.slow),
+        pytest.param("proj1x1s2_q", marks=pytest.mark.slow),
+        pytest.param("linear_q", marks=pytest.mark.slow),
+        pytest.param("stem7x7s2_q", marks=pytest.mark.slow),
+    ],
+)
 def test_quantized_layers_on_tiny(name: str) -> None:
     _check_layer(LAYERS / f"{name}.yaml", "tiny")
 
@@ -124,7 +151,9 @@ def test_fused_layer_beats_the_default_schedule_and_explains_itself() -> None:
     program = load_program(ROOT / "examples" / "conv_bias_relu_requant.yaml")
     tg1 = load_target("tg1")
     result = _check_layer(ROOT / "examples" / "conv_bias_relu_requant.yaml", "tg1")
-    _, default = run_and_compare(Job(program, tg1, compile_default(program, tg1)), random_inputs(program, 7))
+    _, default = run_and_compare(
+        Job(program, tg1, compile_default(program, tg1)), random_inputs(program, 7)
+    )
     _, auto = run_and_compare(Job(program, tg1, result.compiled), random_inputs(program, 7))
     assert auto.stats.cycles < default.stats.cycles
     text = result.plan.explain(tg1)
@@ -149,8 +178,11 @@ statements:
     assert result.plan.layer is not None and not result.plan.layer.others
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("""tensorgen: 1
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        (
+            """tensorgen: 1
 tensors:
   A: {shape: [8, 8], dtype: int8, role: input}
   T: {shape: [8, 8], dtype: int32}
@@ -158,8 +190,11 @@ tensors:
 statements:
   - T[i, j] += A[i, k] * A[k, j]
   - C[i, j] += T[i, k] * A[k, j]
-""", "one reduction"),
-    ("""tensorgen: 1
+""",
+            "one reduction",
+        ),
+        (
+            """tensorgen: 1
 tensors:
   A: {shape: [8, 8], dtype: int8, role: input}
   T: {shape: [8, 8], dtype: int32}
@@ -167,12 +202,17 @@ tensors:
 statements:
   - T[i, j] += A[i, k] * A[k, j]
   - C[i, j] = T[j, i]
-""", "not point-wise"),
-])
+""",
+            "not point-wise",
+        ),
+    ],
+)
 def test_programs_that_are_not_layers_fall_back_with_the_reason(text: str, reason: str) -> None:
     program = parse_program(text)
     result = compile_auto(program, load_target("tg1"))
     assert result.plan.schedule is None
     assert reason in result.plan.reason
-    cmp, _ = run_and_compare(Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1))
+    cmp, _ = run_and_compare(
+        Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1)
+    )
     assert cmp.exact

@@ -55,8 +55,12 @@ LAYERS = {
 def _micro(tmp_path: Path) -> str:
     """tiny with a 128-byte scratchpad: a tile of tiny's M rows leaves no room for the operands."""
     path = tmp_path / "micro.yaml"
-    path.write_text((ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml").read_text().replace("name: tiny", "name: micro")
-                    .replace("bytes: 2048", "bytes: 128"))
+    path.write_text(
+        (ROOT / "tensorgen" / "target" / "isa" / "tiny.yaml")
+        .read_text()
+        .replace("name: tiny", "name: micro")
+        .replace("bytes: 2048", "bytes: 128")
+    )
     return str(path)
 
 
@@ -77,8 +81,12 @@ def test_layers_wider_than_the_accumulators_get_an_automatic_schedule_on_tiny(na
     _check_auto(LAYERS[name], "tiny")
 
 
-@pytest.mark.parametrize("text", [LAYERS["matmul"], _conv(20, 24, 9, 11, 3, 2, 1)], ids=["matmul", "conv3x3s2"])
-def test_a_target_smaller_than_tiny_still_gets_an_automatic_schedule(text: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "text", [LAYERS["matmul"], _conv(20, 24, 9, 11, 3, 2, 1)], ids=["matmul", "conv3x3s2"]
+)
+def test_a_target_smaller_than_tiny_still_gets_an_automatic_schedule(
+    text: str, tmp_path: Path
+) -> None:
     # the M blocks that fill the accumulators (and for the conv, half of them) leave no room for
     # the operands: the search retries with smaller ones
     _check_auto(text, _micro(tmp_path))

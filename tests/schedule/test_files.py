@@ -36,21 +36,28 @@ def _cli(capsys, *argv: str) -> tuple[int, list[str], str]:
 def test_schedule_files_are_ordinary_python_with_imports(tmp_path: Path) -> None:
     # trusted Python (docs/schedules.md): imports and the ordinary builtins, no pretend sandbox
     f = tmp_path / "s.py"
-    f.write_text("import builtins\nimport math\n\n\ndef schedule(s):\n    assert open is builtins.open\n"
-                 "    s.vectorize(s.loop('i' * math.factorial(1)))\n")
+    f.write_text(
+        "import builtins\nimport math\n\n\ndef schedule(s):\n    assert open is builtins.open\n"
+        "    s.vectorize(s.loop('i' * math.factorial(1)))\n"
+    )
     small = tmp_path / "jacobi.yaml"
-    small.write_text(JACOBI.read_text().replace("[17, 256]", "[5, 12]").replace("{t: 16}", "{t: 4}"))
+    small.write_text(
+        JACOBI.read_text().replace("[17, 256]", "[5, 12]").replace("{t: 16}", "{t: 4}")
+    )
     job = compile_file(small, schedule=str(f))
     cmp, _ = run_and_compare(job, random_inputs(job.program, 0))
     assert cmp.exact, cmp.message
 
 
-@pytest.mark.parametrize("body", [
-    "    raise SystemExit(0)\n",
-    "    import sys\n    sys.exit(0)\n",
-    # the way out of the builtins filter that earlier versions pretended was a sandbox
-    "    raise s.__class__.__init__.__globals__['__builtins__']['SystemExit'](0)\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    raise SystemExit(0)\n",
+        "    import sys\n    sys.exit(0)\n",
+        # the way out of the builtins filter that earlier versions pretended was a sandbox
+        "    raise s.__class__.__init__.__globals__['__builtins__']['SystemExit'](0)\n",
+    ],
+)
 def test_exit_from_a_schedule_is_an_error_not_a_success(tmp_path: Path, capsys, body: str) -> None:
     f = tmp_path / "s.py"
     f.write_text("def schedule(s):\n" + body)
@@ -76,12 +83,19 @@ def test_a_schedule_that_never_ends_hits_its_time_limit() -> None:
     start = time.monotonic()
     with pytest.raises(ScheduleError) as err:
         replay(FOREVER, program, TG1, "f.py", time_limit=0.3)
-    assert str(err.value) == ("f.py:3: the schedule ran longer than its time limit of 0.3 s "
-                              "(time_limit= of tensorgen.schedule.files.load_schedule)")
+    assert str(err.value) == (
+        "f.py:3: the schedule ran longer than its time limit of 0.3 s "
+        "(time_limit= of tensorgen.schedule.files.load_schedule)"
+    )
     assert time.monotonic() - start < 5
     # the timer is gone and the previous handler back: nothing fires later
-    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert replay("def schedule(s):\n    s.vectorize(s.loop('i'))\n", program, TG1, "f.py", time_limit=0.3).trace
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (
+        0.0,
+        0.0,
+    )
+    assert replay(
+        "def schedule(s):\n    s.vectorize(s.loop('i'))\n", program, TG1, "f.py", time_limit=0.3
+    ).trace
 
 
 def test_the_time_limit_holds_outside_the_main_thread_too() -> None:
@@ -94,7 +108,9 @@ def test_the_time_limit_holds_outside_the_main_thread_too() -> None:
         except BaseException as err:  # noqa: BLE001 - whatever escapes, the assertion below names it
             caught.append(err)
         # a schedule that finishes in time is not hit by a late expiry
-        replay("def schedule(s):\n    s.vectorize(s.loop('i'))\n", program, TG1, "g.py", time_limit=0.3)
+        replay(
+            "def schedule(s):\n    s.vectorize(s.loop('i'))\n", program, TG1, "g.py", time_limit=0.3
+        )
         time.sleep(0.5)
 
     worker = threading.Thread(target=run)
@@ -111,29 +127,59 @@ def test_time_limit_through_the_cli(tmp_path: Path, capsys, monkeypatch) -> None
     f = tmp_path / "s.py"
     f.write_text(FOREVER)
     out = tmp_path / "o.tgb"
-    monkeypatch.setattr(tensorgen.driver, "compile_schedule_file",
-                        functools.partial(files.compile_schedule_file, time_limit=0.3))
+    monkeypatch.setattr(
+        tensorgen.driver,
+        "compile_schedule_file",
+        functools.partial(files.compile_schedule_file, time_limit=0.3),
+    )
     code, err, _ = _cli(capsys, "emit", str(JACOBI), "-o", str(out), "--schedule", str(f))
     assert code == 2 and len(err) == 1 and not out.exists()
     assert err[0].startswith(f"error: {f}:3: the schedule ran longer than its time limit of 0.3 s")
 
 
-@pytest.mark.parametrize("text, line, message", [
-    # replays, but the lowering refuses it: the line of `def schedule`
-    ("\n\ndef schedule(s):\n    s.vectorize(s.loop('k'))\n", 3,
-     "vectorize: S0 reduces along the vector lanes; vectorize a loop that indexes its output"),
-    ("def schedule(s):\n    s.stage('B', s.loop('k'), 'spad')\n    s.split(s.loop('k'), 1000)\n"
-     "    s.split(s.loop('j'), 0)\n", 4, "split(j, 0): factor must be a positive integer"),
-    ("def schedule(s):\n    s.stage('B', s.loop('j'), 'dram')\n", 2, "stage(B, j, dram): memory must be one of"),
-    ("import no_such_module_xyz\n", 1, "ModuleNotFoundError: No module named 'no_such_module_xyz'"),
-    ("def schedule(s):\n    raise ValueError('a\\nb')\n", 2, "ValueError: a b"),
-    ("def schedule(s):\n    s.loop('k\\x1b[2J')\n", 2, "loop('k\\x1b[2J'): no such loop"),
-])
-def test_every_refusal_names_the_file_and_line(tmp_path: Path, capsys, text: str, line: int, message: str) -> None:
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        # replays, but the lowering refuses it: the line of `def schedule`
+        (
+            "\n\ndef schedule(s):\n    s.vectorize(s.loop('k'))\n",
+            3,
+            "vectorize: S0 reduces along the vector lanes; vectorize a loop that indexes its output",
+        ),
+        (
+            "def schedule(s):\n    s.stage('B', s.loop('k'), 'spad')\n    s.split(s.loop('k'), 1000)\n"
+            "    s.split(s.loop('j'), 0)\n",
+            4,
+            "split(j, 0): factor must be a positive integer",
+        ),
+        (
+            "def schedule(s):\n    s.stage('B', s.loop('j'), 'dram')\n",
+            2,
+            "stage(B, j, dram): memory must be one of",
+        ),
+        (
+            "import no_such_module_xyz\n",
+            1,
+            "ModuleNotFoundError: No module named 'no_such_module_xyz'",
+        ),
+        ("def schedule(s):\n    raise ValueError('a\\nb')\n", 2, "ValueError: a b"),
+        ("def schedule(s):\n    s.loop('k\\x1b[2J')\n", 2, "loop('k\\x1b[2J'): no such loop"),
+    ],
+)
+def test_every_refusal_names_the_file_and_line(
+    tmp_path: Path, capsys, text: str, line: int, message: str
+) -> None:
     f = tmp_path / "s.py"
     f.write_text(text)
     out = tmp_path / "o.tgb"
-    code, err, _ = _cli(capsys, "emit", str(ROOT / "examples" / "matmul_odd.yaml"), "-o", str(out),
-                        "--schedule", str(f))
+    code, err, _ = _cli(
+        capsys,
+        "emit",
+        str(ROOT / "examples" / "matmul_odd.yaml"),
+        "-o",
+        str(out),
+        "--schedule",
+        str(f),
+    )
     assert code == 2 and len(err) == 1 and not out.exists(), err
     assert err[0].startswith(f"error: {f}:{line}: {message}"), err

@@ -94,10 +94,14 @@ def test_hand_schedules_overwrite_on_the_first_write(build) -> None:
 
 def test_an_accumulator_read_by_another_statement_is_still_zeroed() -> None:
     # Z reads Y: Y's first write cannot be told apart by Y's statement alone, so Y is zeroed
-    program = parse_program(DEPTHWISE.replace("  Y: {shape: [1, 6, 10, 12], dtype: int32, role: output}",
-                                              "  Y: {shape: [1, 6, 10, 12], dtype: int32, role: none}\n"
-                                              "  Z: {shape: [1, 6, 10, 12], dtype: int32, role: output}")
-                            + "  - Z[n, c, h, w] = Y[n, c, h, w] + 1\n")
+    program = parse_program(
+        DEPTHWISE.replace(
+            "  Y: {shape: [1, 6, 10, 12], dtype: int32, role: output}",
+            "  Y: {shape: [1, 6, 10, 12], dtype: int32, role: none}\n"
+            "  Z: {shape: [1, 6, 10, 12], dtype: int32, role: output}",
+        )
+        + "  - Z[n, c, h, w] = Y[n, c, h, w] + 1\n"
+    )
     target = load_target("tg1")
     s = Schedule(program, target)
     assert not s.overwrites_first("Y")
@@ -107,7 +111,9 @@ def test_an_accumulator_read_by_another_statement_is_still_zeroed() -> None:
 
 
 @pytest.mark.parametrize("target_name", ["tg1", "tiny"])
-def test_automatic_conv_starts_each_accumulator_with_a_matmul_that_overwrites(target_name: str) -> None:
+def test_automatic_conv_starts_each_accumulator_with_a_matmul_that_overwrites(
+    target_name: str,
+) -> None:
     # K = 20 channels x 9 taps. On tg1, the first block of each output tile (c_o = r = s = 0)
     # overwrites the accumulator and the others accumulate. On tiny, X and W are staged at c_o,
     # inside which only c_o = 0 holds first writes: isl would peel that iteration out of the

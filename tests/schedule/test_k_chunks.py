@@ -59,9 +59,13 @@ def _traffic(m: int, k: int, n: int, chunks: int) -> int:
     return m * k + k * n + (2 * chunks - 1) * 4 * m * n
 
 
-@pytest.mark.parametrize("target_name, shape, chunk", [("tg1", (64, 256, 64), 128), ("tiny", (16, 64, 16), 32)])
+@pytest.mark.parametrize(
+    "target_name, shape, chunk", [("tg1", (64, 256, 64), 128), ("tiny", (16, 64, 16), 32)]
+)
 @pytest.mark.parametrize("double", [True, False], ids=["double-buffered", "single-buffered"])
-def test_k_chunked_accumulator_is_exact_and_moves_c_once_per_chunk(target_name, shape, chunk, double) -> None:
+def test_k_chunked_accumulator_is_exact_and_moves_c_once_per_chunk(
+    target_name, shape, chunk, double
+) -> None:
     target = load_target(target_name)
     program = parse_program(_matmul(*shape), "<matmul>", target_name)
     compiled, sim = _run(program, target, _chunked(program, target, chunk, double))

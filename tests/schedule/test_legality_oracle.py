@@ -52,9 +52,13 @@ def programs(draw):
         stmt = f"{lhs} {op} {' + '.join(reads)}"
         where = "j <= i" if two_d and draw(st.booleans()) else ""
         lines.append(f'  - {{stmt: "{stmt}", where: "{where}"}}' if where else f"  - {stmt}")
-    decl = "\n".join(f"  {t}: {{shape: {tshape + shape}, dtype: int32, role: inout}}" for t in tensors)
+    decl = "\n".join(
+        f"  {t}: {{shape: {tshape + shape}, dtype: int32, role: inout}}" for t in tensors
+    )
     loops = f"loops: {{t: {T}}}\n" if recurrent else ""
-    return parse_program(f"tensorgen: 1\ntensors:\n{decl}\n{loops}statements:\n" + "\n".join(lines) + "\n")
+    return parse_program(
+        f"tensorgen: 1\ntensors:\n{decl}\n{loops}statements:\n" + "\n".join(lines) + "\n"
+    )
 
 
 def _instances(program):
@@ -65,8 +69,13 @@ def _instances(program):
     for pos, stmt in enumerate(program.statements):
         dom = poly.domain(stmt)
         for values in itertools.product(*(range(lo, hi + 1) for lo, hi in stmt.bounds)):
-            fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values))
-            if stmt.where and isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}").intersect(dom).is_empty():
+            fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values, strict=False))
+            if (
+                stmt.where
+                and isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}")
+                .intersect(dom)
+                .is_empty()
+            ):
                 continue
             vec = values[:shared] + (pos,) + values[shared:] + (0,) * (depth - len(values))
             out.append((stmt, values, vec))
@@ -74,12 +83,12 @@ def _instances(program):
 
 
 def _elements(program, stmt, values):
-    env = dict(zip(stmt.indices, values))
+    env = dict(zip(stmt.indices, values, strict=False))
 
     def at(acc):
         idx = tuple(sum(c * env[n] for n, c in a.terms) + a.const for a in acc.index)
         shape = program.tensor(acc.tensor).shape
-        return (acc.tensor, idx) if all(0 <= x < n for x, n in zip(idx, shape)) else None
+        return (acc.tensor, idx) if all(0 <= x < n for x, n in zip(idx, shape, strict=False)) else None
 
     writes = {at(stmt.lhs)} - {None}
     reads = {at(a) for a in stmt.reads} - {None}
@@ -100,8 +109,13 @@ def _oracle_dependences(program):
         if not common:
             continue
         sa, sb = inst[a][0], inst[b][0]
-        if sa is sb and sa.op == "+=" and all(r.tensor != sa.lhs.tensor for r in sa.reads) \
-                and common <= wa and common <= wb:
+        if (
+            sa is sb
+            and sa.op == "+="
+            and all(r.tensor != sa.lhs.tensor for r in sa.reads)
+            and common <= wa
+            and common <= wb
+        ):
             continue  # integer reduction: any order gives the same bits
         deps.append((a, b))
     return inst, deps
@@ -110,12 +124,17 @@ def _oracle_dependences(program):
 def _new_vectors(schedule, inst):
     out = []
     for stmt, values, _ in inst:
-        fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values))
+        fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values, strict=False))
         m = schedule._state.maps[stmt.name].intersect_domain(
-            isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}"))
+            isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}")
+        )
         p = m.range().sample_point()
-        out.append(tuple(int(p.get_coordinate_val(isl.dim_type.set, k).to_python())
-                         for k in range(m.dim(isl.dim_type.out))))
+        out.append(
+            tuple(
+                int(p.get_coordinate_val(isl.dim_type.set, k).to_python())
+                for k in range(m.dim(isl.dim_type.out))
+            )
+        )
     return out
 
 
@@ -135,13 +154,24 @@ def _oracle_legal(schedule, inst, deps, band=None) -> bool:
 
 
 def _loop_names(schedule):
-    return sorted(i.name for lid, i in schedule._state.loops.items() if lid not in schedule._state.alias)
+    return sorted(
+        i.name for lid, i in schedule._state.loops.items() if lid not in schedule._state.alias
+    )
 
 
 @st.composite
 def steps(draw):
-    return [(draw(st.sampled_from(["split", "reorder", "skew", "fuse", "distribute", "vectorize", "tile"])),
-             draw(st.integers(0, 10**6))) for _ in range(draw(st.integers(1, 4)))]
+    return [
+        (
+            draw(
+                st.sampled_from(
+                    ["split", "reorder", "skew", "fuse", "distribute", "vectorize", "tile"]
+                )
+            ),
+            draw(st.integers(0, 10**6)),
+        )
+        for _ in range(draw(st.integers(1, 4)))
+    ]
 
 
 def _apply(schedule, kind, seed):
@@ -154,7 +184,12 @@ def _apply(schedule, kind, seed):
         n = pick(names)
         return (lambda: schedule.split(loops[n], 2 + seed % 2)), None
     if kind in ("reorder", "tile"):
-        pairs = [(a, b) for a in names for b in names if info[a][1] < info[b][1] and info[a][2] == info[b][2]]
+        pairs = [
+            (a, b)
+            for a in names
+            for b in names
+            if info[a][1] < info[b][1] and info[a][2] == info[b][2]
+        ]
         pair = pick(pairs)
         if pair is None:
             return None
@@ -162,7 +197,12 @@ def _apply(schedule, kind, seed):
             return (lambda: schedule.tile(loops[pair[0]], loops[pair[1]], 2, 2)), None
         return (lambda: schedule.reorder(loops[pair[1]], loops[pair[0]])), None
     if kind == "skew":
-        pairs = [(a, b) for a in names for b in names if info[b][1] < info[a][1] and info[a][2] <= info[b][2]]
+        pairs = [
+            (a, b)
+            for a in names
+            for b in names
+            if info[b][1] < info[a][1] and info[a][2] <= info[b][2]
+        ]
         pair = pick(pairs)
         if pair is None:
             return None
@@ -181,15 +221,22 @@ def _apply(schedule, kind, seed):
         stmts = sorted(info[n][2])
         return (lambda: schedule.distribute(loops[n], stmts[-1 - seed % (len(stmts) - 1)])), None
     # vectorize: innermost loops only
-    inner = [n for n in names if all(
-        row[s] is None for s in info[n][2] for row in schedule._state.dims[info[n][1] + 1:])]
+    inner = [
+        n
+        for n in names
+        if all(row[s] is None for s in info[n][2] for row in schedule._state.dims[info[n][1] + 1 :])
+    ]
     n = pick(inner)
     if n is None:
         return None
     return (lambda: schedule.vectorize(loops[n])), (info[n][1], info[n][1] + 1, info[n][2])
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(program=programs(), plan=steps())
 def test_checker_agrees_with_brute_force(program, plan) -> None:
     inst, deps = _oracle_dependences(program)
@@ -206,8 +253,15 @@ def test_checker_agrees_with_brute_force(program, plan) -> None:
             accepted = True
         except ScheduleError as err:
             accepted, message = False, str(err)
-            assert message.split("(")[0] in ("split", "reorder", "skew", "fuse", "distribute", "vectorize",
-                                                 "tile")
+            assert message.split("(")[0] in (
+                "split",
+                "reorder",
+                "skew",
+                "fuse",
+                "distribute",
+                "vectorize",
+                "tile",
+            )
         if not accepted and "would run" not in message:
             continue  # structurally impossible (not siblings, ...): not a legality verdict
         if not accepted:
@@ -223,10 +277,16 @@ def test_checker_agrees_with_brute_force(program, plan) -> None:
             else:
                 expected = _oracle_legal(trial, inst, deps, band)
         else:
-            expected = _oracle_legal(schedule, inst, deps, band) if band else _oracle_legal(schedule, inst, deps)
+            expected = (
+                _oracle_legal(schedule, inst, deps, band)
+                if band
+                else _oracle_legal(schedule, inst, deps)
+            )
         VERDICTS["legal" if accepted else "illegal"] += 1
-        assert accepted == expected, f"{kind}: checker {'accepted' if accepted else 'refused'}, oracle says " \
-                                     f"{'legal' if expected else 'illegal'}\n{schedule}"
+        assert accepted == expected, (
+            f"{kind}: checker {'accepted' if accepted else 'refused'}, oracle says "
+            f"{'legal' if expected else 'illegal'}\n{schedule}"
+        )
         if not accepted:
             break
 
@@ -235,7 +295,11 @@ def teardown_module(module) -> None:
     print(f"\noracle verdicts: {dict(VERDICTS)}")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(program=programs(), plan=steps(), seed=st.integers(0, 2**16))
 def test_accepted_schedules_are_bit_exact(program, plan, seed) -> None:
     """Every schedule the checker accepts compiles and matches the PyTorch reference; a refused

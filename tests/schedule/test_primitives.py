@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tensorgen.codegen.scheduled import compile_scheduled
@@ -73,54 +72,77 @@ def test_reorder() -> None:
     s.reorder(s.loop("k"), s.loop("j"), s.loop("i"))
     _exact(s)
     j = Schedule(parse_program(JACOBI))
-    _refused(j, lambda: j.reorder(j.loop("i"), j.loop("t")),
-             r"^reorder\(i, t\): S0\[t=\d+, i=\d+\] would run before S0\[t=\d+, i=\d+\], "
-             r"but S0 reads A\[\d+, \d+\] that S0 writes$")
+    _refused(
+        j,
+        lambda: j.reorder(j.loop("i"), j.loop("t")),
+        r"^reorder\(i, t\): S0\[t=\d+, i=\d+\] would run before S0\[t=\d+, i=\d+\], "
+        r"but S0 reads A\[\d+, \d+\] that S0 writes$",
+    )
 
 
 def test_skew_then_tile_is_legal_where_tile_alone_is_not() -> None:
     s = Schedule(parse_program(JACOBI))
-    _refused(s, lambda: s.tile(s.loop("t"), s.loop("i"), 2, 4),
-             r"^tile\(t, i, 2, 4\): S0\[t=\d+, i=\d+\] would run before S0\[t=\d+, i=\d+\], but S0 reads A")
+    _refused(
+        s,
+        lambda: s.tile(s.loop("t"), s.loop("i"), 2, 4),
+        r"^tile\(t, i, 2, 4\): S0\[t=\d+, i=\d+\] would run before S0\[t=\d+, i=\d+\], but S0 reads A",
+    )
     s.skew(s.loop("i"), s.loop("t"), 1)
     s.tile(s.loop("t"), s.loop("i"), 2, 4)
     _exact(s)
-    _refused(s, lambda: s.skew(s.loop("t_o"), s.loop("i_i")),
-             r"^skew\(t_o, i_i, 1\): i_i must be a loop enclosing t_o$")
+    _refused(
+        s,
+        lambda: s.skew(s.loop("t_o"), s.loop("i_i")),
+        r"^skew\(t_o, i_i, 1\): i_i must be a loop enclosing t_o$",
+    )
 
 
 def test_fuse_and_distribute() -> None:
     s = Schedule(parse_program(SCAN))
     fused = s.fuse(s.loop("S0.i"), s.loop("S1.i"))
     _exact(s)
-    _refused(s, lambda: s.distribute(fused, "S0"),
-             r"^distribute\(S0.i, S0\): S1\[i=\d+\] would run before S0\[i=\d+\], but S1 reads S\[\d+\] that S0 writes$")
+    _refused(
+        s,
+        lambda: s.distribute(fused, "S0"),
+        r"^distribute\(S0.i, S0\): S1\[i=\d+\] would run before S0\[i=\d+\], but S1 reads S\[\d+\] that S0 writes$",
+    )
     s.distribute(fused, "S1")
     _exact(s)
     bad = Schedule(parse_program(SHIFTED))
-    _refused(bad, lambda: bad.fuse(bad.loop("S0.i"), bad.loop("S1.i")),
-             r"^fuse\(S0.i, S1.i\): S1\[i=\d\] would run before S0\[i=\d\], but S1 reads B\[\d\] that S0 writes$")
+    _refused(
+        bad,
+        lambda: bad.fuse(bad.loop("S0.i"), bad.loop("S1.i")),
+        r"^fuse\(S0.i, S1.i\): S1\[i=\d\] would run before S0\[i=\d\], but S1 reads B\[\d\] that S0 writes$",
+    )
 
 
 def test_unroll_keeps_the_order() -> None:
     s = Schedule(parse_program(MATMUL))
     s.unroll(s.loop("k"))
     _exact(s)
-    _refused(s, lambda: s.unroll(s.loop("k"), -2), r"^unroll\(k\): factor must be a positive integer$")
+    _refused(
+        s, lambda: s.unroll(s.loop("k"), -2), r"^unroll\(k\): factor must be a positive integer$"
+    )
 
 
 def test_vectorize() -> None:
     s = Schedule(parse_program(SCAN))
-    _refused(s, lambda: s.vectorize(s.loop("S1.i")),
-             r"^vectorize\(S1.i\): S1\[i=\d+\] and S1\[i=\d+\] would run at once, but S1 reads S\[\d+\] that S1 writes$")
+    _refused(
+        s,
+        lambda: s.vectorize(s.loop("S1.i")),
+        r"^vectorize\(S1.i\): S1\[i=\d+\] and S1\[i=\d+\] would run at once, but S1 reads S\[\d+\] that S1 writes$",
+    )
     s.vectorize(s.loop("S0.i"))
     _exact(s)
 
 
 def test_vectorize_several_loops_as_one_vector() -> None:
     s = Schedule(parse_program(MATMUL), TG1)
-    _refused(s, lambda: s.vectorize(s.loop("i"), s.loop("k")),
-             r"^vectorize\(i, k\): give distinct loops of the same statements, each directly inside the one before$")
+    _refused(
+        s,
+        lambda: s.vectorize(s.loop("i"), s.loop("k")),
+        r"^vectorize\(i, k\): give distinct loops of the same statements, each directly inside the one before$",
+    )
     s.reorder(s.loop("k"), s.loop("i"), s.loop("j"))
     s.vectorize(s.loop("i"), s.loop("j"))
     assert s.trace[-1] == "s.vectorize(s.loop('i'), s.loop('j'))"
@@ -140,17 +162,25 @@ def test_a_peeled_staging_iteration_in_several_pieces_is_staged_once() -> None:
     s.stage("C", s.loop("j_o"), "acc")
     s.tensorize(s.loop("i"), s.loop("j_i"), s.loop("k_i"))
     code = compile_scheduled(s.program, TG1, s).binary.code
-    assert sum(ins.mnemonic == "STORE" for ins in code) == 2  # in the loop, and the peeled iteration
+    assert (
+        sum(ins.mnemonic == "STORE" for ins in code) == 2
+    )  # in the loop, and the peeled iteration
     _exact(s)
 
 
 def test_tensorize() -> None:
     s = Schedule(parse_program(MATMUL))
-    _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j"), s.loop("j")),
-             r"^tensorize\(i, j, j\): give distinct loops that are adjacent in the nest$")
+    _refused(
+        s,
+        lambda: s.tensorize(s.loop("i"), s.loop("j"), s.loop("j")),
+        r"^tensorize\(i, j, j\): give distinct loops that are adjacent in the nest$",
+    )
     s.split(s.loop("j"), 3)
-    _refused(s, lambda: s.tensorize(s.loop("i"), s.loop("j_o"), s.loop("j_i")),
-             r"^tensorize\(i, j_o, j_i\): S0 has loops inside the band; the band must be innermost$")
+    _refused(
+        s,
+        lambda: s.tensorize(s.loop("i"), s.loop("j_o"), s.loop("j_i")),
+        r"^tensorize\(i, j_o, j_i\): S0 has loops inside the band; the band must be innermost$",
+    )
     s2 = Schedule(parse_program(MATMUL))
     s2.tensorize(s2.loop("i"), s2.loop("j"), s2.loop("k"))
     job = compile_scheduled(s2.program, TG1, s2)
@@ -161,16 +191,22 @@ def test_tensorize() -> None:
 def test_stage_and_double_buffer_check_capacity() -> None:
     tiny = load_target("tiny")
     big = Schedule(load_program(ROOT / "examples" / "matmul_256.yaml"), tiny)
-    with pytest.raises(CapacityError, match=r"^stage\(A, the program, spad\): spad holds 65536 B but has 2048 B "
-                                            r"\(63488 B over\): A at the program \(65536 B\)$"):
+    with pytest.raises(
+        CapacityError,
+        match=r"^stage\(A, the program, spad\): spad holds 65536 B but has 2048 B "
+        r"\(63488 B over\): A at the program \(65536 B\)$",
+    ):
         big.stage("A", None, "spad")
     i = big.loop("i")
     big.stage("A", i, "spad")  # one row of A per i: 256 B
     big.double_buffer("A")
     assert big.footprint_bytes(big.stages[-1]) == 512
     big.stage("C", i, "acc")  # one int32 row of C: exactly the 1 KiB accumulator
-    with pytest.raises(CapacityError, match=r"^double_buffer\(C\): acc holds 2048 B but has 1024 B \(1024 B over\): "
-                                            r"C at i \(2048 B, double-buffered\)$"):
+    with pytest.raises(
+        CapacityError,
+        match=r"^double_buffer\(C\): acc holds 2048 B but has 1024 B \(1024 B over\): "
+        r"C at i \(2048 B, double-buffered\)$",
+    ):
         big.double_buffer("C")
     assert not big.stages[-1].double_buffered
     with pytest.raises(ScheduleError, match=r"^double_buffer\(B\): stage B first$"):
@@ -187,14 +223,29 @@ def test_trace_replays_to_the_same_microcode() -> None:
     assert a == b
 
 
-@pytest.mark.parametrize("text, message", [
-    ("def schedule(s):\n    s.split(s.loop('nope'), 2)\n", r"^f.py:2: loop\('nope'\): no such loop \(loops: "),
-    ("def schedule(s):\n    s.explode()\n", r"^f.py:2: AttributeError: 'Schedule' object has no attribute 'explode'$"),
-    ("def schedule(s):\n    undefined_name('x')\n", r"^f.py:2: NameError: name 'undefined_name' is not defined$"),
-    ("x = 1\n", r"^f.py:1: a schedule file must define 'def schedule\(s\):'$"),
-    ("def schedule(s)\n", r"^f.py:1: syntax error"),
-    ("def schedule(s):\n    s.reorder(s.loop('i'), s.loop('t'))\n", r"^f.py:2: reorder\(i, t\): S0\[t="),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "def schedule(s):\n    s.split(s.loop('nope'), 2)\n",
+            r"^f.py:2: loop\('nope'\): no such loop \(loops: ",
+        ),
+        (
+            "def schedule(s):\n    s.explode()\n",
+            r"^f.py:2: AttributeError: 'Schedule' object has no attribute 'explode'$",
+        ),
+        (
+            "def schedule(s):\n    undefined_name('x')\n",
+            r"^f.py:2: NameError: name 'undefined_name' is not defined$",
+        ),
+        ("x = 1\n", r"^f.py:1: a schedule file must define 'def schedule\(s\):'$"),
+        ("def schedule(s)\n", r"^f.py:1: syntax error"),
+        (
+            "def schedule(s):\n    s.reorder(s.loop('i'), s.loop('t'))\n",
+            r"^f.py:2: reorder\(i, t\): S0\[t=",
+        ),
+    ],
+)
 def test_bad_schedule_files_get_one_line(text: str, message: str) -> None:
     with pytest.raises(ScheduleError, match=message) as err:
         replay(text, parse_program(JACOBI), TG1, "f.py")
@@ -207,18 +258,28 @@ def test_schedule_file_errors_through_the_cli(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def schedule(s):\n    s.vectorize(s.loop('S9.q'))\n")
     out = tmp_path / "o.tgb"
-    code = main(["emit", str(ROOT / "examples" / "prefix_sum.yaml"), "-o", str(out), "--schedule", str(bad)])
+    code = main(
+        ["emit", str(ROOT / "examples" / "prefix_sum.yaml"), "-o", str(out), "--schedule", str(bad)]
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {bad}:2: loop('S9.q'): no such loop")
+    assert (
+        code == 2
+        and len(err) == 1
+        and err[0].startswith(f"error: {bad}:2: loop('S9.q'): no such loop")
+    )
     assert not out.exists()
 
 
 SLOW_SCHEDULES = {"conv3x3_resnet18", "conv3x3_stride2", "matmul_256"}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(p.stem, marks=[pytest.mark.slow] if p.stem in SLOW_SCHEDULES else [])
-    for p in sorted((ROOT / "examples").glob("*.yaml"))])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(p.stem, marks=[pytest.mark.slow] if p.stem in SLOW_SCHEDULES else [])
+        for p in sorted((ROOT / "examples").glob("*.yaml"))
+    ],
+)
 def test_example_schedules_are_exact_and_faster_than_default(name: str) -> None:
     from tensorgen.driver import compile_default
     from tensorgen.sim.machine import simulate
@@ -247,9 +308,12 @@ def test_stage_at_a_loop_is_exact() -> None:
 
 def test_rnn_time_must_stay_sequential() -> None:
     s = Schedule(load_program(ROOT / "examples" / "rnn_cell.yaml"), TG1)
-    _refused(s, lambda: s.distribute(s.loop("t"), "S3"),
-             r"^distribute\(t, S3\): S2\[t=\d+, b=\d+, j=\d+, i=\d+\] would run before S3\[t=\d+, b=\d+, j=\d+\], "
-             r"but S2 reads H\[\d+, \d+, \d+\] that S3 writes$")
+    _refused(
+        s,
+        lambda: s.distribute(s.loop("t"), "S3"),
+        r"^distribute\(t, S3\): S2\[t=\d+, b=\d+, j=\d+, i=\d+\] would run before S3\[t=\d+, b=\d+, j=\d+\], "
+        r"but S2 reads H\[\d+, \d+, \d+\] that S3 writes$",
+    )
 
 
 def test_double_buffering_overlaps_loads_with_compute() -> None:
@@ -278,10 +342,17 @@ def test_a_tensor_staged_at_a_loop_stays_staged_when_the_loop_is_split_or_fused(
     # one iteration of k is one iteration of k_i: the same footprint, staged there
     assert s.stages[-1].loop == "k_i" and s.footprint_bytes(s.stages[-1]) == one_row == 1
     s.stage("A", None, "spad")  # checks the capacity of every stage: the split one too
-    with pytest.raises(ScheduleError, match=r"^loop\('k'\): no such loop \(loops: i, j, k_i, k_o\); "
-                                            r"k was split into k_o and k_i$"):
+    with pytest.raises(
+        ScheduleError,
+        match=r"^loop\('k'\): no such loop \(loops: i, j, k_i, k_o\); "
+        r"k was split into k_o and k_i$",
+    ):
         s.loop("k")
-    _refused(s, lambda: s.vectorize(k), r"^vectorize\(k\): k was split into k_o and k_i; use the loops split returned$")
+    _refused(
+        s,
+        lambda: s.vectorize(k),
+        r"^vectorize\(k\): k was split into k_o and k_i; use the loops split returned$",
+    )
     _exact(s)
     again = replay(render(s), s.program, TG1)
     assert again.stages == s.stages

@@ -27,8 +27,17 @@ def _conv_schedule(double: str | None) -> Schedule:
     s = Schedule(parse_program(CONV), TG1)
     s.split(s.loop("k"), 16)
     s.split(s.loop("c"), 16)
-    s.reorder(s.loop("n"), s.loop("k_o"), s.loop("c_o"), s.loop("r"), s.loop("s"), s.loop("h"), s.loop("w"),
-              s.loop("k_i"), s.loop("c_i"))
+    s.reorder(
+        s.loop("n"),
+        s.loop("k_o"),
+        s.loop("c_o"),
+        s.loop("r"),
+        s.loop("s"),
+        s.loop("h"),
+        s.loop("w"),
+        s.loop("k_i"),
+        s.loop("c_i"),
+    )
     s.stage("Y", s.loop("k_o"), "acc")
     s.stage("X", None, "spad")
     s.stage("W", s.loop(double) if double else None, "spad")
@@ -69,8 +78,16 @@ def test_strided_input_rows_are_loaded_one_dma_each_into_a_compact_buffer() -> N
     s.split(s.loop("k"), 16)
     s.split(s.loop("c"), 16)
     s.split(s.loop("h"), 2)  # ragged: 7 rows in blocks of 2
-    s.reorder(s.loop("n"), s.loop("h_o"), s.loop("k_o"), s.loop("c_o"), s.loop("h_i"), s.loop("w"),
-              s.loop("k_i"), s.loop("c_i"))
+    s.reorder(
+        s.loop("n"),
+        s.loop("h_o"),
+        s.loop("k_o"),
+        s.loop("c_o"),
+        s.loop("h_i"),
+        s.loop("w"),
+        s.loop("k_i"),
+        s.loop("c_i"),
+    )
     s.stage("Y", s.loop("h_o"), "acc")
     s.stage("X", s.loop("h_o"), "spad")
     s.stage("W", None, "spad")

@@ -59,8 +59,13 @@ statements:
     s.tensorize(s.loop("j"), ii, ki)  # N = i: A is held in the array, B's 70 columns stream as M
     compiled, _ = _exact(program, s)
     mm = [i for i in compiled.binary.code if i.mnemonic == "MATMUL"]
-    assert {i.arg("a").shape[0] for i in mm} == {70} and {i.arg("b").shape[1] for i in mm} == {16, 4}
-    assert {(i.arg("a_zp"), i.arg("b_zp")) for i in mm} == {(5, 3)}  # the zero points swap with the roles
+    assert {i.arg("a").shape[0] for i in mm} == {70} and {i.arg("b").shape[1] for i in mm} == {
+        16,
+        4,
+    }
+    assert {(i.arg("a_zp"), i.arg("b_zp")) for i in mm} == {
+        (5, 3)
+    }  # the zero points swap with the roles
 
 
 def test_channels_innermost_fold_kernel_columns_and_channels_into_k() -> None:
@@ -91,8 +96,12 @@ def test_k_loops_that_are_not_one_run_of_addresses_are_refused() -> None:
     s = Schedule(program, TG1)
     loop = s.loop
     s.reorder(loop("n"), loop("r"), loop("h"), loop("w"), loop("k"), loop("s"), loop("c"))
-    s.tensorize((loop("h"), loop("w")), loop("k"), (loop("s"), loop("c")))  # NCHW: c is not innermost
-    with pytest.raises(CodegenError, match=r"tensorize: the K loops of S0 are not one run of addresses"):
+    s.tensorize(
+        (loop("h"), loop("w")), loop("k"), (loop("s"), loop("c"))
+    )  # NCHW: c is not innermost
+    with pytest.raises(
+        CodegenError, match=r"tensorize: the K loops of S0 are not one run of addresses"
+    ):
         compile_scheduled(program, TG1, s)
 
 
@@ -100,7 +109,9 @@ def test_a_layout_must_be_a_permutation() -> None:
     from tensorgen.schedule.api import Schedule
 
     s = Schedule(parse_program(stem(20)), TG1)
-    with pytest.raises(ScheduleError, match=r"^stage\(X, the program, spad\): layout must order the 4 dimensions"):
+    with pytest.raises(
+        ScheduleError, match=r"^stage\(X, the program, spad\): layout must order the 4 dimensions"
+    ):
         s.stage("X", None, "spad", layout=(0, 1, 1, 3))
     assert s.stages == []
 
@@ -137,10 +148,15 @@ def test_both_folds_of_a_stem_are_exact_and_costed(window: bool) -> None:
     # zeros: every run when the run does the whole reduction (window), else the runs of kernel row 0
     assert "VFILL" not in [i.mnemonic for i in code] and overwrites
     assert set(rows) == {16, last} and rows.count(16) == (9 if window else 1) * rows.count(last)
-    assert abs(cand.cycles - sim.stats.cycles) <= 0.1 * sim.stats.cycles, (cand.cycles, sim.stats.cycles)
+    assert abs(cand.cycles - sim.stats.cycles) <= 0.1 * sim.stats.cycles, (
+        cand.cycles,
+        sim.stats.cycles,
+    )
 
 
 def test_the_peak_of_a_folded_stem_counts_its_folded_rows() -> None:
-    space = Space.of(parse_program(stem(36, cout=32)), TG1, recognise(parse_program(stem(36, cout=32))))
+    space = Space.of(
+        parse_program(stem(36, cout=32)), TG1, recognise(parse_program(stem(36, cout=32)))
+    )
     # 147 rows of K in 160 (10 MATMULs of 16 rows), 32 of 32 columns
     assert space.peak_macs_per_cycle() == pytest.approx(256 * 147 / 160)

@@ -33,21 +33,31 @@ LIMIT = r"\(SimLimits\.max_steps; raise it with `tensorgen run --max-steps N`\)$
 
 def test_an_exact_count_over_the_limit_is_refused_before_running():
     b = assemble(HEAD + "LOOP count=1000000 body=1\n    VFILL dst=spad:int32@0[4:1] imm=1\n")
-    with pytest.raises(BinaryError, match=rf"^the program executes 1,000,000 instructions, over the simulator's "
-                                          rf"limit of 999,999 {LIMIT}"):
+    with pytest.raises(
+        BinaryError,
+        match=rf"^the program executes 1,000,000 instructions, over the simulator's "
+        rf"limit of 999,999 {LIMIT}",
+    ):
         simulate(b, X, TINY, limits=SimLimits(max_steps=999_999))
 
 
 def test_the_default_limit_refuses_256_cubed_element_by_element_at_once(tmp_path):
     """`C[i, j] += A[i, k] * B[k, j] * -1` at 256^3 on tiny: its default lowering runs one
     element per instruction, 50,855,936 of them (minutes of simulation)."""
-    text = (EXAMPLES / "matmul_256.yaml").read_text().replace("A[i, k] * B[k, j]", "A[i, k] * B[k, j] * -1")
+    text = (
+        (EXAMPLES / "matmul_256.yaml")
+        .read_text()
+        .replace("A[i, k] * B[k, j]", "A[i, k] * B[k, j] * -1")
+    )
     path = tmp_path / "neg256.yaml"
     path.write_text(text)
     job = compile_file(path, "tiny")
     binary = decode(encode(job.compiled.binary))
-    with pytest.raises(BinaryError, match=rf"^the program executes 50,855,936 instructions, over the simulator's "
-                                          rf"limit of 50,000,000 {LIMIT}"):
+    with pytest.raises(
+        BinaryError,
+        match=rf"^the program executes 50,855,936 instructions, over the simulator's "
+        rf"limit of 50,000,000 {LIMIT}",
+    ):
         simulate(binary, random_inputs(job.program, 0), TINY)
 
 
@@ -57,18 +67,24 @@ def test_an_inexact_count_is_enforced_while_running():
     b, inputs = job.compiled.binary, random_inputs(job.program, 0)
     assert verify_binary(b, TINY) == 4102
     assert simulate(b, inputs, TINY, limits=SimLimits(max_steps=2182)).stats.instructions == 2182
-    with pytest.raises(SimulatorError, match=rf"^the program executes more than 2,181 instructions, the "
-                                             rf"simulator's limit {LIMIT}"):
+    with pytest.raises(
+        SimulatorError,
+        match=rf"^the program executes more than 2,181 instructions, the "
+        rf"simulator's limit {LIMIT}",
+    ):
         simulate(b, inputs, TINY, limits=SimLimits(max_steps=2181))
 
 
-NEST = HEAD + """LOAD dst=spad:int32@0[4:1] src=X(0)[4] signal=EX
+NEST = (
+    HEAD
+    + """LOAD dst=spad:int32@0[4:1] src=X(0)[4] signal=EX
 SYNC queue=1 wait=LD
 LOOP count=10 body=1
     VMAC dst=acc:int32@0[4:1] a=spad:int32@0[4:1] b=spad:int32@0[4:1]
 SYNC queue=1 signal=ST
 STORE dst=Y(0)[4] src=acc:int32@0[4:1] wait=EX
 """
+)
 
 
 @pytest.mark.parametrize("limit, vectorised", [(40, True), (39, False)])
@@ -82,14 +98,27 @@ def test_a_big_reduction_nest_runs_iteration_by_iteration(monkeypatch, limit, ve
     assert (sim.nests[(2, 0)] is not None) == vectorised
 
 
-@pytest.mark.parametrize("line, reason", [
-    pytest.param("LOAD dst=spad:int32@0[2:1] src=X(0)[4]", r"^instruction 0 \(LOAD\): operands do not fit its "
-                                                             r"semantics \(.*\) at loop counters \[\]$", id="load"),
-    pytest.param("STORE dst=Y(0)[4] src=spad:int32@0[2:1]", r"^instruction 0 \(STORE\): operands do not fit",
-                 id="store"),
-    pytest.param("VADD dst=spad:int32@0[4:1] a=spad:int32@0[3:1] b=spad:int32@16[2:1] imm=0",
-                 r"^instruction 0 \(VADD\): operands do not fit", id="vadd"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        pytest.param(
+            "LOAD dst=spad:int32@0[2:1] src=X(0)[4]",
+            r"^instruction 0 \(LOAD\): operands do not fit its "
+            r"semantics \(.*\) at loop counters \[\]$",
+            id="load",
+        ),
+        pytest.param(
+            "STORE dst=Y(0)[4] src=spad:int32@0[2:1]",
+            r"^instruction 0 \(STORE\): operands do not fit",
+            id="store",
+        ),
+        pytest.param(
+            "VADD dst=spad:int32@0[4:1] a=spad:int32@0[3:1] b=spad:int32@16[2:1] imm=0",
+            r"^instruction 0 \(VADD\): operands do not fit",
+            id="vadd",
+        ),
+    ],
+)
 def test_operands_that_do_not_fit_the_semantics(line, reason):
     with pytest.raises(SimulatorError, match=reason):
         simulate(assemble(HEAD + line + "\n"), X, TINY)
@@ -97,8 +126,13 @@ def test_operands_that_do_not_fit_the_semantics(line, reason):
 
 def test_loops_that_execute_nothing_are_bounded_too():
     """A loop around an IF that is never taken executes no instruction, but takes time."""
-    b = assemble(HEAD + "LOOP count=4000000000 body=2\n    IF cond=B(-1/1) body=1\n"
-                        "        VFILL dst=spad:int32@0[4:1] imm=1\n")
-    with pytest.raises(SimulatorError, match=r"^the program's loops run more than 1,000 iterations, the "
-                                             r"simulator's limit \(SimLimits\.max_iterations\)$"):
+    b = assemble(
+        HEAD + "LOOP count=4000000000 body=2\n    IF cond=B(-1/1) body=1\n"
+        "        VFILL dst=spad:int32@0[4:1] imm=1\n"
+    )
+    with pytest.raises(
+        SimulatorError,
+        match=r"^the program's loops run more than 1,000 iterations, the "
+        r"simulator's limit \(SimLimits\.max_iterations\)$",
+    ):
         simulate(b, X, TINY, limits=SimLimits(max_iterations=1000))

@@ -33,11 +33,15 @@ def test_matmul_program_computes_and_times_the_queues() -> None:
     text = HEAD + LOADS + MATMUL + " wait=LD signal=ST\n" + STORE + " wait=EX\n"
     ins = _inputs()
     r = simulate(assemble(text), ins, TINY)
-    np.testing.assert_array_equal(r.outputs["C"], ins["A"].astype(np.int32) @ ins["B"].astype(np.int32))
+    np.testing.assert_array_equal(
+        r.outputs["C"], ins["A"].astype(np.int32) @ ins["B"].astype(np.int32)
+    )
     s = r.stats
     dma = TINY.dma_setup_cycles + 16 // TINY.dram_bytes_per_cycle
     # the two loads serialize on the LD queue; the matmul waits for the second; the store for it
-    assert s.cycles == 2 * dma + (4 + TINY.fill_cycles) + (TINY.dma_setup_cycles + 64 // TINY.dram_bytes_per_cycle)
+    assert s.cycles == 2 * dma + (4 + TINY.fill_cycles) + (
+        TINY.dma_setup_cycles + 64 // TINY.dram_bytes_per_cycle
+    )
     assert s.macs == 64 and s.dram_read_bytes == 32 and s.dram_write_bytes == 64
     assert s.busy["EX"] == 4 + TINY.fill_cycles and s.stalled["EX"] > 0
 
@@ -68,7 +72,10 @@ def test_out_of_bounds_view_is_refused() -> None:
 
 
 def test_store_drops_the_part_of_a_box_outside_the_tensor() -> None:
-    text = HEAD + "VFILL dst=acc:int32@0[4x4:4,1] imm=7 signal=ST\nSTORE dst=C(1,-1)[4x4] src=acc:int32@0[4x4:4,1] wait=EX\n"
+    text = (
+        HEAD
+        + "VFILL dst=acc:int32@0[4x4:4,1] imm=7 signal=ST\nSTORE dst=C(1,-1)[4x4] src=acc:int32@0[4x4:4,1] wait=EX\n"
+    )
     out = simulate(assemble(text), _inputs(), TINY).outputs["C"]
     assert (out[0] == 0).all() and (out[1:, :3] == 7).all() and (out[1:, 3] == 0).all()
 

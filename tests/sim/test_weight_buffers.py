@@ -38,8 +38,10 @@ STORE dst=C(0,0)[4x4] src=acc:int32@0[4x4:4,1] wait=EX
 """
 
 
-MM = "MATMUL acc=acc:int32@0[{m}x4:4,1] a=spad:int8@0[{m}x4:4,1] b=spad:int8@{b}[4x4:4,1] accumulate={acc} " \
-     "a_zp=0 b_zp=0"
+MM = (
+    "MATMUL acc=acc:int32@0[{m}x4:4,1] a=spad:int8@0[{m}x4:4,1] b=spad:int8@{b}[4x4:4,1] accumulate={acc} "
+    "a_zp=0 b_zp=0"
+)
 
 
 def _mm(m: int = 4, b: int = 16, acc: int = 0, tokens: str = "") -> str:
@@ -68,11 +70,17 @@ def test_fill_partly_hidden_behind_fewer_rows_and_not_after_a_vector_instruction
     body = _mm(m=2, tokens="wait=LD") + "\n" + _mm(tokens="signal=ST")
     r, t = _run(_tiny(2), body)
     np.testing.assert_array_equal(r.outputs["C"], (t["A"] @ t["B"]).numpy())
-    assert r.stats.busy["EX"] == (2 + 4) + (4 + 2) == isa.matmul_cycles(_tiny(2), 2) + \
-        isa.matmul_cycles(_tiny(2), 4, previous_rows=2)
+    assert (
+        r.stats.busy["EX"]
+        == (2 + 4) + (4 + 2)
+        == isa.matmul_cycles(_tiny(2), 2) + isa.matmul_cycles(_tiny(2), 4, previous_rows=2)
+    )
     # a vector instruction between them: the second MATMUL pays its whole fill
-    body = _mm(tokens="wait=LD") + "\nVADD dst=acc:int32@0[4x4:4,1] a=acc:int32@0[4x4:4,1] b=- imm=1\n" + \
-        _mm(acc=1, tokens="signal=ST")
+    body = (
+        _mm(tokens="wait=LD")
+        + "\nVADD dst=acc:int32@0[4x4:4,1] a=acc:int32@0[4x4:4,1] b=- imm=1\n"
+        + _mm(acc=1, tokens="signal=ST")
+    )
     r, t = _run(_tiny(2), body)
     np.testing.assert_array_equal(r.outputs["C"], (2 * (t["A"] @ t["B"]) + 1).numpy())
     assert r.stats.busy["EX"] == (4 + 4) + (TINY.vector_setup_cycles + 16 // 4) + (4 + 4)
@@ -81,8 +89,12 @@ def test_fill_partly_hidden_behind_fewer_rows_and_not_after_a_vector_instruction
 def test_weights_load_no_earlier_than_their_token() -> None:
     # the second MATMUL's weights (B2) arrive at cycle 60, after the first MATMUL streamed
     # (cycles 44-48): their fill starts at 60, nothing is hidden
-    body = "LOAD dst=spad:int8@32[4x4:4,1] src=B2(0,0)[4x4] signal=EX\n" + _mm(tokens="wait=LD") + "\n" + \
-        _mm(b=32, acc=1, tokens="wait=LD signal=ST")
+    body = (
+        "LOAD dst=spad:int8@32[4x4:4,1] src=B2(0,0)[4x4] signal=EX\n"
+        + _mm(tokens="wait=LD")
+        + "\n"
+        + _mm(b=32, acc=1, tokens="wait=LD signal=ST")
+    )
     r, t = _run(_tiny(2), body)
     np.testing.assert_array_equal(r.outputs["C"], (t["A"] @ t["B"] + t["A"] @ t["B2"]).numpy())
     assert r.stats.cycles == 3 * (16 + 4) + (4 + 4) + (16 + 64 // 4)
@@ -95,8 +107,12 @@ def test_a_vectorised_matmul_nest_times_like_its_iterations(buffers: int) -> Non
     body = _mm(tokens="wait=LD") + "\n" + body
     target = _tiny(buffers)
     fast, t = _run(target, body)
-    slow = simulate(assemble(_program(target, body)), {n: v.numpy().astype(np.int8) for n, v in t.items()},
-                    target, vectorize_loops=False)
+    slow = simulate(
+        assemble(_program(target, body)),
+        {n: v.numpy().astype(np.int8) for n, v in t.items()},
+        target,
+        vectorize_loops=False,
+    )
     np.testing.assert_array_equal(fast.outputs["C"], (4 * (t["A"] @ t["B"])).numpy())
     np.testing.assert_array_equal(slow.outputs["C"], fast.outputs["C"])
     assert fast.stats.busy == slow.stats.busy and fast.stats.cycles == slow.stats.cycles
@@ -109,8 +125,12 @@ def test_a_sync_between_matmuls_keeps_the_fill_hidden_unless_its_token_is_late()
     np.testing.assert_array_equal(r.outputs["C"], (2 * (t["A"] @ t["B"])).numpy())
     assert r.stats.busy["EX"] == (4 + 4) + 4
     # the SYNC waits for B2's load (cycle 60): the next weights load after it, nothing hidden
-    body = "LOAD dst=spad:int8@32[4x4:4,1] src=B2(0,0)[4x4] signal=EX\n" + _mm(tokens="wait=LD") + \
-        "\nSYNC queue=1 wait=LD\n" + _mm(b=32, acc=1, tokens="signal=ST")
+    body = (
+        "LOAD dst=spad:int8@32[4x4:4,1] src=B2(0,0)[4x4] signal=EX\n"
+        + _mm(tokens="wait=LD")
+        + "\nSYNC queue=1 wait=LD\n"
+        + _mm(b=32, acc=1, tokens="signal=ST")
+    )
     r, t = _run(_tiny(2), body)
     np.testing.assert_array_equal(r.outputs["C"], (t["A"] @ t["B"] + t["A"] @ t["B2"]).numpy())
     assert r.stats.cycles == 3 * (16 + 4) + (4 + 4) + (16 + 64 // 4)

@@ -26,8 +26,15 @@ def _raw(name: str) -> dict:
 @pytest.mark.parametrize("name", ["tg1", "tg1db", "tiny"])
 def test_every_constant_group_has_a_source(name: str) -> None:
     d = _raw(name)
-    groups = [d["energy"], d["energy"]["sram"], d["energy"]["dram"], d["energy"]["leakage"],
-              d["area"]["logic"], d["area"]["sram"], d["area"]["fixed"]]
+    groups = [
+        d["energy"],
+        d["energy"]["sram"],
+        d["energy"]["dram"],
+        d["energy"]["leakage"],
+        d["area"]["logic"],
+        d["area"]["sram"],
+        d["area"]["fixed"],
+    ]
     assert all(isinstance(g["source"], str) and len(g["source"]) > 20 for g in groups)
     t = load_target(name)
     assert t.node_nm == 7 and t.dram_interface == "LPDDR4"
@@ -37,7 +44,9 @@ def test_every_constant_group_has_a_source(name: str) -> None:
 
 def test_tg1db_is_tg1_with_two_weight_buffers() -> None:
     tg1, db = _raw("tg1"), _raw("tg1db")
-    assert db["mac_array"].pop("weight_buffers") == 2 and tg1["mac_array"].pop("weight_buffers") == 1
+    assert (
+        db["mac_array"].pop("weight_buffers") == 2 and tg1["mac_array"].pop("weight_buffers") == 1
+    )
     for d in (tg1, db):
         d.pop("name"), d.pop("description")
     assert tg1 == db
@@ -47,19 +56,26 @@ def test_tg1db_is_tg1_with_two_weight_buffers() -> None:
     assert a2["total"] - a1["total"] == pytest.approx(a2["mac_array"] - a1["mac_array"])
 
 
-@pytest.mark.parametrize("path, value, message", [
-    ("clock_mhz", True, "'clock_mhz' must be a number, got True"),
-    ("clock_mhz", "fast", "'clock_mhz' must be a number"),
-    ("clock_mhz", float("nan"), "'clock_mhz' must be finite"),
-    ("technology.node_nm", 3, "'technology.node_nm' must be within 7-130 nm"),
-    ("mac_array.weight_buffers", 3, "'mac_array.weight_buffers' must be 1 or 2"),
-    ("mac_array.weight_buffers", True, "'mac_array.weight_buffers' must be int"),
-    ("energy.mac_pj", -0.3, "'energy.mac_pj' must be positive"),
-    ("energy.sram.read_pj_per_byte", {8192: 1.25}, "'energy.sram.read_pj_per_byte' needs at least two"),
-    ("energy.sram.source", None, "'energy.sram.source' must be str"),
-    ("dram.interface", "LPDDR5", "'dram.interface' 'LPDDR5' has no energy"),
-    ("area.logic.mac_um2", None, "'area.logic.mac_um2' must be a number"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("clock_mhz", True, "'clock_mhz' must be a number, got True"),
+        ("clock_mhz", "fast", "'clock_mhz' must be a number"),
+        ("clock_mhz", float("nan"), "'clock_mhz' must be finite"),
+        ("technology.node_nm", 3, "'technology.node_nm' must be within 7-130 nm"),
+        ("mac_array.weight_buffers", 3, "'mac_array.weight_buffers' must be 1 or 2"),
+        ("mac_array.weight_buffers", True, "'mac_array.weight_buffers' must be int"),
+        ("energy.mac_pj", -0.3, "'energy.mac_pj' must be positive"),
+        (
+            "energy.sram.read_pj_per_byte",
+            {8192: 1.25},
+            "'energy.sram.read_pj_per_byte' needs at least two",
+        ),
+        ("energy.sram.source", None, "'energy.sram.source' must be str"),
+        ("dram.interface", "LPDDR5", "'dram.interface' 'LPDDR5' has no energy"),
+        ("area.logic.mac_um2", None, "'area.logic.mac_um2' must be a number"),
+    ],
+)
 def test_bad_values_name_file_and_key(path: str, value, message: str) -> None:
     d = _raw("tiny")
     *outer, last = path.split(".")
@@ -89,8 +105,18 @@ def test_memory_size_drives_sram_energy_and_area() -> None:
     small, big = copy.deepcopy(d), copy.deepcopy(d)
     small["memories"]["spad"]["bytes"], big["memories"]["spad"]["bytes"] = 128 * 1024, 512 * 1024
     s, b = target_from_dict(small, "s"), target_from_dict(big, "b")
-    stats = type("S", (), {"cycles": 0, "macs": 0, "vector_ops": 0, "dram_bytes": 0,
-                           "onchip_bytes": {"spad": 1000, "acc": 0}, "onchip_write_bytes": {"spad": 0, "acc": 0}})()
+    stats = type(
+        "S",
+        (),
+        {
+            "cycles": 0,
+            "macs": 0,
+            "vector_ops": 0,
+            "dram_bytes": 0,
+            "onchip_bytes": {"spad": 1000, "acc": 0},
+            "onchip_write_bytes": {"spad": 0, "acc": 0},
+        },
+    )()
     assert energy_breakdown(s, stats)["spad"] < energy_breakdown(b, stats)["spad"]
     assert area_breakdown(b)["spad"] == pytest.approx(4 * area_breakdown(s)["spad"])
     # a 28 nm target from the same 45 nm constants sits between 45 nm and 16 nm
@@ -156,16 +182,31 @@ def test_simulated_energy_is_counters_times_yaml_constants() -> None:
     dynamic = {
         "mac": 64 * en["mac_pj"] * f,
         "vector": 16 * en["vector_op_pj"] * f,
-        "spad": f * (32 * _sram_pj(sram["read_pj_per_byte"], spad) + 32 * _sram_pj(sram["write_pj_per_byte"], spad)),
-        "acc": f * (128 * _sram_pj(sram["read_pj_per_byte"], acc) + 128 * _sram_pj(sram["write_pj_per_byte"], acc)),
+        "spad": f
+        * (
+            32 * _sram_pj(sram["read_pj_per_byte"], spad)
+            + 32 * _sram_pj(sram["write_pj_per_byte"], spad)
+        ),
+        "acc": f
+        * (
+            128 * _sram_pj(sram["read_pj_per_byte"], acc)
+            + 128 * _sram_pj(sram["write_pj_per_byte"], acc)
+        ),
         "dram": 96 * en["dram"]["pj_per_byte"][d["dram"]["interface"]],
     }
     ar = d["area"]
     logic = AREA_FROM_45[7] / AREA_FROM_45[ar["logic"]["node_nm"]] * 1e-6
-    mm2 = (16 * (ar["logic"]["mac_um2"] + 1 * ar["logic"]["weight_register_um2"]) * logic
-           + 4 * ar["logic"]["vector_lane_um2"] * logic
-           + (spad + acc) * 8 * ar["sram"]["bitcell_um2"] * (1 + ar["sram"]["periphery"]) * AREA_FROM_45[7] * 1e-6
-           + ar["fixed"]["mm2"] * AREA_FROM_45[7])
+    mm2 = (
+        16 * (ar["logic"]["mac_um2"] + 1 * ar["logic"]["weight_register_um2"]) * logic
+        + 4 * ar["logic"]["vector_lane_um2"] * logic
+        + (spad + acc)
+        * 8
+        * ar["sram"]["bitcell_um2"]
+        * (1 + ar["sram"]["periphery"])
+        * AREA_FROM_45[7]
+        * 1e-6
+        + ar["fixed"]["mm2"] * AREA_FROM_45[7]
+    )
     assert area_breakdown(tiny)["total"] == pytest.approx(mm2, rel=1e-12)
     leak_mw_per_mm2 = en["leakage"]["mw_per_mm2"] * f / AREA_FROM_45[7]
     static = leak_mw_per_mm2 * mm2 * s.cycles / d["clock_mhz"] * 1e3  # mW * us = nJ
