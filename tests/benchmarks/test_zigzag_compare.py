@@ -71,7 +71,7 @@ def test_workload_and_mapping_match_the_layer(name):
         assert wl["loop_sizes"][wl["loop_dims"].index(loop)] % int(factor) == 0
 
 
-def _zz(cycles: float, energy: float) -> dict:
+def _zz(cycles: float, energy: float, rows_per_load: float) -> dict:
     return {
         "latency_cycles": cycles,
         "ideal_temporal_cycles": cycles,
@@ -81,23 +81,51 @@ def _zz(cycles: float, energy: float) -> dict:
         "energy_pj": energy,
         "mac_energy_pj": 0.0,
         "memory_energy_pj": {"O": {"acc": 0.0, "dram": energy}},
-        "temporal_mapping": {"O": [[["K", 4.0]], [["C", 2.0]]]},
-        "memory_levels": {"O": ["acc", "dram"]},
+        "temporal_mapping": {
+            "O": [[["B", rows_per_load]], [["C", 2.0]]],
+            "W": [[["B", rows_per_load]], [["C", 2.0]], []],
+        },
+        "memory_levels": {"O": ["acc", "dram"], "W": ["w_reg", "spad", "dram"]},
     }
 
 
-def test_a_faster_zigzag_mapping_is_a_lead_for_the_scheduler():
+@pytest.fixture(scope="module")
+def small():
     target = load_target("tg1")
     layer = layers.Layer("mm", layers.Matmul(64, 64, 64))
-    tg = zc.run_tensorgen(layer, target)
+    return layer, target, zc.run_tensorgen(layer, target)
+
+
+def test_tensorgen_side_is_checked_and_split(small):
+    layer, target, tg = small
     assert tg["bit_exact"] is True
     assert tg["dynamic_pj"] + tg["energy_breakdown_pj"]["static"] == pytest.approx(tg["energy_pj"])
-    same = zc.explain(layer, target, tg, _zz(tg["cycles"], tg["dynamic_pj"]))
-    assert same == []  # no difference, nothing to explain
-    faster = zc.explain(layer, target, tg, _zz(tg["cycles"] / 2, tg["dynamic_pj"] * 2))
-    assert any(s.startswith("Cycles x0.50") for s in faster)
-    assert any(s.startswith("LEAD") and "acc: K4 | dram: C2" in s for s in faster)
-    assert any(s.startswith("Energy x2.00") and "dram" in s for s in faster)
+    terms = zc.cycle_terms(layer, target, tg)
+    assert terms["stream"] + terms["fill"] + terms["exposed"] == pytest.approx(tg["cycles"])
+    assert terms["matmuls"] >= 1 and terms["rows_per_matmul"] <= 64
+
+
+def test_no_difference_nothing_to_explain(small):
+    layer, target, tg = small
+    rows = zc.cycle_terms(layer, target, tg)["rows_per_matmul"]
+    assert zc.explain(layer, target, tg, _zz(tg["cycles"], tg["dynamic_pj"], rows)) == []
+
+
+def test_fewer_cycles_from_the_fill_is_no_lead(small):
+    layer, target, tg = small
+    terms = zc.cycle_terms(layer, target, tg)
+    zz = _zz(tg["cycles"] - terms["fill"] / 2, tg["dynamic_pj"], terms["rows_per_matmul"])
+    (sentence,) = zc.explain(layer, target, tg, zz)
+    assert "Not a better loop nest" in sentence and "LEAD" not in sentence
+
+
+def test_more_rows_per_weight_load_is_a_lead(small):
+    layer, target, tg = small
+    rows = zc.cycle_terms(layer, target, tg)["rows_per_matmul"]
+    out = zc.explain(layer, target, tg, _zz(tg["cycles"] / 2, tg["dynamic_pj"] / 2, rows * 2))
+    assert any(s.startswith("Cycles x0.50") for s in out)
+    assert any("LEAD for the scheduler" in s and "acc: B" in s for s in out)
+    assert any(s.startswith("Energy x0.50") and "less DRAM traffic" in s for s in out)
 
 
 def test_missing_zigzag_is_one_line_with_the_install_command(tmp_path, capsys):
@@ -108,3 +136,10 @@ def test_missing_zigzag_is_one_line_with_the_install_command(tmp_path, capsys):
     assert status == 2
     assert len(err.strip().splitlines()) == 1 and "pip install zigzag-dse" in err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_gap_within_the_noise_is_no_lead(small):
+    layer, target, tg = small
+    zz = _zz(tg["cycles"] - 1, tg["dynamic_pj"], 1e6)  # more rows per load, but one cycle
+    (sentence,) = zc.explain(layer, target, tg, zz)
+    assert "no lead" in sentence and "LEAD" not in sentence
