@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tensorgen.driver import compare, compile_auto, random_inputs, write_atomic
+from tensorgen.errors import TensorgenError
 from tensorgen.mc.binary import decode, encode
 from tensorgen.reference.torch_ref import evaluate
 from tensorgen.sim.machine import simulate
@@ -593,11 +594,19 @@ def main(argv: list[str] | None = None) -> int:
     except ZigZagMissing as err:
         print(f"zigzag_compare: {err}", file=sys.stderr)
         return 2
-    target = load_target(args.target)
+    try:
+        target = load_target(args.target)
+    except TensorgenError as err:
+        print(f"zigzag_compare: {err}", file=sys.stderr)
+        return 2
     rows = []
     for name in names:
         console.print(f"[dim]{name}: {by_name[name].op.describe()} ...[/dim]")
-        rows.append(compare_layer(python, by_name[name], target))
+        try:
+            rows.append(compare_layer(python, by_name[name], target))
+        except (RuntimeError, subprocess.TimeoutExpired) as err:  # ZigZag rejected or hung
+            print(f"zigzag_compare: {err}", file=sys.stderr)
+            return 1
     print_report(console, rows, target)
     report = {"target": target.name, "hardware": hardware(target), "layers": rows}
     write_atomic(args.json, json.dumps(report, indent=1).encode())
