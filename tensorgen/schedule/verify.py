@@ -73,12 +73,24 @@ def _point(points: isl.Set) -> str:
     return f"{points.get_tuple_name()}[{', '.join(coords)}]"
 
 
-def _constant(m: isl.Map, pos: int) -> int | None:
-    rng = m.range()
-    lo, hi = rng.dim_min(pos), rng.dim_max(pos)
-    if not (lo.is_cst() and hi.is_cst()) or not lo.is_equal(hi):
-        return None
-    return int(hi.get_pieces()[0][1].get_constant_val().to_python())
+def _constants(state: State) -> dict[tuple[str, int], int | None]:
+    """(statement, position) -> the value of each constant row (None: the row is no constant)."""
+    out = {}
+    for name, m in state.maps.items():
+        rng = m.range()
+        n = rng.dim(isl.dim_type.set)
+        for pos, row in enumerate(state.dims):
+            if row.get(name, 0) is None:
+                one = rng.project_out(isl.dim_type.set, pos + 1, n - pos - 1).project_out(
+                    isl.dim_type.set, 0, pos
+                )
+                point = one.sample_point() if one.is_singleton() else None
+                out[name, pos] = (
+                    None
+                    if point is None
+                    else int(point.get_coordinate_val(isl.dim_type.set, 0).to_python())
+                )
+    return out
 
 
 def _check_nesting(state: State) -> None:
@@ -92,12 +104,13 @@ def _check_nesting(state: State) -> None:
                 f"{WHO}: statement {name} has {m.dim(isl.dim_type.out)} schedule dimensions, "
                 f"the loop nest {n}"
             )
+    consts = _constants(state)
     for pos, row in enumerate(state.dims):
         if set(row) != set(state.maps):
             raise ScheduleError(f"{WHO}: row d{pos} does not place every statement")
         for name, lid in row.items():
             if lid is None:
-                if _constant(state.maps[name], pos) is None:
+                if consts[name, pos] is None:
                     raise ScheduleError(f"{WHO}: statement {name}: d{pos} is no constant")
                 continue
             info = state.loops.get(lid)
@@ -110,10 +123,11 @@ def _check_nesting(state: State) -> None:
     for lid, info in state.loops.items():
         if lid not in rows:
             raise ScheduleError(f"{WHO}: loop {info.name} encloses no statement")
-        _check_loop(state, info.name, rows[lid], info.statements, lid)
+        _check_loop(state, consts, info.name, rows[lid], lid)
 
 
-def _check_loop(state: State, name: str, pos: int, stmts: frozenset[str], lid: int) -> None:
+def _check_loop(state: State, consts, name: str, pos: int, lid: int) -> None:
+    stmts = state.loops[lid].statements
     under = {s for s, v in state.dims[pos].items() if v == lid}
     if under != set(stmts):
         raise ScheduleError(
@@ -123,8 +137,8 @@ def _check_loop(state: State, name: str, pos: int, stmts: frozenset[str], lid: i
     first = min(stmts)
     for q in range(pos):
         above = {state.dims[q][s] for s in stmts}
-        consts = {_constant(state.maps[s], q) for s in stmts} if above == {None} else {0}
-        if len(above) != 1 or len(consts) != 1:
+        values = {consts[s, q] for s in stmts} if above == {None} else {0}
+        if len(above) != 1 or len(values) != 1:
             raise ScheduleError(
                 f"{WHO}: loop {name} encloses {first} and statements outside its parent at d{q}"
             )
