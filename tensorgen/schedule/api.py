@@ -26,8 +26,6 @@ Example (matmul `C[i, j] += A[i, k] * B[k, j]`)::
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import islpy as isl
 
 from tensorgen.errors import ScheduleError
@@ -379,8 +377,3 @@ class Schedule:
 
     def _check_capacity(self, prim: str) -> None:
         mem.check_capacity(self.program, self._state, self.target, prim)
-
-
-def restaged(state: State, stages) -> State:
-    """`state` with other stages (for tests and the verifier's corruptions)."""
-    return replace(state, stages=tuple(stages))
