@@ -1,0 +1,254 @@
+"""The simulator's fast path for MATMULs: operands decoded once, exact narrow arithmetic, and
+runs of MATMULs into one accumulator (a peeled `accumulate=0` MATMUL and the LOOP/LOOPB nest
+around the accumulating one after it) computed as one BLAS call.
+
+Values are exact: int8/uint8 operands minus their zero points are multiplied in float32 while
+every partial sum stays below 2**24 (chunked over K beyond that), the int32 accumulator wraps
+in place. Timing, counters, hazards and trace events are computed per MATMUL exactly as
+stepping them one by one would (`tensorgen.sim.machine.Simulator._step_run`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.mc import isa
+from tensorgen.mc.operands import ITEMSIZE, View
+
+# float32 holds every integer below 2**24 exactly: a sum of products stays exact below it
+FLOAT32_EXACT = 1 << 24
+# a batched run's gathered operands stay this small; a larger run computes MATMUL by MATMUL
+MAX_BATCH_ELEMENTS = 1 << 22
+NARROW = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A view with everything but its base address precomputed (bytes throughout)."""
+
+    mem: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    const: int
+    coefs: tuple[int, ...]
+    lo: int  # first byte touched, relative to the base
+    hi: int  # one past the last byte touched, relative to the base
+
+    @staticmethod
+    def of(view: View) -> Decoded:
+        isz = ITEMSIZE[view.dtype]
+        strides = tuple(s * isz for s in view.strides)
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(view.shape, strides, strict=True))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(view.shape, strides, strict=True)) + isz
+        dt = np.dtype(view.dtype)
+        return Decoded(view.mem, dt, view.shape, strides, view.base.const, view.base.coefs, lo, hi)
+
+    def base(self, counters: tuple[int, ...]) -> int:
+        if len(self.coefs) > len(counters):
+            raise IndexError("an address uses the counter of a loop that does not enclose it")
+        b = self.const
+        for c, n in zip(self.coefs, counters, strict=False):
+            b += c * n
+        return b
+
+    def array(self, memory: np.ndarray, base: int) -> np.ndarray:
+        return np.ndarray(self.shape, self.dtype, buffer=memory, offset=base, strides=self.strides)
+
+
+@dataclass(frozen=True)
+class MatmulOp:
+    """One static MATMUL, decoded: its operands and the bound on |product terms|."""
+
+    acc: Decoded
+    a: Decoded
+    b: Decoded
+    accumulate: int
+    a_zp: int
+    b_zp: int
+    term: int  # the largest |(a - a_zp) * (b - b_zp)|
+
+    @staticmethod
+    def of(ins: isa.Instruction) -> MatmulOp | None:
+        """None when the fast kernel does not apply (operands other than int8/uint8 into an
+        int32 accumulator, or a crafted shape): the instruction's own semantics run then."""
+        f = dict(ins.args)
+        a, b, acc = f["a"], f["b"], f["acc"]
+        if a.dtype not in NARROW or b.dtype not in NARROW or acc.dtype != "int32":
+            return None
+        if len(b.shape) != 2 or not a.shape or a.shape[-1] != b.shape[0]:
+            return None
+        if math.prod(acc.shape) != math.prod(a.shape[:-1]) * b.shape[1]:
+            return None
+        xa = max(abs(v - f["a_zp"]) for v in NARROW[a.dtype])
+        xb = max(abs(v - f["b_zp"]) for v in NARROW[b.dtype])
+        return MatmulOp(
+            Decoded.of(acc),
+            Decoded.of(a),
+            Decoded.of(b),
+            int(f["accumulate"]),
+            int(f["a_zp"]),
+            int(f["b_zp"]),
+            xa * xb,
+        )
+
+    def operands(self) -> tuple[tuple[str, Decoded, bool], ...]:
+        """(field, view, written) in the order the instruction's semantics touch them."""
+        reads = (("a", self.a, False), ("b", self.b, False))
+        if self.accumulate:
+            return (*reads, ("acc", self.acc, False), ("acc", self.acc, True))
+        return (*reads, ("acc", self.acc, True))
+
+
+def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
+    """int32 (wrapped) x @ w of integer-valued float32 matrices whose elementwise products are
+    at most `term` in magnitude: float32 BLAS over chunks of K short enough to stay exact."""
+    k = x.shape[1]
+    chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
+    if k <= chunk:
+        return (x @ w).astype(np.int32)
+    out = np.zeros((x.shape[0], w.shape[1]), np.int32)
+    for s in range(0, k, chunk):
+        out += (x[:, s : s + chunk] @ w[s : s + chunk]).astype(np.int32)  # wraps like int32
+    return out
+
+
+def _as_float(arr: np.ndarray, zp: int, shape: tuple[int, ...]) -> np.ndarray:
+    out = np.empty(arr.shape, np.float32)
+    np.copyto(out, arr, casting="unsafe")
+    if zp:
+        out -= np.float32(zp)  # exact: small integers
+    return out.reshape(shape)
+
+
+def matmul_once(op: MatmulOp, mem: dict[str, np.ndarray], bases: tuple[int, int, int]) -> None:
+    """One MATMUL at byte bases (acc, a, b), bounds already checked."""
+    acc = op.acc.array(mem[op.acc.mem], bases[0])
+    a = op.a.array(mem[op.a.mem], bases[1])
+    b = op.b.array(mem[op.b.mem], bases[2])
+    k = a.shape[-1]
+    prod = exact_product(_as_float(a, op.a_zp, (-1, k)), _as_float(b, op.b_zp, b.shape), op.term)
+    prod = prod.reshape(acc.shape)
+    if op.accumulate:
+        acc += prod  # int32 in place: wraps as the hardware's accumulator does
+    else:
+        acc[...] = prod
+
+
+def matmul_box(
+    op: MatmulOp,
+    mem: dict[str, np.ndarray],
+    bases: tuple[int, int, int],
+    dims: tuple[int, ...],
+    levels: tuple[int, ...],
+    accumulate: int,
+) -> None:
+    """The MATMULs of a rectangular nest (`dims` iterations of loop `levels`, counters from
+    the corner whose operand bases are `bases`) into one accumulator, as one product over
+    (M, iterations*K): integer sums wrap the same in any order."""
+    a_co = tuple(op.a.coefs[lv] if lv < len(op.a.coefs) else 0 for lv in levels)
+    b_co = tuple(op.b.coefs[lv] if lv < len(op.b.coefs) else 0 for lv in levels)
+    a = np.ndarray(
+        dims + op.a.shape,
+        op.a.dtype,
+        buffer=mem[op.a.mem],
+        offset=bases[1],
+        strides=a_co + op.a.strides,
+    )
+    b = np.ndarray(
+        dims + op.b.shape,
+        op.b.dtype,
+        buffer=mem[op.b.mem],
+        offset=bases[2],
+        strides=b_co + op.b.strides,
+    )
+    d, ms = len(dims), op.a.shape[:-1]
+    # (dims, M.., K) -> (M.., dims, K): the loop axes are more reduction depth
+    a = np.moveaxis(a, tuple(range(d)), tuple(range(len(ms), len(ms) + d)))
+    m = math.prod(ms)
+    x = _as_float(a, op.a_zp, (m, -1))
+    w = _as_float(b, op.b_zp, (-1, op.b.shape[1]))
+    prod = exact_product(x, w, op.term).reshape(op.acc.shape)
+    acc = op.acc.array(mem[op.acc.mem], bases[0])
+    if accumulate:
+        acc += prod
+    else:
+        acc[...] = prod
+
+
+@dataclass(frozen=True)
+class Nest:
+    """A chain of LOOP/LOOPB around one instruction (each loop's body the rest of the chain)."""
+
+    head: int  # pc of the outermost loop
+    body: int  # pc of the instruction inside
+    depth: int  # loop levels around the head
+    outer_levels: tuple[int, ...]  # outer counters the LOOPB bounds read
+
+    @staticmethod
+    def at(code: list[isa.Instruction], pc: int, depth: int) -> Nest | None:
+        start, levels = pc, []
+        while pc < len(code) and code[pc].mnemonic in ("LOOP", "LOOPB"):
+            ins = code[pc]
+            if ins.arg("body") != 0 and pc + ins.arg("body") + 1 > len(code):
+                return None
+            if ins.mnemonic == "LOOPB":
+                for bound in (ins.arg("lower"), ins.arg("upper")):
+                    for aff, _ in bound.terms:
+                        levels += [lv for lv, c in enumerate(aff.coefs) if c and lv < depth]
+            pc += 1
+        n = pc - start
+        if not n or pc >= len(code) or depth + n > 8:
+            return None
+        if any(code[start + i].arg("body") != n - i for i in range(n)):
+            return None
+        return Nest(start, pc, depth, tuple(sorted(set(levels))))
+
+    def points(self, code: list[isa.Instruction], counters: tuple[int, ...]):
+        """(inner counters of every iteration in order as an (n, levels) array, loop
+        iterations as stepping counts them)."""
+        pts: list[tuple[int, ...]] = []
+        iterations = 0
+
+        def walk(i: int, cs: tuple[int, ...]) -> None:
+            nonlocal iterations
+            if self.head + i == self.body:
+                pts.append(cs[len(counters) :])
+                return
+            ins = code[self.head + i]
+            if ins.mnemonic == "LOOP":
+                rng = range(ins.arg("count"))
+            else:
+                lo = max(ins.arg("lower").values(cs))
+                hi = min(ins.arg("upper").values(cs))
+                rng = range(lo, hi + 1)
+            iterations += max(len(rng), 0)
+            for c in rng:
+                walk(i + 1, cs + (c,))
+
+        walk(0, counters)
+        levels = self.body - self.head
+        return np.array(pts, np.int64).reshape(-1, levels), iterations
+
+
+def box_of(points: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], np.ndarray | None] | None:
+    """(corner, dims, the one missing point or None) when `points` (distinct, in order) fill
+    a box or all of a box but one point; None otherwise."""
+    if not len(points):
+        return None
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    dims = tuple(int(n) for n in hi - lo + 1)
+    size = math.prod(dims)
+    if size == len(points):
+        return lo, dims, None
+    if size != len(points) + 1:
+        return None
+    present = {tuple(p) for p in points.tolist()}
+    for p in itertools.product(*(range(int(a), int(b) + 1) for a, b in zip(lo, hi, strict=True))):
+        if p not in present:
+            return lo, dims, np.array(p, np.int64)
+    return None

@@ -1,0 +1,289 @@
+"""Runs of MATMULs executed at once by the simulator, with every counter as stepping gives it.
+
+A run is a token-free MATMUL (optionally) followed by a LOOP/LOOPB nest around one
+accumulating MATMUL into the same accumulator -- the compiler peels the first `accumulate=0`
+product of every reduction -- or such a nest alone. Its values come from one BLAS call when
+its iterations fill a box (`batch.matmul_box`), MATMUL by MATMUL otherwise; its timing,
+counters, trace events and DRAM-free hazard bookkeeping are computed per MATMUL in program
+order. Whatever could make stepping behave differently (an access out of bounds, an operand
+overlapping the accumulator, a possible hazard, a limit reached) makes the run decline, and
+the simulator steps those instructions instead, so errors are the same as stepping's too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, MatmulOp, Nest, box_of, matmul_box
+from tensorgen.sim.batch import matmul_once as _once
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The iterations of one nest at some outer counters: cached, they repeat."""
+
+    points: np.ndarray  # (n, levels) inner counters, in program order
+    iterations: int  # hardware-loop iterations, as stepping counts them
+    box: tuple | None  # batch.box_of(points)
+
+
+class Access:
+    """An access in flight on a queue; `parts`, when set, stands for the accesses of the
+    MATMULs of a run, in order (`RunParts`), and `spans` for their extent per operand, so that
+    other queues check against exactly what stepping would have recorded."""
+
+    __slots__ = ("mem", "lo", "hi", "end", "queue", "write", "pc", "parts", "spans")
+
+    def __init__(self, mem, lo, hi, end, queue, write, pc, parts=None, spans=None):
+        self.mem, self.lo, self.hi, self.end = mem, lo, hi, end
+        self.queue, self.write, self.pc = queue, write, pc
+        self.parts, self.spans = parts, spans
+
+
+class RunParts:
+    """The accesses of a run's MATMULs, built only when another queue's access overlaps the
+    run's spans (rarely: a hazard, or a near miss)."""
+
+    def __init__(self, segments, ends: list[int]) -> None:
+        self.segments, self.ends = segments, ends
+        self.first_end = ends[0]
+        self._parts: list[Access] | None = None
+
+    def expand(self) -> list[Access]:
+        if self._parts is None:
+            parts, i = [], 0
+            for seg in self.segments:
+                for row in seg.bases.tolist():
+                    for name, d, write in seg.op.operands():
+                        base = row[_COLUMN[name]]
+                        parts.append(
+                            Access(
+                                d.mem, base + d.lo, base + d.hi, self.ends[i], "EX", write, seg.pc
+                            )
+                        )
+                    i += 1
+            self._parts = parts
+        return self._parts
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive MATMULs of a run of one static instruction: its (acc, a, b) byte bases."""
+
+    pc: int
+    op: MatmulOp
+    bases: np.ndarray  # (steps, 3)
+
+
+_COLUMN = {"acc": 0, "a": 1, "b": 2}
+
+
+def _same_view(x: Decoded, y: Decoded) -> bool:
+    return (x.mem, x.dtype, x.shape, x.strides) == (y.mem, y.dtype, y.shape, y.strides)
+
+
+class MatmulRuns:
+    def __init__(self, sim) -> None:
+        self.sim = sim
+        self.ops: dict[int, MatmulOp | None] = {}
+        self.nests: dict[tuple[int, int], Nest | None] = {}
+        self.shapes: dict[tuple, Shape] = {}
+
+    def op(self, pc: int) -> MatmulOp | None:
+        if pc not in self.ops:
+            ins = self.sim.binary.code[pc]
+            self.ops[pc] = MatmulOp.of(ins) if ins.mnemonic == "MATMUL" else None
+        return self.ops[pc]
+
+    def nest(self, pc: int, depth: int) -> Nest | None:
+        """The nest at `pc` if it is one around an accumulating, token-free fast MATMUL whose
+        accumulator the loops do not move."""
+        key = (pc, depth)
+        if key not in self.nests:
+            code, n = self.sim.binary.code, Nest.at(self.sim.binary.code, pc, depth)
+            op = self.op(n.body) if n is not None else None
+            ok = (
+                op is not None
+                and op.accumulate
+                and not code[n.body].wait
+                and not code[n.body].signal
+                and all(c == 0 for c in op.acc.coefs[depth:])
+            )
+            self.nests[key] = n if ok else None
+        return self.nests[key]
+
+    def shape(self, nest: Nest, counters: tuple[int, ...]) -> Shape:
+        key = (nest.head, nest.depth, tuple(counters[lv] for lv in nest.outer_levels))
+        if key not in self.shapes:
+            points, iterations = nest.points(self.sim.binary.code, counters)
+            self.shapes[key] = Shape(points, iterations, box_of(points))
+        return self.shapes[key]
+
+    def run(self, peel: int | None, nest: Nest | None, counters: tuple[int, ...]) -> bool:
+        """Execute the run (the MATMUL at `peel` then `nest`); False, with nothing changed,
+        when it must be stepped instead."""
+        shape = self.shape(nest, counters) if nest is not None else None
+        segments = self._plan(peel, nest, shape, counters)
+        if segments is None:
+            return False
+        sim = self.sim
+        n = sum(len(seg.bases) for seg in segments)
+        iterations = shape.iterations if shape is not None else 0
+        if (
+            sim.stats.instructions + n > sim.limits.max_steps
+            or sim.iterations + iterations > sim.limits.max_iterations
+        ):
+            return False
+        spans = _spans(segments)
+        steps = self._timing(segments, spans)
+        if steps is None:
+            return False
+        sim.iterations += iterations
+        self._compute(peel, nest, shape, segments, counters)
+        self._commit(segments, spans, steps)
+        return True
+
+    def _plan(self, peel, nest, shape, counters) -> list[Segment] | None:
+        """The run's segments when all is in bounds and no operand overlaps the accumulator;
+        None otherwise."""
+        segments = []
+        if peel is not None:
+            op = self.op(peel)
+            if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > len(counters):
+                return None
+            row = [(op.acc.base(counters), op.a.base(counters), op.b.base(counters))]
+            segments.append(Segment(peel, op, np.array(row, np.int64)))
+        if nest is not None and len(shape.points):
+            op = self.op(nest.body)
+            levels = len(counters) + shape.points.shape[1]
+            if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > levels:
+                return None
+            rows = np.empty((len(shape.points), levels), np.int64)
+            rows[:, : len(counters)] = counters
+            rows[:, len(counters) :] = shape.points
+            cols = [rows @ _coefs(d, levels) + d.const for d in (op.acc, op.a, op.b)]
+            segments.append(Segment(nest.body, op, np.stack(cols, axis=1)))
+        if not segments:
+            return None
+        if len(segments) == 2:
+            first, body = segments
+            if not _same_view(first.op.acc, body.op.acc) or first.bases[0, 0] != body.bases[0, 0]:
+                return None
+        mem = self.sim.machine.mem
+        for seg in segments:
+            for name, d, _ in seg.op.operands():
+                col = seg.bases[:, _COLUMN[name]]
+                if col.min() + d.lo < 0 or col.max() + d.hi > mem[d.mem].size:
+                    return None
+        spans = _spans(segments)
+        acc_mem, acc_lo, acc_hi = spans[("acc", True)]
+        for key in (("a", False), ("b", False)):
+            m, lo, hi = spans[key]
+            if m == acc_mem and lo < acc_hi and acc_lo < hi:
+                return None  # it would read what the run writes: step it
+        return segments
+
+    def _timing(self, segments, spans) -> list[tuple[int, int]] | None:
+        """Per-step (start, end) on EX, or None if another queue might touch the run's memory
+        meanwhile (then stepping finds the exact hazard, or none)."""
+        sim = self.sim
+        saved = sim.streaming
+        t = sim.queue_time["EX"]
+        steps, reads_from = [], None
+        for seg in segments:
+            cost = sim.costs[seg.pc]
+            for _ in range(len(seg.bases)):
+                end, rf = sim._execute_timing(cost, 1, t, 0)
+                steps.append((t, end))
+                reads_from = rf if reads_from is None else min(reads_from, rf)
+                t = end
+        for other, accesses in sim.inflight.items():
+            if other == "EX":
+                continue
+            for (_, write), (mem, lo, hi) in spans.items():
+                for a in reversed(accesses):
+                    if a.end <= reads_from:
+                        break
+                    if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
+                        sim.streaming = saved
+                        return None
+        return steps
+
+    def _compute(self, peel, nest, shape, segments, counters) -> None:
+        mem = self.sim.machine.mem
+        body = segments[-1].op
+        n = sum(len(seg.bases) for seg in segments)
+        big = n * max(math.prod(body.a.shape), math.prod(body.b.shape)) > MAX_BATCH_ELEMENTS
+        if nest is None or shape.box is None or big or len(segments[-1].bases) != len(shape.points):
+            for seg in segments:
+                for row in seg.bases.tolist():
+                    _once(seg.op, mem, tuple(row))
+            return
+        corner, dims, missing = shape.box
+        levels = tuple(range(len(counters), len(counters) + len(dims)))
+        at = counters + tuple(int(c) for c in corner)
+        corner_bases = (body.acc.base(at), body.a.base(at), body.b.base(at))
+        if missing is None:
+            if peel is not None:
+                _once(segments[0].op, mem, tuple(segments[0].bases[0].tolist()))
+            matmul_box(body, mem, corner_bases, dims, levels, 1)
+            return
+        first = segments[0].op
+        gap = counters + tuple(int(c) for c in missing)
+        if (
+            peel is not None
+            and _same_view(first.a, body.a)
+            and _same_view(first.b, body.b)
+            and (first.a_zp, first.b_zp) == (body.a_zp, body.b_zp)
+            and tuple(segments[0].bases[0, 1:].tolist()) == (body.a.base(gap), body.b.base(gap))
+        ):  # the peeled MATMUL is the nest's missing iteration: one product over the box
+            matmul_box(body, mem, corner_bases, dims, levels, first.accumulate)
+            return
+        for seg in segments:
+            for row in seg.bases.tolist():
+                _once(seg.op, mem, tuple(row))
+
+    def _commit(self, segments, spans, steps) -> None:
+        sim = self.sim
+        st = sim.stats
+        end = steps[-1][1]
+        parts = RunParts(segments, [e for _, e in steps])
+        sim.inflight["EX"].append(Access(None, 0, 0, end, "EX", True, segments[0].pc, parts, spans))
+        if sim.recorder is not None:
+            pcs = [seg.pc for seg in segments for _ in range(len(seg.bases))]
+            for pc, (start, stop) in zip(pcs, steps, strict=True):
+                sim.recorder.events.append(("EX", start, start, stop, pc, "MATMUL"))
+        st.busy["EX"] += end - steps[0][0]
+        sim.queue_time["EX"] = end
+        for seg in segments:
+            cost, k = sim.costs[seg.pc], len(seg.bases)
+            st.instructions += k
+            st.macs += cost.macs * k
+            st.vector_ops += cost.vector_ops * k
+            for m, b in cost.bytes:
+                st.onchip_bytes[m] += b * k
+            for m, b in cost.written:
+                st.onchip_write_bytes[m] += b * k
+
+
+def _coefs(d: Decoded, levels: int) -> np.ndarray:
+    out = np.zeros(levels, np.int64)
+    out[: len(d.coefs)] = d.coefs
+    return out
+
+
+def _spans(segments) -> dict[tuple[str, bool], tuple[str, int, int]]:
+    """(field, written) -> (memory, first byte, end) over all the run's MATMULs."""
+    spans: dict[tuple[str, bool], tuple[str, int, int]] = {}
+    for seg in segments:
+        for name, d, write in seg.op.operands():
+            col = seg.bases[:, _COLUMN[name]]
+            lo, hi = int(col.min()) + d.lo, int(col.max()) + d.hi
+            old = spans.get((name, write))
+            spans[(name, write)] = (
+                (d.mem, lo, hi) if old is None else (d.mem, min(old[1], lo), max(old[2], hi))
+            )
+    return spans
