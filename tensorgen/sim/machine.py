@@ -11,10 +11,12 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import deque
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from tensorgen.errors import SimulatorError
 from tensorgen.inputs import one_line
@@ -24,7 +26,7 @@ from tensorgen.mc.operands import ITEMSIZE, Box, View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
 from tensorgen.sim.batch import Decoded, matmul_once
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
-from tensorgen.sim.runs import Access, MatmulRuns
+from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -389,7 +391,8 @@ class Simulator:
         ins = code[pc]
         defn = ins.defn
         if (
-            defn.execute_reduction_loop is None
+            ins.mnemonic == "MATMUL"  # its runs are `runs.MatmulRuns`'; declined ones are stepped
+            or defn.execute_reduction_loop is None
             or ins.wait
             or ins.signal
             or not self.fields[pc].get("accumulate", 1)
@@ -471,7 +474,13 @@ class Simulator:
             self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
         st.stalled[q] += start - self.queue_time[q]
         if self.recorder is not None:
-            self.recorder.events.append((q, self.queue_time[q], start, end, pc, ins.mnemonic))
+            # a nest run at once (token-free, no fill) records each of its instructions
+            one = self.costs[pc].cycles if reps > 1 else end - start
+            self.recorder.events += [
+                (q, self.queue_time[q] if i == 0 else start + i * one, start + i * one)
+                + (start + (i + 1) * one, pc, ins.mnemonic)
+                for i in range(reps)
+            ]
         st.busy[q] += end - start
         self.queue_time[q] = end
         for dst in ins.signal:
@@ -549,7 +558,7 @@ class Simulator:
                 del accesses[: bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
             for mem, lo, hi, write in self.machine.touched:
                 is_write = write if write is not None else ins.mnemonic == "STORE"
-                a = _hazard(accesses, mem, lo, hi, is_write, start)
+                a = hazard(accesses, mem, lo, hi, is_write, start)
                 if a is not None:
                     raise SimulatorError(
                         f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle "
@@ -560,31 +569,6 @@ class Simulator:
         for mem, lo, hi, write in self.machine.touched:
             is_write = write if write is not None else ins.mnemonic == "STORE"
             mine.append(Access(mem, lo, hi, end, q, is_write, pc))
-
-
-def _hazard(accesses: list[Access], mem: str, lo: int, hi: int, write: bool, start: int):
-    """The newest access in flight after `start` that overlaps [lo, hi) of `mem`, one of the two
-    writing, or None. Accesses end in nondecreasing time; a run's entry stands for its parts in
-    order (`runs.Access`), scanned as if they were in the list themselves."""
-    for a in reversed(accesses):
-        if a.end <= start:
-            return None
-        if a.parts is None:
-            if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
-                return a
-            continue
-        if any(
-            m == mem and s_lo < hi and lo < s_hi and (w or write)
-            for (_, w), (m, s_lo, s_hi) in a.spans.items()
-        ):
-            for p in reversed(a.parts.expand()):
-                if p.end <= start:
-                    return None
-                if p.mem == mem and p.lo < hi and lo < p.hi and (p.write or write):
-                    return p
-        if a.parts.first_end <= start:
-            return None  # stepping's scan would have stopped inside the run
-    return None
 
 
 def simulate(
@@ -602,4 +586,13 @@ def simulate(
     the boundaries of a model's layers. The binary is verified against the target first
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
     timelines)."""
-    return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)
+    with _blas().limit(limits=1, user_api="blas"):  # restored on return
+        return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas() -> ThreadpoolController:
+    """The process's BLAS thread pools, found once. A simulation runs on one BLAS thread: its
+    products are small and many, and more threads on a busy machine only fight (1.7-3.4x
+    slower measured at OpenBLAS's default two on two cores)."""
+    return ThreadpoolController()

@@ -287,3 +287,28 @@ def _spans(segments) -> dict[tuple[str, bool], tuple[str, int, int]]:
                 (d.mem, lo, hi) if old is None else (d.mem, min(old[1], lo), max(old[2], hi))
             )
     return spans
+
+
+def hazard(accesses: list[Access], mem: str, lo: int, hi: int, write: bool, start: int):
+    """The newest access in flight after `start` that overlaps [lo, hi) of `mem`, one of the two
+    writing, or None. Accesses end in nondecreasing time; a run's entry stands for its parts in
+    order (`runs.Access`), scanned as if they were in the list themselves."""
+    for a in reversed(accesses):
+        if a.end <= start:
+            return None
+        if a.parts is None:
+            if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
+                return a
+            continue
+        if any(
+            m == mem and s_lo < hi and lo < s_hi and (w or write)
+            for (_, w), (m, s_lo, s_hi) in a.spans.items()
+        ):
+            for p in reversed(a.parts.expand()):
+                if p.end <= start:
+                    return None
+                if p.mem == mem and p.lo < hi and lo < p.hi and (p.write or write):
+                    return p
+        if a.parts.first_end <= start:
+            return None  # stepping's scan would have stopped inside the run
+    return None
