@@ -139,17 +139,39 @@ def matmul_once(op: MatmulOp, mem: dict[str, np.ndarray], bases: tuple[int, int,
         acc[...] = prod
 
 
-def matmul_box(
+@dataclass(frozen=True)
+class Piece:
+    """Operands of part of a run's reduction: `a` (M.., K..) and `b` (K.., N) arrays whose
+    K axes, flattened in order, line up; their zero points and product bound."""
+
+    a: np.ndarray
+    b: np.ndarray
+    a_zp: int
+    b_zp: int
+    term: int
+
+    @property
+    def k(self) -> int:
+        return self.b.size // self.b.shape[-1]
+
+
+def piece(op: MatmulOp, mem: dict[str, np.ndarray], bases: tuple[int, int, int]) -> Piece:
+    """One MATMUL's operands at byte bases (acc, a, b)."""
+    a = op.a.array(mem[op.a.mem], bases[1])
+    b = op.b.array(mem[op.b.mem], bases[2])
+    return Piece(a, b, op.a_zp, op.b_zp, op.term)
+
+
+def box_piece(
     op: MatmulOp,
     mem: dict[str, np.ndarray],
     bases: tuple[int, int, int],
     dims: tuple[int, ...],
     levels: tuple[int, ...],
-    accumulate: int,
-) -> None:
-    """The MATMULs of a rectangular nest (`dims` iterations of loop `levels`, counters from
-    the corner whose operand bases are `bases`) into one accumulator, as one product over
-    (M, iterations*K): integer sums wrap the same in any order."""
+) -> Piece:
+    """The operands of the MATMULs of a rectangular nest (`dims` iterations of loop `levels`,
+    counters from the corner whose operand bases are `bases`): the loop axes are more
+    reduction depth, (M.., dims.., K) against (dims.., K, N)."""
     a_co = tuple(op.a.coefs[lv] if lv < len(op.a.coefs) else 0 for lv in levels)
     b_co = tuple(op.b.coefs[lv] if lv < len(op.b.coefs) else 0 for lv in levels)
     a = np.ndarray(
@@ -166,16 +188,32 @@ def matmul_box(
         offset=bases[2],
         strides=b_co + op.b.strides,
     )
-    d, ms = len(dims), op.a.shape[:-1]
-    # (dims, M.., K) -> (M.., dims, K): the loop axes are more reduction depth
-    a = np.moveaxis(a, tuple(range(d)), tuple(range(len(ms), len(ms) + d)))
-    m = math.prod(ms)
-    x = _as_float(a, op.a_zp, (m, -1))
-    w = _as_float(b, op.b_zp, (-1, op.b.shape[1]))
-    prod = exact_product(x, w, op.term).reshape(op.acc.shape)
-    acc = op.acc.array(mem[op.acc.mem], bases[0])
+    d, nm = len(dims), len(op.a.shape) - 1
+    a = np.moveaxis(a, tuple(range(d)), tuple(range(nm, nm + d)))
+    return Piece(a, b, op.a_zp, op.b_zp, op.term)
+
+
+def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int) -> None:
+    """acc (+)= the sum of the pieces' products, exactly, wrapping like int32: one float32
+    product over the concatenated K (chunked under the 2**24 bound by exact_product)."""
+    n = pieces[0].b.shape[-1]
+    m = acc.size // n
+    k = sum(p.k for p in pieces)
+    x = np.empty((m, k), np.float32)
+    w = np.empty((k, n), np.float32)
+    at = 0
+    for p in pieces:
+        xs, ws = x[:, at : at + p.k], w[at : at + p.k]
+        np.copyto(xs.reshape(p.a.shape), p.a, casting="unsafe")  # splitting axes: still a view
+        np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
+        if p.a_zp:
+            xs -= np.float32(p.a_zp)  # exact: small integers
+        if p.b_zp:
+            ws -= np.float32(p.b_zp)
+        at += p.k
+    prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
     if accumulate:
-        acc += prod
+        acc += prod  # int32 in place: wraps as the hardware's accumulator does
     else:
         acc[...] = prod
 

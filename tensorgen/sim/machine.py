@@ -323,25 +323,29 @@ class Simulator:
                 pc += 1
 
     def _matmul_run(self, pc: int, end: int, counters: tuple[int, ...]) -> int | None:
-        """Run the MATMULs starting at `pc` at once (`runs.MatmulRuns`): a token-free MATMUL
-        and the nest after it that accumulates into the same accumulator, or such a nest
-        alone; the pc after them, or None when they are to be stepped."""
+        """Run the MATMULs starting at `pc` at once (`runs.MatmulRuns`): token-free MATMULs
+        in a row into one accumulator, all but the first accumulating, and the nest after
+        them that accumulates into it too, or such a nest alone; the pc after them, or None
+        when they are to be stepped."""
         code, depth = self.binary.code, len(counters)
-        ins = code[pc]
-        peel = None
-        if ins.mnemonic == "MATMUL":
-            if ins.wait or ins.signal or self.runs.op(pc) is None:
-                return None
-            peel, pc = pc, pc + 1
+        singles: list[int] = []
+        while pc < end and code[pc].mnemonic == "MATMUL":
+            op = self.runs.op(pc)
+            if code[pc].wait or code[pc].signal or op is None or (singles and not op.accumulate):
+                break
+            if singles and self.runs.op(singles[0]).acc != op.acc:
+                break
+            singles.append(pc)
+            pc += 1
         nest = self.runs.nest(pc, depth) if pc < end and depth < 8 else None
         if nest is not None and nest.body >= end:
             nest = None
-        if nest is None:
+        if (nest is None and len(singles) < 2) or (not singles and code[pc].mnemonic == "MATMUL"):
             return None  # one MATMUL: `_step` runs it (through `_matmul_once`)
-        if self.runs.run(peel, nest, counters):
+        if self.runs.run(singles, nest, counters):
             return nest.body + 1 if nest is not None else pc
-        if peel is not None and nest is not None and self.runs.run(peel, None, counters):
-            return pc  # the MATMUL alone; the nest after it is tried on its own
+        if len(singles) > 1 and self.runs.run(singles, None, counters):
+            return pc  # the nest after them is tried on its own
         return None
 
     def _matmul_once(self, pc: int) -> bool:

@@ -17,8 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, MatmulOp, Nest, box_of, matmul_box
-from tensorgen.sim.batch import matmul_once as _once
+from tensorgen.sim.batch import (
+    MAX_BATCH_ELEMENTS,
+    Decoded,
+    MatmulOp,
+    Nest,
+    box_of,
+    box_piece,
+    piece,
+    reduce_into,
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,17 @@ class Segment:
     pc: int
     op: MatmulOp
     bases: np.ndarray  # (steps, 3)
+    low: tuple[int, int, int]  # the least base of each column
+    high: tuple[int, int, int]  # the greatest
+
+    @staticmethod
+    def of(pc: int, op: MatmulOp, bases: np.ndarray) -> Segment:
+        if len(bases) == 1:
+            row = tuple(bases[0].tolist())
+            return Segment(pc, op, bases, row, row)
+        return Segment(
+            pc, op, bases, tuple(bases.min(axis=0).tolist()), tuple(bases.max(axis=0).tolist())
+        )
 
 
 _COLUMN = {"acc": 0, "a": 1, "b": 2}
@@ -122,13 +141,14 @@ class MatmulRuns:
             self.shapes[key] = Shape(points, iterations, box_of(points))
         return self.shapes[key]
 
-    def run(self, peel: int | None, nest: Nest | None, counters: tuple[int, ...]) -> bool:
-        """Execute the run (the MATMUL at `peel` then `nest`); False, with nothing changed,
-        when it must be stepped instead."""
+    def run(self, singles: list[int], nest: Nest | None, counters: tuple[int, ...]) -> bool:
+        """Execute the run (the MATMULs at `singles`, in order, then `nest`); False, with
+        nothing changed, when it must be stepped instead."""
         shape = self.shape(nest, counters) if nest is not None else None
-        segments = self._plan(peel, nest, shape, counters)
-        if segments is None:
+        plan = self._plan(singles, nest, shape, counters)
+        if plan is None:
             return False
+        segments, spans = plan
         sim = self.sim
         n = sum(len(seg.bases) for seg in segments)
         iterations = shape.iterations if shape is not None else 0
@@ -137,25 +157,24 @@ class MatmulRuns:
             or sim.iterations + iterations > sim.limits.max_iterations
         ):
             return False
-        spans = _spans(segments)
         steps = self._timing(segments, spans)
         if steps is None:
             return False
         sim.iterations += iterations
-        self._compute(peel, nest, shape, segments, counters)
+        self._compute(len(singles), nest, shape, segments, counters)
         self._commit(segments, spans, steps)
         return True
 
-    def _plan(self, peel, nest, shape, counters) -> list[Segment] | None:
-        """The run's segments when all is in bounds and no operand overlaps the accumulator;
-        None otherwise."""
+    def _plan(self, singles, nest, shape, counters):
+        """(the run's segments, their spans) when all is in bounds and no operand overlaps
+        the accumulator; None otherwise."""
         segments = []
-        if peel is not None:
-            op = self.op(peel)
+        for pc in singles:
+            op = self.op(pc)
             if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > len(counters):
                 return None
             row = [(op.acc.base(counters), op.a.base(counters), op.b.base(counters))]
-            segments.append(Segment(peel, op, np.array(row, np.int64)))
+            segments.append(Segment.of(pc, op, np.array(row, np.int64)))
         if nest is not None and len(shape.points):
             op = self.op(nest.body)
             levels = len(counters) + shape.points.shape[1]
@@ -165,18 +184,18 @@ class MatmulRuns:
             rows[:, : len(counters)] = counters
             rows[:, len(counters) :] = shape.points
             cols = [rows @ _coefs(d, levels) + d.const for d in (op.acc, op.a, op.b)]
-            segments.append(Segment(nest.body, op, np.stack(cols, axis=1)))
+            segments.append(Segment.of(nest.body, op, np.stack(cols, axis=1)))
         if not segments:
             return None
-        if len(segments) == 2:
-            first, body = segments
-            if not _same_view(first.op.acc, body.op.acc) or first.bases[0, 0] != body.bases[0, 0]:
+        first = segments[0]
+        for seg in segments[1:]:  # one accumulator throughout
+            if not _same_view(first.op.acc, seg.op.acc) or seg.low[0] != first.low[0]:
                 return None
         mem = self.sim.machine.mem
         for seg in segments:
             for name, d, _ in seg.op.operands():
-                col = seg.bases[:, _COLUMN[name]]
-                if col.min() + d.lo < 0 or col.max() + d.hi > mem[d.mem].size:
+                col = _COLUMN[name]
+                if seg.low[col] + d.lo < 0 or seg.high[col] + d.hi > mem[d.mem].size:
                     return None
         spans = _spans(segments)
         acc_mem, acc_lo, acc_hi = spans[("acc", True)]
@@ -184,7 +203,7 @@ class MatmulRuns:
             m, lo, hi = spans[key]
             if m == acc_mem and lo < acc_hi and acc_lo < hi:
                 return None  # it would read what the run writes: step it
-        return segments
+        return segments, spans
 
     def _timing(self, segments, spans) -> list[tuple[int, int]] | None:
         """Per-step (start, end) on EX, or None if another queue might touch the run's memory
@@ -212,39 +231,60 @@ class MatmulRuns:
                         return None
         return steps
 
-    def _compute(self, peel, nest, shape, segments, counters) -> None:
+    def _compute(self, n_singles, nest, shape, segments, counters) -> None:
+        """The run's values: its products summed into the accumulator as one BLAS product
+        over their concatenated K (a box-shaped nest as one strided piece, absorbing a first
+        MATMUL that is its missing corner)."""
         mem = self.sim.machine.mem
+        first = segments[0]
+        steps = sum(len(seg.bases) for seg in segments)
         body = segments[-1].op
-        n = sum(len(seg.bases) for seg in segments)
-        big = n * max(math.prod(body.a.shape), math.prod(body.b.shape)) > MAX_BATCH_ELEMENTS
-        if nest is None or shape.box is None or big or len(segments[-1].bases) != len(shape.points):
-            for seg in segments:
-                for row in seg.bases.tolist():
-                    _once(seg.op, mem, tuple(row))
+        if steps * max(math.prod(body.a.shape), math.prod(body.b.shape)) > MAX_BATCH_ELEMENTS:
+            for seg in segments:  # bounded memory: product by product
+                for i, row in enumerate(seg.bases.tolist()):
+                    acc = seg.op.acc.array(mem[seg.op.acc.mem], row[0])
+                    step_acc = seg.op.accumulate if (seg is first and i == 0) else 1
+                    reduce_into(acc, [piece(seg.op, mem, tuple(row))], step_acc)
             return
+        singles = segments[:n_singles]
+        pieces = [piece(seg.op, mem, tuple(seg.bases[0].tolist())) for seg in singles]
+        if len(segments) > n_singles:
+            seg = segments[-1]
+            box = self._box(nest, shape, singles, counters)
+            if box is None:
+                pieces += [piece(seg.op, mem, tuple(row)) for row in seg.bases.tolist()]
+            else:
+                drop_first, bases, dims, levels = box
+                if drop_first:
+                    pieces = pieces[1:]
+                pieces.append(box_piece(seg.op, mem, bases, dims, levels))
+        acc = first.op.acc.array(mem[first.op.acc.mem], int(first.bases[0, 0]))
+        reduce_into(acc, pieces, first.op.accumulate)
+
+    def _box(self, nest, shape, singles, counters):
+        """(whether it absorbs the first MATMUL, corner bases, dims, levels) when the nest's
+        iterations fill a box, or all of one but the corner the first MATMUL computes."""
+        if shape.box is None:
+            return None
         corner, dims, missing = shape.box
+        body = self.op(nest.body)
         levels = tuple(range(len(counters), len(counters) + len(dims)))
         at = counters + tuple(int(c) for c in corner)
-        corner_bases = (body.acc.base(at), body.a.base(at), body.b.base(at))
+        bases = (body.acc.base(at), body.a.base(at), body.b.base(at))
         if missing is None:
-            if peel is not None:
-                _once(segments[0].op, mem, tuple(segments[0].bases[0].tolist()))
-            matmul_box(body, mem, corner_bases, dims, levels, 1)
-            return
-        first = segments[0].op
+            return False, bases, dims, levels
+        if len(singles) != 1:
+            return None  # the missing corner must be the one MATMUL just before the nest
+        first = singles[0].op
         gap = counters + tuple(int(c) for c in missing)
         if (
-            peel is not None
-            and _same_view(first.a, body.a)
+            _same_view(first.a, body.a)
             and _same_view(first.b, body.b)
             and (first.a_zp, first.b_zp) == (body.a_zp, body.b_zp)
-            and tuple(segments[0].bases[0, 1:].tolist()) == (body.a.base(gap), body.b.base(gap))
-        ):  # the peeled MATMUL is the nest's missing iteration: one product over the box
-            matmul_box(body, mem, corner_bases, dims, levels, first.accumulate)
-            return
-        for seg in segments:
-            for row in seg.bases.tolist():
-                _once(seg.op, mem, tuple(row))
+            and tuple(singles[0].bases[0, 1:].tolist()) == (body.a.base(gap), body.b.base(gap))
+        ):
+            return True, bases, dims, levels
+        return None
 
     def _commit(self, segments, spans, steps) -> None:
         sim = self.sim
@@ -280,8 +320,8 @@ def _spans(segments) -> dict[tuple[str, bool], tuple[str, int, int]]:
     spans: dict[tuple[str, bool], tuple[str, int, int]] = {}
     for seg in segments:
         for name, d, write in seg.op.operands():
-            col = seg.bases[:, _COLUMN[name]]
-            lo, hi = int(col.min()) + d.lo, int(col.max()) + d.hi
+            col = _COLUMN[name]
+            lo, hi = seg.low[col] + d.lo, seg.high[col] + d.hi
             old = spans.get((name, write))
             spans[(name, write)] = (
                 (d.mem, lo, hi) if old is None else (d.mem, min(old[1], lo), max(old[2], hi))
