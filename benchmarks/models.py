@@ -128,23 +128,8 @@ def run(name: str, target, engine: str, repeats: int) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="tg1")
-    p.add_argument("--only", nargs="+", choices=sorted(MODELS), help="models to run (default: all)")
-    p.add_argument("--engine", default="qnnpack", choices=("qnnpack", "x86"))
-    p.add_argument(
-        "--repeats", type=int, default=5, help="interleaved timing rounds per thread count"
-    )
-    p.add_argument("--json", default=str(ROOT / "benchmarks" / "models.json"))
-    args = p.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    target = load_target(args.target)
-    rows = []
-    for name in args.only or list(MODELS):
-        print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(run(name, target, args.engine, args.repeats))
-    table = Table(title=f"models on {target.name}, {args.engine}", title_justify="left")
+def render(rows: list[dict], target: str, engine: str) -> Table:
+    table = Table(title=f"models on {target}, {engine}", title_justify="left")
     cols = (
         "model",
         "layers",
@@ -187,6 +172,26 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['sim_over_torch_default']:.2f}x",
             "yes" if r["bit_exact"] else f"NO: {r['message']}",
         )
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="tg1")
+    p.add_argument("--only", nargs="+", choices=sorted(MODELS), help="models to run (default: all)")
+    p.add_argument("--engine", default="qnnpack", choices=("qnnpack", "x86"))
+    p.add_argument(
+        "--repeats", type=int, default=5, help="interleaved timing rounds per thread count"
+    )
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "models.json"))
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    target = load_target(args.target)
+    rows = []
+    for name in args.only or list(MODELS):
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        rows.append(run(name, target, args.engine, args.repeats))
+    table = render(rows, target.name, args.engine)
     Console(width=200).print(table)
     Path(args.json).write_text(
         json.dumps({"target": target.name, "engine": args.engine, "models": rows}, indent=1)

@@ -117,28 +117,6 @@ def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
     return out
 
 
-def _as_float(arr: np.ndarray, zp: int, shape: tuple[int, ...]) -> np.ndarray:
-    out = np.empty(arr.shape, np.float32)
-    np.copyto(out, arr, casting="unsafe")
-    if zp:
-        out -= np.float32(zp)  # exact: small integers
-    return out.reshape(shape)
-
-
-def matmul_once(op: MatmulOp, mem: dict[str, np.ndarray], bases: tuple[int, int, int]) -> None:
-    """One MATMUL at byte bases (acc, a, b), bounds already checked."""
-    acc = op.acc.array(mem[op.acc.mem], bases[0])
-    a = op.a.array(mem[op.a.mem], bases[1])
-    b = op.b.array(mem[op.b.mem], bases[2])
-    k = a.shape[-1]
-    prod = exact_product(_as_float(a, op.a_zp, (-1, k)), _as_float(b, op.b_zp, b.shape), op.term)
-    prod = prod.reshape(acc.shape)
-    if op.accumulate:
-        acc += prod  # int32 in place: wraps as the hardware's accumulator does
-    else:
-        acc[...] = prod
-
-
 @dataclass(frozen=True)
 class Piece:
     """Operands of part of a run's reduction: `a` (M.., K..) and `b` (K.., N) arrays whose

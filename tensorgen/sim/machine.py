@@ -1,7 +1,10 @@
 """The vectorised numpy simulator: runs a .tgb, returns outputs and counters.
 
 Values are computed in program order with numpy, one numpy operation per
-instruction (a whole tile); timing follows per-queue timelines (LD, EX, ST)
+instruction (a whole tile), or per run of MATMULs into one accumulator and per
+reduction nest (`tensorgen.sim.runs`; `vectorize_loops=False` steps every
+instruction instead, with the same values, counters, trace events and errors);
+BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
 flight. Every access is bounds-checked, and an access that overlaps an
 in-flight access of another queue without a token between them is reported
@@ -24,7 +27,7 @@ from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import ITEMSIZE, Box, View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
-from tensorgen.sim.batch import Decoded, matmul_once
+from tensorgen.sim.batch import Decoded
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.target import Target
@@ -349,26 +352,8 @@ class Simulator:
         return None
 
     def _matmul_once(self, pc: int) -> bool:
-        """Execute a MATMUL with the fast kernel (`batch.matmul_once`), recording what it
-        touches as its semantics would; False (nothing done) for anything else, or when an
-        operand is out of bounds (its semantics then report it)."""
-        op = self.runs.op(pc) if self.vectorize_loops else None
-        if op is None:
-            return False
-        m = self.machine
-        try:
-            bases = (op.acc.base(m.counters), op.a.base(m.counters), op.b.base(m.counters))
-        except IndexError:
-            return False
-        touched = []
-        for name, d, write in op.operands():
-            base = bases[0] if name == "acc" else bases[1] if name == "a" else bases[2]
-            if base + d.lo < 0 or base + d.hi > m.mem[d.mem].size:
-                return False
-            touched.append((d.mem, base + d.lo, base + d.hi, write))
-        matmul_once(op, m.mem, bases)
-        m.touched = touched
-        return True
+        """A MATMUL through the fast kernel (`runs.MatmulRuns.once`); False if not done."""
+        return self.vectorize_loops and self.runs.once(pc, self.machine)
 
     def _iterate(self, n: int) -> None:
         # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their

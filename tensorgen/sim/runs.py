@@ -117,6 +117,28 @@ class MatmulRuns:
             self.ops[pc] = MatmulOp.of(ins) if ins.mnemonic == "MATMUL" else None
         return self.ops[pc]
 
+    def once(self, pc: int, m) -> bool:
+        """Execute the MATMUL at `pc` on machine `m` with the fast kernel, recording what it
+        touches as its semantics would; False (nothing done) for anything else, or when an
+        operand is out of bounds (its semantics then report it)."""
+        op = self.op(pc)
+        if op is None:
+            return False
+        try:
+            bases = (op.acc.base(m.counters), op.a.base(m.counters), op.b.base(m.counters))
+        except IndexError:
+            return False
+        touched = []
+        for name, d, write in op.operands():
+            base = bases[_COLUMN[name]]
+            if base + d.lo < 0 or base + d.hi > m.mem[d.mem].size:
+                return False
+            touched.append((d.mem, base + d.lo, base + d.hi, write))
+        acc = op.acc.array(m.mem[op.acc.mem], bases[0])
+        reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
+        m.touched = touched
+        return True
+
     def nest(self, pc: int, depth: int) -> Nest | None:
         """The nest at `pc` if it is one around an accumulating, token-free fast MATMUL whose
         accumulator the loops do not move."""
