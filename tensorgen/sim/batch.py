@@ -268,3 +268,53 @@ def box_of(points: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], np.ndarray 
         if p not in present:
             return lo, dims, np.array(p, np.int64)
     return None
+
+
+@dataclass(frozen=True)
+class VectorOp:
+    """A VMUL (dst = a * (b or imm)) or VMAC (dst += a * b) into an int32 destination,
+    decoded: int32 arithmetic in place is exact, as every result wraps modulo 2**32 anyway."""
+
+    mnemonic: str
+    dst: Decoded
+    a: Decoded
+    b: Decoded | None
+    imm: int
+
+    @staticmethod
+    def of(ins: isa.Instruction) -> VectorOp | None:
+        if ins.mnemonic not in ("VMUL", "VMAC"):
+            return None
+        f = dict(ins.args)
+        dst, a, b = f["dst"], f["a"], f.get("b")
+        ints = ("int8", "uint8", "int32")
+        if dst.dtype != "int32" or a.dtype not in ints or (b is not None and b.dtype not in ints):
+            return None
+        if a.shape != dst.shape or (b is not None and b.shape != dst.shape):
+            return None
+        return VectorOp(
+            ins.mnemonic,
+            Decoded.of(dst),
+            Decoded.of(a),
+            Decoded.of(b) if b is not None else None,
+            int(f.get("imm", 0)),
+        )
+
+    def operands(self) -> tuple[tuple[str, Decoded, bool], ...]:
+        """(field, view, written) in the order the instruction's semantics touch them."""
+        ab = (("a", self.a, False),) + ((("b", self.b, False),) if self.b is not None else ())
+        if self.mnemonic == "VMAC":
+            return (("dst", self.dst, False), *ab, ("dst", self.dst, True))
+        return (*ab, ("dst", self.dst, True))
+
+    def run(self, mem: dict[str, np.ndarray], bases: dict[str, int]) -> None:
+        a = self.a.array(mem[self.a.mem], bases["a"]).astype(np.int32)
+        if self.b is not None:
+            a *= self.b.array(mem[self.b.mem], bases["b"])  # wraps like int32
+        else:
+            a *= np.int32(np.int64(self.imm).astype(np.int32))
+        dst = self.dst.array(mem[self.dst.mem], bases["dst"])
+        if self.mnemonic == "VMAC":
+            dst += a
+        else:
+            dst[...] = a

@@ -352,8 +352,10 @@ class Simulator:
         return None
 
     def _matmul_once(self, pc: int) -> bool:
-        """A MATMUL through the fast kernel (`runs.MatmulRuns.once`); False if not done."""
-        return self.vectorize_loops and self.runs.once(pc, self.machine)
+        """A MATMUL, VMUL or VMAC through its fast kernel (`runs.MatmulRuns`); False if not."""
+        if not self.vectorize_loops:
+            return False
+        return self.runs.once(pc, self.machine) or self.runs.vector_once(pc, self.machine)
 
     def _iterate(self, n: int) -> None:
         # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their

@@ -22,6 +22,7 @@ from tensorgen.sim.batch import (
     Decoded,
     MatmulOp,
     Nest,
+    VectorOp,
     box_of,
     box_piece,
     piece,
@@ -110,6 +111,7 @@ class MatmulRuns:
         self.ops: dict[int, MatmulOp | None] = {}
         self.nests: dict[tuple[int, int], Nest | None] = {}
         self.shapes: dict[tuple, Shape] = {}
+        self.vectors: dict[int, VectorOp | None] = {}
 
     def op(self, pc: int) -> MatmulOp | None:
         if pc not in self.ops:
@@ -136,6 +138,35 @@ class MatmulRuns:
             touched.append((d.mem, base + d.lo, base + d.hi, write))
         acc = op.acc.array(m.mem[op.acc.mem], bases[0])
         reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
+        m.touched = touched
+        return True
+
+    def vector_once(self, pc: int, m) -> bool:
+        """Execute a VMUL or VMAC at `pc` on machine `m` in int32 in place (`batch.VectorOp`),
+        recording what it touches as its semantics would; False (nothing done) for anything
+        else, out of bounds, or when a source overlaps the destination."""
+        if pc not in self.vectors:
+            self.vectors[pc] = VectorOp.of(self.sim.binary.code[pc])
+        op = self.vectors[pc]
+        if op is None:
+            return False
+        try:
+            views = [(name, d, write, d.base(m.counters)) for name, d, write in op.operands()]
+        except IndexError:
+            return False
+        touched, bases = [], {}
+        for name, d, write, base in views:
+            lo, hi = base + d.lo, base + d.hi
+            if lo < 0 or hi > m.mem[d.mem].size:
+                return False
+            touched.append((d.mem, lo, hi, write))
+            bases[name] = base
+        dmem, dlo, dhi, _ = touched[-1]
+        if any(
+            t[0] == dmem and t[1] < dhi and dlo < t[2] for t in touched[:-1] if t[1:3] != (dlo, dhi)
+        ):
+            return False  # a source overlapping the destination: its semantics run
+        op.run(m.mem, bases)
         m.touched = touched
         return True
 

@@ -68,9 +68,13 @@ def _program(c: Case) -> str:
         ex += [mm("4", "144", 1), mm("8", "160", 1)]
     if c.vmac:
         ex += [
-            "VFILL dst=acc:int32@512[4x4:4,1] imm=1",
+            "VMUL dst=acc:int32@512[4x4:4,1] a=spad:int8@0[4x4:16,1] b=- imm=-3",
+            f"VMUL dst=acc:int32@512[4x4:4,1] a=acc:int32@512[4x4:4,1] b=spad:{c.xd}@4[4x4:16,1] imm=0",
             "LOOP count=3 body=1",
             f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@4*L{d}[4x4:16,1] b=spad:int8@128+16*L{d}[4x4:4,1]",
+            "LOOP count=2 body=2",  # LOOPB: not a perfect nest, each VMAC on its own
+            f"LOOPB lower=B(1-L{d}/1) upper=B(1/1) body=1",
+            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@8*L{d}+4*L{d + 1}[4x4:16,1] b=spad:int8@128[4x4:0,0]",
         ]
     store_wait = "" if c.drop == "st" else "wait=EX"
     ex += [
