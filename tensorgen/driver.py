@@ -89,10 +89,14 @@ def _fastest_fallback(program: Program, target: Target) -> _Measured:
     found: list[_Measured] = []
     for tensorize in (True, False):
         try:
-            s = primitive_default(program, target, tensorize)
-            compiled = compile_scheduled(program, target, s)
-        except (CapacityError, CodegenError, ScheduleError):
-            continue  # over capacity staged whole, or a form the lowering does not take
+            try:
+                s = primitive_default(program, target, tensorize)
+                compiled = compile_scheduled(program, target, s)
+            except CapacityError:  # the tensors do not fit whole: stage them inside the loops
+                s = primitive_default(program, target, tensorize, stage=True)
+                compiled = compile_scheduled(program, target, s)
+        except (CodegenError, ScheduleError):
+            continue  # over capacity even so, or a form the lowering does not take
         if any(str(s) == str(m.schedule) for m in found):
             continue
         found.append(_Measured(compiled, simulate(compiled.binary, zeros, target).stats.cycles, s))

@@ -17,11 +17,11 @@ from tensorgen.codegen.emitter import Emitter, _expr, floor_terms
 from tensorgen.codegen.lower import Compiled, VectorExpr, _align, _row_major, useful_macs
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir.core import Access, Program, Statement
+from tensorgen.ir.queries import mac_mapping
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
 from tensorgen.mc.operands import ITEMSIZE, Bound, Box, LoopAffine, View
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.kernel import mac_mapping
 from tensorgen.target import Target
 
 BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or array band
@@ -566,7 +566,7 @@ class _Lowering:
                 self._walk(node.if_get_then_node(), env, band)
             if node.if_has_else_node():
                 # not (t0 and t1 and ...) as disjoint cases: not t0 | t0 and not t1 | ...
-                for i, (a, d) in enumerate(terms):
+                for i, (a, _d) in enumerate(terms):
                     negated = (a.scale(-1) + (-1), 1)  # floor(a/d) < 0  <=>  a <= -1  (d > 0)
                     with self.em.block("IF", cond=Bound(tuple(terms[:i]) + (negated,))):
                         self._walk(node.if_get_else_node(), env, band)
@@ -1208,10 +1208,8 @@ def _conditions(e, env) -> list[tuple[LoopAffine, int]]:
         if da != 1 and db != 1:
             raise CodegenError(f"unsupported guard '{e.to_C_str()}' in the schedule's loop nest")
         # floor(n/d) - b >= 0  <=>  n - d*b >= 0 (d > 0)
-        if db == 1:
-            diff = na + nb.scale(-da)  # a - b >= 0 scaled by da
-        else:
-            diff = na.scale(db) + nb.scale(-1)
+        # a - b >= 0, scaled by da when b is whole
+        diff = na + nb.scale(-da) if db == 1 else na.scale(db) + nb.scale(-1)
         if op == t.ge:
             return [(diff, 1)]
         if op == t.gt:
