@@ -36,12 +36,13 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from tensorgen.codegen.scheduled import compacted_size, row_compaction, vector_profile
+from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.ir.queries import MacMapping, mac_mapping, out_indices
 from tensorgen.mc import isa
 from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.compaction import compacted_size, row_compaction
 from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
 from tensorgen.schedule.fold import KFold, window_shape
 from tensorgen.schedule.layer import Geometry, Layer, Skeleton, _position, build_skeleton, recognise
