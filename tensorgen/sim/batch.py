@@ -105,15 +105,16 @@ class MatmulOp:
 
 
 def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
-    """int32 (wrapped) x @ w of integer-valued float32 matrices whose elementwise products are
-    at most `term` in magnitude: float32 BLAS over chunks of K short enough to stay exact."""
-    k = x.shape[1]
+    """int32 (wrapped) x @ w of integer-valued float32 matrices (or stacks of them) whose
+    elementwise products are at most `term` in magnitude: float32 BLAS over chunks of K short
+    enough to stay exact."""
+    k = x.shape[-1]
     chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
     if k <= chunk:
         return (x @ w).astype(np.int32)
-    out = np.zeros((x.shape[0], w.shape[1]), np.int32)
+    out = np.zeros(x.shape[:-1] + w.shape[-1:], np.int32)
     for s in range(0, k, chunk):
-        out += (x[:, s : s + chunk] @ w[s : s + chunk]).astype(np.int32)  # wraps like int32
+        out += (x[..., s : s + chunk] @ w[..., s : s + chunk, :]).astype(np.int32)  # wraps
     return out
 
 
@@ -171,29 +172,44 @@ def box_piece(
     return Piece(a, b, op.a_zp, op.b_zp, op.term)
 
 
-def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int) -> None:
+def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int = 0) -> None:
     """acc (+)= the sum of the pieces' products, exactly, wrapping like int32: one float32
-    product over the concatenated K (chunked under the 2**24 bound by exact_product)."""
+    product over the concatenated K (chunked under the 2**24 bound by exact_product). With
+    `batch`, acc and every operand have a leading axis of that many independent reductions
+    (`batched`), computed as one stacked product."""
+    lead = (batch,) if batch else ()
     n = pieces[0].b.shape[-1]
-    m = acc.size // n
-    k = sum(p.k for p in pieces)
-    x = np.empty((m, k), np.float32)
-    w = np.empty((k, n), np.float32)
+    m = acc.size // n // (batch or 1)
+    ks = [p.b.size // n // (batch or 1) for p in pieces]
+    x = np.empty((*lead, m, sum(ks)), np.float32)
+    w = np.empty((*lead, sum(ks), n), np.float32)
     at = 0
-    for p in pieces:
-        xs, ws = x[:, at : at + p.k], w[at : at + p.k]
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[..., at : at + k], w[..., at : at + k, :]
         np.copyto(xs.reshape(p.a.shape), p.a, casting="unsafe")  # splitting axes: still a view
         np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
         if p.a_zp:
             xs -= np.float32(p.a_zp)  # exact: small integers
         if p.b_zp:
             ws -= np.float32(p.b_zp)
-        at += p.k
+        at += k
     prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
     if accumulate:
         acc += prod  # int32 in place: wraps as the hardware's accumulator does
     else:
         acc[...] = prod
+
+
+def batched(arr: np.ndarray, count: int, step: int, writeable: bool = False) -> np.ndarray:
+    """`arr` (a view into simulated memory) at `count` bases `step` bytes apart, stacked on a
+    leading axis: the operand of every iteration of a loop, bounds checked by the caller."""
+    return np.lib.stride_tricks.as_strided(
+        arr, (count, *arr.shape), (step, *arr.strides), writeable=writeable
+    )
+
+
+def batched_piece(p: Piece, count: int, a_step: int, b_step: int) -> Piece:
+    return Piece(batched(p.a, count, a_step), batched(p.b, count, b_step), p.a_zp, p.b_zp, p.term)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ class MatmulRuns:
         self.nests: dict[tuple[int, int], Nest | None] = {}
         self.shapes: dict[tuple, Shape] = {}
         self.vectors: dict[int, VectorOp | None] = {}
+        self.loops: dict[tuple[int, int], object] = {}  # loops.LoopForm or None, per (pc, depth)
 
     def op(self, pc: int) -> MatmulOp | None:
         if pc not in self.ops:
@@ -186,6 +187,17 @@ class MatmulRuns:
             )
             self.nests[key] = n if ok else None
         return self.nests[key]
+
+    def loop(self, pc: int, counters: tuple[int, ...]) -> bool:
+        """Run every iteration of the LOOP at `pc` at once if its body is one run
+        (`tensorgen.sim.loops`); False, with nothing changed, otherwise."""
+        from tensorgen.sim import loops  # it builds on this module
+
+        key = (pc, len(counters))
+        if key not in self.loops:
+            self.loops[key] = loops.loop_form(self, pc, len(counters))
+        form = self.loops[key]
+        return form is not None and loops.run_loop(self, form, counters)
 
     def shape(self, nest: Nest, counters: tuple[int, ...]) -> Shape:
         key = (nest.head, nest.depth, tuple(counters[lv] for lv in nest.outer_levels))
