@@ -153,12 +153,13 @@ def box_piece(
     reduction depth, (M.., dims.., K) against (dims.., K, N)."""
     a_co = tuple(op.a.coefs[lv] if lv < len(op.a.coefs) else 0 for lv in levels)
     b_co = tuple(op.b.coefs[lv] if lv < len(op.b.coefs) else 0 for lv in levels)
+    nm = len(op.a.shape) - 1  # a's loop axes go between its M axes and its K axis
     a = np.ndarray(
-        dims + op.a.shape,
+        op.a.shape[:nm] + dims + op.a.shape[nm:],
         op.a.dtype,
         buffer=mem[op.a.mem],
         offset=bases[1],
-        strides=a_co + op.a.strides,
+        strides=op.a.strides[:nm] + a_co + op.a.strides[nm:],
     )
     b = np.ndarray(
         dims + op.b.shape,
@@ -167,8 +168,6 @@ def box_piece(
         offset=bases[2],
         strides=b_co + op.b.strides,
     )
-    d, nm = len(dims), len(op.a.shape) - 1
-    a = np.moveaxis(a, tuple(range(d)), tuple(range(nm, nm + d)))
     return Piece(a, b, op.a_zp, op.b_zp, op.term)
 
 
