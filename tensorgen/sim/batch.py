@@ -176,6 +176,9 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     product over the concatenated K (chunked under the 2**24 bound by exact_product). With
     `batch`, acc and every operand have a leading axis of that many independent reductions
     (`batched`), computed as one stacked product."""
+    if batch and all(p.a.strides[0] == 0 for p in pieces):
+        _reduce_shared(acc, pieces, accumulate, batch)
+        return
     lead = (batch,) if batch else ()
     n = pieces[0].b.shape[-1]
     m = acc.size // n // (batch or 1)
@@ -195,6 +198,34 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
     if accumulate:
         acc += prod  # int32 in place: wraps as the hardware's accumulator does
+    else:
+        acc[...] = prod
+
+
+def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
+    """`reduce_into` of a batch whose A operands are the same in every reduction (a 1x1
+    conv's activations against each output-channel block's weights): one product of A
+    against the batch's B side by side, (M, K) @ (K, batch * N)."""
+    n = pieces[0].b.shape[-1]
+    m = acc.size // n // batch
+    ks = [p.b.size // n // batch for p in pieces]
+    x = np.empty((m, sum(ks)), np.float32)
+    w = np.empty((sum(ks), batch, n), np.float32)
+    at = 0
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[:, at : at + k], w[at : at + k]
+        np.copyto(xs.reshape(p.a.shape[1:]), p.a[0], casting="unsafe")
+        b = np.moveaxis(p.b, 0, -2)  # (K.., batch, N)
+        np.copyto(ws.reshape(b.shape), b, casting="unsafe")
+        if p.a_zp:
+            xs -= np.float32(p.a_zp)
+        if p.b_zp:
+            ws -= np.float32(p.b_zp)
+        at += k
+    prod = exact_product(x, w.reshape(len(w), batch * n), max(p.term for p in pieces))
+    prod = prod.reshape(m, batch, n).transpose(1, 0, 2).reshape(acc.shape)
+    if accumulate:
+        acc += prod
     else:
         acc[...] = prod
 

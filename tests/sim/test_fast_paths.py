@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tensorgen.errors import SimulatorError
 from tensorgen.mc.binary import assemble
-from tensorgen.sim import loops
+from tensorgen.sim import batch, loops
 from tensorgen.sim.batch import exact_product
 from tensorgen.sim.machine import simulate
 from tensorgen.target import ISA_DIR, target_from_dict
@@ -43,7 +43,9 @@ class Case:
     peel_waits: bool  # the first MATMUL carries the LD token itself
     vmac: bool  # a VMAC reduction nest too
     drop: str  # a token left out: none | ld (EX reads weights in flight) | st (the store races)
-    group: str = "none"  # a LOOP of two around the MATMULs: none | moves (acc@256 next) | still
+    # a LOOP of two around the MATMULs: none | moves (acc@256 and A two rows further next) |
+    # shared (only acc moves: one A for both) | still (nothing moves: each needs the one before)
+    group: str = "none"
 
 
 def _program(c: Case) -> str:
@@ -51,8 +53,8 @@ def _program(c: Case) -> str:
     d = g + (c.group != "none")  # the level of the inner loops
     row = "+64*L0" if c.outer else ""
     acc = ("+64*L0" if c.acc_moves else "") if c.outer else ""
-    grp = {"none": "", "moves": f"+256*L{g}", "still": ""}[c.group]
-    a_grp = f"+32*L{g}" if c.group != "none" else ""
+    grp = f"+256*L{g}" if c.group in ("moves", "shared") else ""
+    a_grp = f"+32*L{g}" if c.group in ("moves", "still") else ""
 
     def mm(a: str, b: str, accumulate: int, tokens: str = "") -> str:
         return (
@@ -89,7 +91,7 @@ def _program(c: Case) -> str:
         "SYNC queue=1 signal=ST" if c.drop != "st" else "SYNC queue=1",
         f"STORE dst=C({'4*L0' if c.outer else '0'},0)[4x4] src=acc:int32@0{acc}[4x4:4,1] {store_wait}",
     ]
-    if c.group == "moves":
+    if c.group in ("moves", "shared"):
         ex += [
             "SYNC queue=1 signal=ST",
             f"STORE dst=E(0,0)[4x4] src=acc:int32@256{acc}[4x4:4,1] wait=EX",
@@ -142,7 +144,7 @@ CASES = st.builds(
     peel_waits=st.booleans(),
     vmac=st.booleans(),
     drop=st.sampled_from(["none", "none", "ld", "st"]),
-    group=st.sampled_from(["none", "moves", "moves", "still"]),
+    group=st.sampled_from(["none", "moves", "shared", "still"]),
 )
 
 
@@ -172,8 +174,9 @@ def test_fast_paths_equal_stepping(case: Case, seed: int) -> None:
         w = inputs["W"].astype(np.int64) - case.b_zp
         k = {"loop": 16, "loopb": 16, "pair": 12, "none": 4}[case.nest]
         np.testing.assert_array_equal(np.array(fast[0]["C"])[:4], x[:4, :k] @ w[:k])
-        if case.group == "moves" and not case.outer:
-            np.testing.assert_array_equal(np.array(fast[0]["E"]), x[2:6, :k] @ w[:k])
+        if case.group in ("moves", "shared") and not case.outer:
+            rows = slice(2, 6) if case.group == "moves" else slice(0, 4)
+            np.testing.assert_array_equal(np.array(fast[0]["E"]), x[rows, :k] @ w[:k])
 
 
 def test_the_hazard_checks_run_on_both_paths() -> None:
@@ -204,15 +207,19 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
     taken = []
     real = loops.run_loop
     monkeypatch.setattr(loops, "run_loop", lambda *a: taken.append(real(*a)) or taken[-1])
+    shared, real_shared = [], batch._reduce_shared
+    monkeypatch.setattr(batch, "_reduce_shared", lambda *a: shared.append(real_shared(*a)))
     rng = np.random.default_rng(1)
     inputs = {
         "X": rng.integers(-128, 128, (8, 16)).astype(np.int8),
         "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
     }
-    for group, expected in (("moves", [True]), ("still", [False])):
+    for group, expected in (("moves", [True]), ("shared", [True]), ("still", [False])):
         c = Case(2, "int8", 3, -2, False, False, nest, 0, False, False, "none", group)
         binary = assemble(_program(c))
         taken.clear()
         fast = _outcome(binary, inputs, TARGETS[2], True)
         assert taken == expected
+        assert len(shared) == (group == "shared")  # one A for every iteration: one product
+        shared.clear()
         assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
