@@ -48,6 +48,19 @@ class Case:
     group: str = "none"
 
 
+def _vmac_lines(c: Case, g: int) -> list[str]:
+    """A VMUL/VMAC reduction into acc@512 at loop level `g`: a perfect nest and a LOOPB one."""
+    return [
+        "VMUL dst=acc:int32@512[4x4:4,1] a=spad:int8@0[4x4:16,1] b=- imm=-3",
+        f"VMUL dst=acc:int32@512[4x4:4,1] a=acc:int32@512[4x4:4,1] b=spad:{c.xd}@4[4x4:16,1] imm=0",
+        "LOOP count=3 body=1",
+        f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@4*L{g}[4x4:16,1] b=spad:int8@128+16*L{g}[4x4:4,1]",
+        "LOOP count=2 body=2",  # LOOPB: not a perfect nest, each VMAC on its own
+        f"LOOPB lower=B(1-L{g}/1) upper=B(1/1) body=1",
+        f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@8*L{g}+4*L{g + 1}[4x4:16,1] b=spad:int8@128[4x4:0,0]",
+    ]
+
+
 def _program(c: Case) -> str:
     g = 1 if c.outer else 0  # the level of the group loop
     d = g + (c.group != "none")  # the level of the inner loops
@@ -77,15 +90,7 @@ def _program(c: Case) -> str:
     if c.group != "none":  # every MATMUL so far in a loop: its iterations at once
         ex = [f"LOOP count=2 body={len(ex)}"] + ex
     if c.vmac:
-        ex += [
-            "VMUL dst=acc:int32@512[4x4:4,1] a=spad:int8@0[4x4:16,1] b=- imm=-3",
-            f"VMUL dst=acc:int32@512[4x4:4,1] a=acc:int32@512[4x4:4,1] b=spad:{c.xd}@4[4x4:16,1] imm=0",
-            "LOOP count=3 body=1",
-            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@4*L{g}[4x4:16,1] b=spad:int8@128+16*L{g}[4x4:4,1]",
-            "LOOP count=2 body=2",  # LOOPB: not a perfect nest, each VMAC on its own
-            f"LOOPB lower=B(1-L{g}/1) upper=B(1/1) body=1",
-            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@8*L{g}+4*L{g + 1}[4x4:16,1] b=spad:int8@128[4x4:0,0]",
-        ]
+        ex += _vmac_lines(c, g)
     store_wait = "" if c.drop == "st" else "wait=EX"
     ex += [
         "SYNC queue=1 signal=ST" if c.drop != "st" else "SYNC queue=1",
