@@ -105,15 +105,16 @@ class MatmulOp:
 
 
 def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
-    """int32 (wrapped) x @ w of integer-valued float32 matrices whose elementwise products are
-    at most `term` in magnitude: float32 BLAS over chunks of K short enough to stay exact."""
-    k = x.shape[1]
+    """int32 (wrapped) x @ w of integer-valued float32 matrices (or stacks of them) whose
+    elementwise products are at most `term` in magnitude: float32 BLAS over chunks of K short
+    enough to stay exact."""
+    k = x.shape[-1]
     chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
     if k <= chunk:
         return (x @ w).astype(np.int32)
-    out = np.zeros((x.shape[0], w.shape[1]), np.int32)
+    out = np.zeros(x.shape[:-1] + w.shape[-1:], np.int32)
     for s in range(0, k, chunk):
-        out += (x[:, s : s + chunk] @ w[s : s + chunk]).astype(np.int32)  # wraps like int32
+        out += (x[..., s : s + chunk] @ w[..., s : s + chunk, :]).astype(np.int32)  # wraps
     return out
 
 
@@ -152,12 +153,13 @@ def box_piece(
     reduction depth, (M.., dims.., K) against (dims.., K, N)."""
     a_co = tuple(op.a.coefs[lv] if lv < len(op.a.coefs) else 0 for lv in levels)
     b_co = tuple(op.b.coefs[lv] if lv < len(op.b.coefs) else 0 for lv in levels)
+    nm = len(op.a.shape) - 1  # a's loop axes go between its M axes and its K axis
     a = np.ndarray(
-        dims + op.a.shape,
+        op.a.shape[:nm] + dims + op.a.shape[nm:],
         op.a.dtype,
         buffer=mem[op.a.mem],
         offset=bases[1],
-        strides=a_co + op.a.strides,
+        strides=op.a.strides[:nm] + a_co + op.a.strides[nm:],
     )
     b = np.ndarray(
         dims + op.b.shape,
@@ -166,34 +168,78 @@ def box_piece(
         offset=bases[2],
         strides=b_co + op.b.strides,
     )
-    d, nm = len(dims), len(op.a.shape) - 1
-    a = np.moveaxis(a, tuple(range(d)), tuple(range(nm, nm + d)))
     return Piece(a, b, op.a_zp, op.b_zp, op.term)
 
 
-def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int) -> None:
+def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int = 0) -> None:
     """acc (+)= the sum of the pieces' products, exactly, wrapping like int32: one float32
-    product over the concatenated K (chunked under the 2**24 bound by exact_product)."""
+    product over the concatenated K (chunked under the 2**24 bound by exact_product). With
+    `batch`, acc and every operand have a leading axis of that many independent reductions
+    (`batched`), computed as one stacked product."""
+    if batch and all(p.a.strides[0] == 0 for p in pieces):
+        _reduce_shared(acc, pieces, accumulate, batch)
+        return
+    lead = (batch,) if batch else ()
     n = pieces[0].b.shape[-1]
-    m = acc.size // n
-    k = sum(p.k for p in pieces)
-    x = np.empty((m, k), np.float32)
-    w = np.empty((k, n), np.float32)
+    m = acc.size // n // (batch or 1)
+    ks = [p.b.size // n // (batch or 1) for p in pieces]
+    x = np.empty((*lead, m, sum(ks)), np.float32)
+    w = np.empty((*lead, sum(ks), n), np.float32)
     at = 0
-    for p in pieces:
-        xs, ws = x[:, at : at + p.k], w[at : at + p.k]
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[..., at : at + k], w[..., at : at + k, :]
         np.copyto(xs.reshape(p.a.shape), p.a, casting="unsafe")  # splitting axes: still a view
         np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
         if p.a_zp:
             xs -= np.float32(p.a_zp)  # exact: small integers
         if p.b_zp:
             ws -= np.float32(p.b_zp)
-        at += p.k
+        at += k
     prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
     if accumulate:
         acc += prod  # int32 in place: wraps as the hardware's accumulator does
     else:
         acc[...] = prod
+
+
+def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
+    """`reduce_into` of a batch whose A operands are the same in every reduction (a 1x1
+    conv's activations against each output-channel block's weights): one product of A
+    against the batch's B side by side, (M, K) @ (K, batch * N)."""
+    n = pieces[0].b.shape[-1]
+    m = acc.size // n // batch
+    ks = [p.b.size // n // batch for p in pieces]
+    x = np.empty((m, sum(ks)), np.float32)
+    w = np.empty((sum(ks), batch, n), np.float32)
+    at = 0
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[:, at : at + k], w[at : at + k]
+        np.copyto(xs.reshape(p.a.shape[1:]), p.a[0], casting="unsafe")
+        b = np.moveaxis(p.b, 0, -2)  # (K.., batch, N)
+        np.copyto(ws.reshape(b.shape), b, casting="unsafe")
+        if p.a_zp:
+            xs -= np.float32(p.a_zp)
+        if p.b_zp:
+            ws -= np.float32(p.b_zp)
+        at += k
+    prod = exact_product(x, w.reshape(len(w), batch * n), max(p.term for p in pieces))
+    prod = prod.reshape(m, batch, n).transpose(1, 0, 2).reshape(acc.shape)
+    if accumulate:
+        acc += prod
+    else:
+        acc[...] = prod
+
+
+def batched(arr: np.ndarray, count: int, step: int, writeable: bool = False) -> np.ndarray:
+    """`arr` (a view into simulated memory) at `count` bases `step` bytes apart, stacked on a
+    leading axis: the operand of every iteration of a loop, bounds checked by the caller."""
+    return np.lib.stride_tricks.as_strided(
+        arr, (count, *arr.shape), (step, *arr.strides), writeable=writeable
+    )
+
+
+def batched_piece(p: Piece, count: int, a_step: int, b_step: int) -> Piece:
+    return Piece(batched(p.a, count, a_step), batched(p.b, count, b_step), p.a_zp, p.b_zp, p.term)
 
 
 @dataclass(frozen=True)

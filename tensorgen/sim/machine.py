@@ -25,11 +25,11 @@ from tensorgen.errors import SimulatorError
 from tensorgen.inputs import one_line
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
-from tensorgen.mc.operands import ITEMSIZE, Box, View
+from tensorgen.mc.operands import View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
-from tensorgen.sim.batch import Decoded
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
+from tensorgen.sim.state import Machine
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -38,122 +38,6 @@ __all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
 # A reduction nest is run as one numpy call only while its arrays stay this small; a larger one
 # runs iteration by iteration (same values), so its memory is bounded by one iteration's.
 MAX_NEST_ELEMENTS = 1 << 22
-
-
-def _values(arr: np.ndarray) -> np.ndarray:
-    """What an instruction computes with: int64 for integer memory (wrapped again on write),
-    float32 as it is for float memory (the quantize and dequantize units)."""
-    return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
-
-
-class Machine:
-    """Implements `isa.MachineState` for the instruction semantics."""
-
-    def __init__(self, binary: Binary, target: Target) -> None:
-        self.binary, self.target = binary, target
-        self.mem = {
-            "spad": np.zeros(target.spad.bytes, np.uint8),
-            "acc": np.zeros(target.acc.bytes, np.uint8),
-            "dram": np.zeros(binary.dram_bytes, np.uint8),
-        }
-        self.counters: tuple[int, ...] = ()
-        self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
-        self.pc = 0
-        self.touched: list[tuple[str, int, int, bool]] = []
-        self.decoded: dict[int, Decoded] = {}
-
-    # -- MachineState ---------------------------------------------------------------------
-    def _ndarray(self, view: View) -> np.ndarray:
-        d = self.decoded.get(id(view))  # the binary holds its views: ids are stable
-        if d is None:
-            d = self.decoded[id(view)] = Decoded.of(view)
-        base = d.base(self.counters)
-        lo, hi = base + d.lo, base + d.hi
-        memory = self.mem[view.mem]
-        if lo < 0 or hi > memory.size:
-            raise SimulatorError(
-                f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
-                f"({memory.size} bytes) at loop counters {list(self.counters)}"
-            )
-        self._last_range = (view.mem, lo, hi)
-        return d.array(memory, base)
-
-    def read(self, view: View) -> np.ndarray:
-        arr = self._ndarray(view)
-        self.touched.append((*self._last_range, False))
-        return _values(arr)
-
-    def write(self, view: View, values: np.ndarray) -> None:
-        arr = self._ndarray(view)
-        self.touched.append((*self._last_range, True))
-        values = np.broadcast_to(values, view.shape)
-        arr[...] = (
-            values.astype(np.float32)
-            if arr.dtype.kind == "f"
-            else values.astype(np.int64).astype(arr.dtype)
-        )
-
-    def read_loop(self, view: View) -> np.ndarray:
-        """The view at every iteration of the loop nest `self.loop`: shape (*counts, *view.shape)."""
-        isz = ITEMSIZE[view.dtype]
-        levels = [lvl for lvl, _ in self.loop]
-        coefs = [view.base.coefs[lvl] if lvl < len(view.base.coefs) else 0 for lvl in levels]
-        shape = tuple(n for _, n in self.loop) + view.shape
-        byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
-        base = view.base.eval(self.counters)
-        lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
-        hi = (
-            base
-            + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
-            + isz
-        )
-        memory = self.mem[view.mem]
-        if lo < 0 or hi > memory.size:
-            raise SimulatorError(
-                f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
-                f"({memory.size} bytes) in the loop nest at counters {list(self.counters)}"
-            )
-        self.touched.append((view.mem, lo, hi, False))
-        return _values(
-            np.ndarray(
-                shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides
-            )
-        )
-
-    def _tensor(self, box: Box):
-        t = self.binary.tensors[box.tensor]
-        if len(box.shape) != len(t.shape):
-            raise SimulatorError(
-                f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
-            )
-        arr = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset)
-        origin = [a.eval(self.counters) for a in box.origin]
-        self.touched.append(("dram", t.dram_offset, t.dram_offset + t.nbytes, None))
-        return t, arr, origin
-
-    def load_box(self, box: Box) -> np.ndarray:
-        t, arr, origin = self._tensor(box)
-        out = np.full(box.shape, t.pad, np.float32 if np.dtype(t.dtype).kind == "f" else np.int64)
-        src, dst = [], []
-        for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
-            lo, hi = max(o, 0), min(o + n, dim)
-            if lo >= hi:
-                return out
-            src.append(slice(lo, hi))
-            dst.append(slice(lo - o, hi - o))
-        out[tuple(dst)] = arr[tuple(src)]
-        return out
-
-    def store_box(self, box: Box, values: np.ndarray) -> None:
-        t, arr, origin = self._tensor(box)
-        src, dst = [], []
-        for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
-            lo, hi = max(o, 0), min(o + n, dim)
-            if lo >= hi:
-                return  # wholly outside the tensor: a halo, nothing to write
-            dst.append(slice(lo, hi))
-            src.append(slice(lo - o, hi - o))
-        arr[tuple(dst)] = values[tuple(src)].astype(arr.dtype)
 
 
 class Simulator:
@@ -179,6 +63,7 @@ class Simulator:
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
         self.fields = [dict(ins.args) for ins in binary.code]
+        self.queues = [ins.queue for ins in binary.code]
         self.costs = [
             ins.defn.cost(target, f) if ins.defn.cost else None
             for ins, f in zip(binary.code, self.fields, strict=False)
@@ -235,7 +120,10 @@ class Simulator:
     def run(self, inputs: dict[str, np.ndarray], marks: tuple[int, ...] = ()) -> SimResult:
         self._set_inputs(inputs)
         self.mark_pcs, self.marks = set(marks), []
-        self._block(0, len(self.binary.code), ())
+        # float overflow in a crafted scale: wrong, not a warning; entered once, not per
+        # instruction (it cost ~20 us an instruction)
+        with np.errstate(all="ignore"):
+            self._block(0, len(self.binary.code), ())
         self._mark(len(self.binary.code))
         self.stats.cycles = max(self.queue_time.values())
         for (a, b), q in self.tokens.items():
@@ -289,6 +177,9 @@ class Simulator:
                     )
                 nest = None
                 if self.vectorize_loops:
+                    if self.runs.loop(pc, counters):
+                        pc += 1 + body
+                        continue
                     key = (pc, len(counters))
                     if key not in self.nests:
                         self.nests[key] = self._reduction_nest(pc, len(counters))
@@ -411,44 +302,16 @@ class Simulator:
             st.instructions + reps > self.limits.max_steps
         ):  # LOOPB and IF nests are only bounded up front
             raise SimulatorError(step_limit_message(None, self.limits))
-        q = ins.queue
-        tokens = 0  # when the last token it waits for arrives
-        for src in ins.wait:
-            fifo = self.tokens.get((src, q))
-            if not fifo:
-                raise SimulatorError(
-                    f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
-                    f"that was never signalled (at loop counters {list(counters)})"
-                )
-            tokens = max(tokens, fifo.popleft())
+        q = self.queues[pc]
+        tokens = self._await(pc, ins, q, counters)
         start = max(self.queue_time[q], tokens)
         cost = self.costs[pc]
         m.touched = []
         if nest:
-            dest = ins.arg(ins.defn.fields[0][0])
-            self._execute(pc, ins, ins.defn.execute_reduction_loop)
-            dmem, dlo, dhi, _ = m.touched[-1]
-            for mem, lo, hi, _write in m.touched[:-1]:
-                if (
-                    mem == dmem
-                    and lo < dhi
-                    and dlo < hi
-                    and not (lo == dlo and hi == dhi and mem == dest.mem)
-                ):
-                    raise SimulatorError(
-                        f"instruction {pc}: a reduction loop reads memory its destination overlaps"
-                    )
-            cost = isa.Cost(
-                cost.cycles * reps,
-                cost.dram_bytes * reps,
-                cost.macs * reps,
-                cost.vector_ops * reps,
-                tuple((mem, n * reps) for mem, n in cost.bytes),
-                tuple((mem, n * reps) for mem, n in cost.written),
-                cost.fill,
-            )
+            cost = self._reduction(pc, ins, cost, reps)
         elif ins.defn.execute is not None and not self._matmul_once(pc):
             self._execute(pc, ins, ins.defn.execute)
+        reads_from = start
         if cost.dram_bytes:
             end = self._transfer(
                 start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle)
@@ -462,7 +325,7 @@ class Simulator:
         else:
             end = start + cost.cycles
         if m.touched:  # a SYNC touches nothing: no hazard to look for
-            self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
+            self._check_hazards(pc, ins, q, reads_from, end)
         st.stalled[q] += start - self.queue_time[q]
         if self.recorder is not None:
             # a nest run at once (token-free, no fill) records each of its instructions
@@ -477,6 +340,49 @@ class Simulator:
         for dst in ins.signal:
             self.tokens[(q, dst)].append(end)
         st.instructions += reps
+        self._count(cost)
+
+    def _await(self, pc: int, ins: isa.Instruction, q: str, counters: tuple[int, ...]) -> int:
+        """Take the tokens instruction `pc` waits for; when the last of them arrives."""
+        tokens = 0
+        for src in ins.wait:
+            fifo = self.tokens.get((src, q))
+            if not fifo:
+                raise SimulatorError(
+                    f"instruction {pc} ({ins.mnemonic}) on {q} waits for a token from {src} "
+                    f"that was never signalled (at loop counters {list(counters)})"
+                )
+            tokens = max(tokens, fifo.popleft())
+        return tokens
+
+    def _reduction(self, pc: int, ins: isa.Instruction, cost: isa.Cost, reps: int) -> isa.Cost:
+        """Run the reduction nest around `pc` as one call; its cost, `reps` times the one's."""
+        m = self.machine
+        dest = ins.arg(ins.defn.fields[0][0])
+        self._execute(pc, ins, ins.defn.execute_reduction_loop)
+        dmem, dlo, dhi, _ = m.touched[-1]
+        for mem, lo, hi, _write in m.touched[:-1]:
+            if (
+                mem == dmem
+                and lo < dhi
+                and dlo < hi
+                and not (lo == dlo and hi == dhi and mem == dest.mem)
+            ):
+                raise SimulatorError(
+                    f"instruction {pc}: a reduction loop reads memory its destination overlaps"
+                )
+        return isa.Cost(
+            cost.cycles * reps,
+            cost.dram_bytes * reps,
+            cost.macs * reps,
+            cost.vector_ops * reps,
+            tuple((mem, n * reps) for mem, n in cost.bytes),
+            tuple((mem, n * reps) for mem, n in cost.written),
+            cost.fill,
+        )
+
+    def _count(self, cost: isa.Cost) -> None:
+        st = self.stats
         st.macs += cost.macs
         st.vector_ops += cost.vector_ops
         for mem, n in cost.bytes:
@@ -510,10 +416,7 @@ class Simulator:
         # The verifier checks what can be known statically; operands whose shapes do not fit
         # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
         try:
-            with np.errstate(
-                all="ignore"
-            ):  # float overflow in a crafted scale: wrong, not a warning
-                semantics(self.machine, self.fields[pc])
+            semantics(self.machine, self.fields[pc])  # under `run`'s np.errstate
         except (ValueError, IndexError, TypeError, KeyError) as err:
             raise SimulatorError(
                 f"instruction {pc} ({ins.mnemonic}): operands do not fit its semantics "

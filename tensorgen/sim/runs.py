@@ -93,9 +93,8 @@ class Segment:
         if len(bases) == 1:
             row = tuple(bases[0].tolist())
             return Segment(pc, op, bases, row, row)
-        return Segment(
-            pc, op, bases, tuple(bases.min(axis=0).tolist()), tuple(bases.max(axis=0).tolist())
-        )
+        low, high = np.minimum.reduce(bases), np.maximum.reduce(bases)  # no axis wrappers
+        return Segment(pc, op, bases, tuple(low.tolist()), tuple(high.tolist()))
 
 
 _COLUMN = {"acc": 0, "a": 1, "b": 2}
@@ -112,6 +111,8 @@ class MatmulRuns:
         self.nests: dict[tuple[int, int], Nest | None] = {}
         self.shapes: dict[tuple, Shape] = {}
         self.vectors: dict[int, VectorOp | None] = {}
+        self.coefs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.loops: dict[tuple[int, int], object] = {}  # loops.LoopForm or None, per (pc, depth)
 
     def op(self, pc: int) -> MatmulOp | None:
         if pc not in self.ops:
@@ -187,6 +188,17 @@ class MatmulRuns:
             self.nests[key] = n if ok else None
         return self.nests[key]
 
+    def loop(self, pc: int, counters: tuple[int, ...]) -> bool:
+        """Run every iteration of the LOOP at `pc` at once if its body is one run
+        (`tensorgen.sim.loops`); False, with nothing changed, otherwise."""
+        from tensorgen.sim import loops  # it builds on this module
+
+        key = (pc, len(counters))
+        if key not in self.loops:
+            self.loops[key] = loops.loop_form(self, pc, len(counters))
+        form = self.loops[key]
+        return form is not None and loops.run_loop(self, form, counters)
+
     def shape(self, nest: Nest, counters: tuple[int, ...]) -> Shape:
         key = (nest.head, nest.depth, tuple(counters[lv] for lv in nest.outer_levels))
         if key not in self.shapes:
@@ -236,8 +248,8 @@ class MatmulRuns:
             rows = np.empty((len(shape.points), levels), np.int64)
             rows[:, : len(counters)] = counters
             rows[:, len(counters) :] = shape.points
-            cols = [rows @ _coefs(d, levels) + d.const for d in (op.acc, op.a, op.b)]
-            segments.append(Segment.of(nest.body, op, np.stack(cols, axis=1)))
+            coefs, consts = self._coefs(nest.body, levels)
+            segments.append(Segment.of(nest.body, op, rows @ coefs + consts))
         if not segments:
             return None
         first = segments[0]
@@ -257,6 +269,18 @@ class MatmulRuns:
             if m == acc_mem and lo < acc_hi and acc_lo < hi:
                 return None  # it would read what the run writes: step it
         return segments, spans
+
+    def _coefs(self, pc: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (levels, 3) address coefficients and (3,) constants of the MATMUL at `pc`'s
+        (acc, a, b) bases: one product gives a nest's bases."""
+        key = (pc, levels)
+        if key not in self.coefs:
+            ds = (self.op(pc).acc, self.op(pc).a, self.op(pc).b)
+            self.coefs[key] = (
+                np.stack([_coefs(d, levels) for d in ds], axis=1),
+                np.array([d.const for d in ds], np.int64),
+            )
+        return self.coefs[key]
 
     def _timing(self, segments, spans) -> list[tuple[int, int]] | None:
         """Per-step (start, end) on EX, or None if another queue might touch the run's memory

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorgen.errors import SimulatorError
 from tensorgen.mc.binary import assemble
+from tensorgen.sim import batch, loops
 from tensorgen.sim.batch import exact_product
 from tensorgen.sim.machine import simulate
 from tensorgen.target import ISA_DIR, target_from_dict
@@ -41,16 +43,35 @@ class Case:
     peel_waits: bool  # the first MATMUL carries the LD token itself
     vmac: bool  # a VMAC reduction nest too
     drop: str  # a token left out: none | ld (EX reads weights in flight) | st (the store races)
+    # a LOOP of two around the MATMULs: none | moves (acc@256 and A two rows further next) |
+    # shared (only acc moves: one A for both) | still (nothing moves: each needs the one before)
+    group: str = "none"
+
+
+def _vmac_lines(c: Case, g: int) -> list[str]:
+    """A VMUL/VMAC reduction into acc@512 at loop level `g`: a perfect nest and a LOOPB one."""
+    return [
+        "VMUL dst=acc:int32@512[4x4:4,1] a=spad:int8@0[4x4:16,1] b=- imm=-3",
+        f"VMUL dst=acc:int32@512[4x4:4,1] a=acc:int32@512[4x4:4,1] b=spad:{c.xd}@4[4x4:16,1] imm=0",
+        "LOOP count=3 body=1",
+        f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@4*L{g}[4x4:16,1] b=spad:int8@128+16*L{g}[4x4:4,1]",
+        "LOOP count=2 body=2",  # LOOPB: not a perfect nest, each VMAC on its own
+        f"LOOPB lower=B(1-L{g}/1) upper=B(1/1) body=1",
+        f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@8*L{g}+4*L{g + 1}[4x4:16,1] b=spad:int8@128[4x4:0,0]",
+    ]
 
 
 def _program(c: Case) -> str:
-    d = 1 if c.outer else 0  # the level of the inner loops
+    g = 1 if c.outer else 0  # the level of the group loop
+    d = g + (c.group != "none")  # the level of the inner loops
     row = "+64*L0" if c.outer else ""
     acc = ("+64*L0" if c.acc_moves else "") if c.outer else ""
+    grp = f"+256*L{g}" if c.group in ("moves", "shared") else ""
+    a_grp = f"+32*L{g}" if c.group in ("moves", "still") else ""
 
     def mm(a: str, b: str, accumulate: int, tokens: str = "") -> str:
         return (
-            f"MATMUL acc=acc:int32@0{acc}[4x4:4,1] a=spad:{c.xd}@{a}{row}[4x4:16,1] "
+            f"MATMUL acc=acc:int32@0{acc}{grp}[4x4:4,1] a=spad:{c.xd}@{a}{row}{a_grp}[4x4:16,1] "
             f"b=spad:int8@{b}[4x4:4,1] accumulate={accumulate} a_zp={c.a_zp} b_zp={c.b_zp} {tokens}"
         )
 
@@ -66,21 +87,20 @@ def _program(c: Case) -> str:
         ]
     elif c.nest == "pair":
         ex += [mm("4", "144", 1), mm("8", "160", 1)]
+    if c.group != "none":  # every MATMUL so far in a loop: its iterations at once
+        ex = [f"LOOP count=2 body={len(ex)}"] + ex
     if c.vmac:
-        ex += [
-            "VMUL dst=acc:int32@512[4x4:4,1] a=spad:int8@0[4x4:16,1] b=- imm=-3",
-            f"VMUL dst=acc:int32@512[4x4:4,1] a=acc:int32@512[4x4:4,1] b=spad:{c.xd}@4[4x4:16,1] imm=0",
-            "LOOP count=3 body=1",
-            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@4*L{d}[4x4:16,1] b=spad:int8@128+16*L{d}[4x4:4,1]",
-            "LOOP count=2 body=2",  # LOOPB: not a perfect nest, each VMAC on its own
-            f"LOOPB lower=B(1-L{d}/1) upper=B(1/1) body=1",
-            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@8*L{d}+4*L{d + 1}[4x4:16,1] b=spad:int8@128[4x4:0,0]",
-        ]
+        ex += _vmac_lines(c, g)
     store_wait = "" if c.drop == "st" else "wait=EX"
     ex += [
         "SYNC queue=1 signal=ST" if c.drop != "st" else "SYNC queue=1",
         f"STORE dst=C({'4*L0' if c.outer else '0'},0)[4x4] src=acc:int32@0{acc}[4x4:4,1] {store_wait}",
     ]
+    if c.group in ("moves", "shared"):
+        ex += [
+            "SYNC queue=1 signal=ST",
+            f"STORE dst=E(0,0)[4x4] src=acc:int32@256{acc}[4x4:4,1] wait=EX",
+        ]
     if c.outer:
         ex = [f"LOOP count=2 body={len(ex)}"] + ex
     if waits and (not c.peel_waits or c.outer):
@@ -91,11 +111,12 @@ def _program(c: Case) -> str:
             "STORE dst=D(0,0)[4x4] src=acc:int32@512[4x4:4,1] wait=EX",
         ]
     head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
-.dram 384
+.dram 448
 .tensor X {c.xd} 8x16 input dram=0 pad=0
 .tensor W int8 16x4 input dram=128 pad=0
 .tensor C int32 8x4 output dram=192 pad=0
 .tensor D int32 4x4 output dram=320 pad=0
+.tensor E int32 4x4 output dram=384 pad=0
 LOAD dst=spad:{c.xd}@0[8x16:16,1] src=X(0,0)[8x16]
 LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] {"" if c.drop == "ld" else "signal=EX"}
 """
@@ -128,10 +149,11 @@ CASES = st.builds(
     peel_waits=st.booleans(),
     vmac=st.booleans(),
     drop=st.sampled_from(["none", "none", "ld", "st"]),
+    group=st.sampled_from(["none", "moves", "shared", "still"]),
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(case=CASES, seed=st.integers(0, 2**16))
 def test_fast_paths_equal_stepping(case: Case, seed: int) -> None:
     binary = assemble(_program(case))
@@ -144,15 +166,22 @@ def test_fast_paths_equal_stepping(case: Case, seed: int) -> None:
     target = TARGETS[case.buffers]
     fast = _outcome(binary, inputs, target, True)
     assert fast == _outcome(binary, inputs, target, False)
-    if fast[0] != "error" and case.drop == "none" and not (case.outer and not case.acc_moves):
-        # and the values are the product itself (the first block of rows)
+    if (
+        fast[0] != "error"
+        and case.drop == "none"
+        and not (case.outer and not case.acc_moves)
+        and case.group != "still"
+        and case.acc0 == 0
+    ):
+        # and the values are the product itself (the first block of rows; the group loop's
+        # second iteration: two rows further, in E)
         x = inputs["X"].astype(np.int64) - case.a_zp
         w = inputs["W"].astype(np.int64) - case.b_zp
         k = {"loop": 16, "loopb": 16, "pair": 12, "none": 4}[case.nest]
-        expected = x[:4, :k] @ w[:k]
-        got = np.array(fast[0]["C"])[:4]
-        if case.acc0 == 0:
-            np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(np.array(fast[0]["C"])[:4], x[:4, :k] @ w[:k])
+        if case.group in ("moves", "shared") and not case.outer:
+            rows = slice(2, 6) if case.group == "moves" else slice(0, 4)
+            np.testing.assert_array_equal(np.array(fast[0]["E"]), x[rows, :k] @ w[:k])
 
 
 def test_the_hazard_checks_run_on_both_paths() -> None:
@@ -174,3 +203,28 @@ def test_exact_product_chunks_k_beyond_the_float32_bound() -> None:
     np.testing.assert_array_equal(exact_product(x, w, 128 * 128), expected)
     big = np.full((1, 4), 2**15, np.float32)  # products 2**30: the int32 sum wraps
     np.testing.assert_array_equal(exact_product(big, big.T.copy(), 2**30), [[0]])  # 2**32
+
+
+@pytest.mark.parametrize("nest", ["loop", "loopb", "pair", "none"])
+def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
+    """The group loop of the random programs takes the batched path (`sim.loops`) when its
+    accumulators move, and is declined when they do not; both equal stepping."""
+    taken = []
+    real = loops.run_loop
+    monkeypatch.setattr(loops, "run_loop", lambda *a: taken.append(real(*a)) or taken[-1])
+    shared, real_shared = [], batch._reduce_shared
+    monkeypatch.setattr(batch, "_reduce_shared", lambda *a: shared.append(real_shared(*a)))
+    rng = np.random.default_rng(1)
+    inputs = {
+        "X": rng.integers(-128, 128, (8, 16)).astype(np.int8),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+    for group, expected in (("moves", [True]), ("shared", [True]), ("still", [False])):
+        c = Case(2, "int8", 3, -2, False, False, nest, 0, False, False, "none", group)
+        binary = assemble(_program(c))
+        taken.clear()
+        fast = _outcome(binary, inputs, TARGETS[2], True)
+        assert taken == expected
+        assert len(shared) == (group == "shared")  # one A for every iteration: one product
+        shared.clear()
+        assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)

@@ -1,0 +1,141 @@
+"""The simulated machine's state (`isa.MachineState`): memories and the accesses of the
+instruction being executed, for the instruction semantics of `tensorgen.mc.isa`.
+
+Every access is bounds-checked and recorded in `touched` (memory, first byte, end, written)
+for the simulator's hazard checks (`tensorgen.sim.machine`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorgen.errors import SimulatorError
+from tensorgen.mc.binary import Binary
+from tensorgen.mc.operands import ITEMSIZE, Box, View
+from tensorgen.sim.batch import Decoded
+from tensorgen.target import Target
+
+
+def _values(arr: np.ndarray) -> np.ndarray:
+    """What an instruction computes with: int64 for integer memory (wrapped again on write),
+    float32 as it is for float memory (the quantize and dequantize units)."""
+    return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
+
+
+class Machine:
+    """Implements `isa.MachineState` for the instruction semantics."""
+
+    def __init__(self, binary: Binary, target: Target) -> None:
+        self.binary, self.target = binary, target
+        self.mem = {
+            "spad": np.zeros(target.spad.bytes, np.uint8),
+            "acc": np.zeros(target.acc.bytes, np.uint8),
+            "dram": np.zeros(binary.dram_bytes, np.uint8),
+        }
+        self.counters: tuple[int, ...] = ()
+        self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
+        self.pc = 0
+        self.touched: list[tuple[str, int, int, bool]] = []
+        self.decoded: dict[int, Decoded] = {}
+
+    # -- MachineState ---------------------------------------------------------------------
+    def _ndarray(self, view: View) -> np.ndarray:
+        d = self.decoded.get(id(view))  # the binary holds its views: ids are stable
+        if d is None:
+            d = self.decoded[id(view)] = Decoded.of(view)
+        base = d.base(self.counters)
+        lo, hi = base + d.lo, base + d.hi
+        memory = self.mem[view.mem]
+        if lo < 0 or hi > memory.size:
+            raise SimulatorError(
+                f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
+                f"({memory.size} bytes) at loop counters {list(self.counters)}"
+            )
+        self._last_range = (view.mem, lo, hi)
+        return d.array(memory, base)
+
+    def read(self, view: View) -> np.ndarray:
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, False))
+        return _values(arr)
+
+    def write(self, view: View, values: np.ndarray) -> None:
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, True))
+        if values.dtype == arr.dtype and values.shape == arr.shape:
+            arr[...] = values  # a LOAD of the tensor's own dtype (`load_box`): no round trip
+            return
+        values = np.broadcast_to(values, view.shape)
+        arr[...] = (
+            values.astype(np.float32)
+            if arr.dtype.kind == "f"
+            else values.astype(np.int64).astype(arr.dtype)
+        )
+
+    def read_loop(self, view: View) -> np.ndarray:
+        """The view at every iteration of the loop nest `self.loop`: shape (*counts, *view.shape)."""
+        isz = ITEMSIZE[view.dtype]
+        levels = [lvl for lvl, _ in self.loop]
+        coefs = [view.base.coefs[lvl] if lvl < len(view.base.coefs) else 0 for lvl in levels]
+        shape = tuple(n for _, n in self.loop) + view.shape
+        byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
+        base = view.base.eval(self.counters)
+        lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
+        hi = (
+            base
+            + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
+            + isz
+        )
+        memory = self.mem[view.mem]
+        if lo < 0 or hi > memory.size:
+            raise SimulatorError(
+                f"instruction {self.pc}: {view} touches bytes [{lo}, {hi}) outside {view.mem} "
+                f"({memory.size} bytes) in the loop nest at counters {list(self.counters)}"
+            )
+        self.touched.append((view.mem, lo, hi, False))
+        return _values(
+            np.ndarray(
+                shape, np.dtype(view.dtype), buffer=memory, offset=base, strides=byte_strides
+            )
+        )
+
+    def _tensor(self, box: Box):
+        t = self.binary.tensors[box.tensor]
+        if len(box.shape) != len(t.shape):
+            raise SimulatorError(
+                f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
+            )
+        arr = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset)
+        origin = [a.eval(self.counters) for a in box.origin]
+        self.touched.append(("dram", t.dram_offset, t.dram_offset + t.nbytes, None))
+        return t, arr, origin
+
+    def load_box(self, box: Box) -> np.ndarray:
+        t, arr, origin = self._tensor(box)
+        dt = np.dtype(t.dtype)
+        if dt.kind == "f":
+            dt = np.dtype(np.float32)
+        elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
+            dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
+        # the tensor's own dtype: the values are the same, without an int64 round trip
+        out = np.full(box.shape, t.pad, dt)
+        src, dst = [], []
+        for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
+            lo, hi = max(o, 0), min(o + n, dim)
+            if lo >= hi:
+                return out
+            src.append(slice(lo, hi))
+            dst.append(slice(lo - o, hi - o))
+        out[tuple(dst)] = arr[tuple(src)]
+        return out
+
+    def store_box(self, box: Box, values: np.ndarray) -> None:
+        t, arr, origin = self._tensor(box)
+        src, dst = [], []
+        for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
+            lo, hi = max(o, 0), min(o + n, dim)
+            if lo >= hi:
+                return  # wholly outside the tensor: a halo, nothing to write
+            dst.append(slice(lo, hi))
+            src.append(slice(lo - o, hi - o))
+        arr[tuple(dst)] = values[tuple(src)].astype(arr.dtype)
