@@ -25,12 +25,21 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import numerics
-from tensorgen.frontend.layers import Layer, Port, affine, axes, clamp, f32, idx
+from tensorgen.frontend import numerics, ops
+from tensorgen.frontend.layers import (
+    NATURAL,
+    Layer,
+    Port,
+    affine,
+    axes,
+    clamp,
+    f32,
+    idx,
+    module_path,
+)
 from tensorgen.frontend.rules import add_rule, bias_array, conv_requant, weights
 
 QDTYPES = {torch.quint8: "uint8", torch.qint8: "int8"}
-NATURAL = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
 @dataclass(frozen=True)
@@ -139,15 +148,6 @@ def _native_stderr() -> Iterator[Callable[[], str]]:
             os.close(saved)
             if out and not refused:
                 sys.stderr.write(out)
-
-
-def module_path(node: fx.Node) -> str:
-    if node.op == "call_module":
-        return str(node.target)
-    stack = node.meta.get("nn_module_stack")
-    if stack:
-        return f"{list(stack.values())[-1][0]} ({node.name})"
-    return node.name
 
 
 def _op_name(gm: fx.GraphModule, node: fx.Node) -> str:
@@ -734,41 +734,6 @@ class _Lowering:
             y,
         )
 
-    def cat(self, node: fx.Node) -> None:
-        parts = [self.value_of(a) for a in node.args[0]]
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        y = self.result_value(node)
-        dim %= len(y.shape)
-        for p in parts:
-            if (p.scale, p.zp) != (y.scale, y.zp):
-                raise SpecError(
-                    "cat of inputs with different quantization parameters (it would requantize)"
-                )
-        ports, stmts, off = [], [], 0
-        for i, p in enumerate(parts):
-            ix = axes(len(y.shape))
-            out = list(ix)
-            out[dim] = affine((1, ix[dim]), const=off)
-            ports.append(p.port(f"X{i}", "input"))
-            # where: bounds the concatenated index by this part (Y's dimension is larger)
-            stmts.append(
-                {
-                    "stmt": f"Y[{idx(out)}] = X{i}[{idx(ix)}]",
-                    "where": f"0 <= {ix[dim]} < {p.shape[dim]}",
-                }
-            )
-            off += p.shape[dim]
-        self.add(
-            Layer(
-                node.name,
-                module_path(node),
-                "cat",
-                ports + [y.port("Y", "output")],
-                lambda lo, hi: stmts,
-            ),
-            y,
-        )
-
 
 def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
@@ -830,7 +795,7 @@ FUNCTIONS = {
     torch.flatten: lambda lw, n: lw.alias(n),
     torch.reshape: lambda lw, n: lw.alias(n),
     torch.permute: lambda lw, n: lw.permute(n),
-    torch.cat: lambda lw, n: lw.cat(n),
+    torch.cat: ops.cat,
     torch.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
     F.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
     F.relu6: lambda lw, n: lw.clamp_op(n, "relu6", 0.0, 6.0),

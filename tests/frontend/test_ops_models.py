@@ -1,0 +1,67 @@
+"""Small models around each operator of tensorgen.frontend.ops and the pooling lowerings:
+compiled, simulated and compared bit for bit with PyTorch under qnnpack and x86, and the
+documented one-line refusals."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from tensorgen.errors import SpecError
+from tensorgen.frontend import ops
+from tensorgen.frontend.fx import Value
+from tensorgen.model import check_model, compile_model
+from tensorgen.target import load_target
+
+TG1 = load_target("tg1")
+ENGINES = ("qnnpack", "x86")
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def assert_bit_exact(model: nn.Module, shape=(1, 3, 8, 8), engine="qnnpack", seeds=(0, 1)):
+    torch.manual_seed(0)
+    example = (torch.randn(*shape),)
+    cm = compile_model(model.eval(), example, TG1, engine=engine)
+    for seed in seeds:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 1.5
+        cmp, _ = check_model(cm, (x,))
+        assert cmp.exact, cmp.message
+    return cm
+
+
+class CatBranches(nn.Module):
+    """A conv branch and a ReLU6 branch (its own qparams) concatenated, then a 1x1 conv; and a
+    cat along the width of two tensors of one qparams."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 5, 3, padding=1)
+        self.r = nn.ReLU6()
+        self.c = nn.Conv2d(13, 4, 1)
+
+    def forward(self, x):
+        y = self.c(torch.cat([self.a(x), self.r(self.b(x))], 1))
+        return torch.cat([y, y], 3)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cat_of_inputs_with_different_qparams_is_bit_exact(engine):
+    cm = assert_bit_exact(CatBranches(), engine=engine)
+    cats = [layer for layer in cm.graph.layers if layer.op == "cat"]
+    assert len(cats) == 2
+    assert "requant(" in cats[0].text("tg1")  # the second input is requantized on the way
+
+
+def test_cat_refuses_a_requantization_no_multiplier_reproduces():
+    x = Value("x", (1, 256, 1, 1), "uint8", 0.2, 10)
+    y = Value("y", (1, 256, 1, 1), "uint8", 0.4, 101)
+    with pytest.raises(SpecError, match="no single float32 multiplier") as err:
+        ops.requant_expr("X[i]", x, y, nhwc=True)
+    assert "\n" not in str(err.value)
+    assert ops.requant_expr("X[i]", x, x) == "X[i]"
