@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import numerics, ops
+from tensorgen.frontend import numerics, ops, pooling
 from tensorgen.frontend.layers import (
     NATURAL,
     Layer,
@@ -662,13 +662,14 @@ class _Lowering:
             y,
         )
 
-    def avg_pool(self, node: fx.Node, kernel, stride, padding, ceil_mode: bool) -> None:
+    def avg_pool(
+        self, node: fx.Node, kernel, stride, padding, ceil_mode: bool, include_pad=True, div=None
+    ) -> None:
         """qnnpack's average pooling: padding holds the zero point and counts in the divisor
-        (qnnpack ignores count_include_pad=False and divisor_override), one float multiplier."""
-        if self.engine != "qnnpack":
-            raise SpecError(f"avg_pool2d under {self.engine} is not supported yet")
-        if ceil_mode:
-            raise SpecError("avg_pool2d with ceil_mode")
+        (qnnpack ignores count_include_pad=False and divisor_override), one float multiplier.
+        Anything else runs ATen's kernel: tensorgen.frontend.pooling."""
+        if self.engine != "qnnpack" or ceil_mode:
+            return pooling.avg_pool_aten(self, node, kernel, stride, padding, include_pad, div)
         x = self.value_of(node.args[0])
         y = self.result_value(node)
         (kh, kw), (sh, sw), (ph, pw) = (_pair(v) for v in (kernel, stride or kernel, padding))
@@ -756,7 +757,14 @@ def _max_pool_fn(lw: _Lowering, node: fx.Node) -> None:
 
 
 def _avg_pool_args(node: fx.Node):
-    names = ("kernel_size", "stride", "padding", "ceil_mode")
+    names = (
+        "kernel_size",
+        "stride",
+        "padding",
+        "ceil_mode",
+        "count_include_pad",
+        "divisor_override",
+    )
     args = dict(zip(names, node.args[1:], strict=False))
     args.update({k: v for k, v in node.kwargs.items() if k in names})
     return (
@@ -764,6 +772,8 @@ def _avg_pool_args(node: fx.Node):
         args.get("stride"),
         args.get("padding", 0),
         args.get("ceil_mode", False),
+        args.get("count_include_pad", True),
+        args.get("divisor_override"),
     )
 
 
@@ -782,7 +792,15 @@ MODULES = (
     (nn.AdaptiveAvgPool2d, lambda lw, n, m: lw.adaptive_avg_pool(n, m.output_size)),
     (
         nn.AvgPool2d,
-        lambda lw, n, m: lw.avg_pool(n, m.kernel_size, m.stride, m.padding, m.ceil_mode),
+        lambda lw, n, m: lw.avg_pool(
+            n,
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.ceil_mode,
+            m.count_include_pad,
+            m.divisor_override,
+        ),
     ),
     (nn.Flatten, lambda lw, n, m: lw.alias(n)),
     (nn.Identity, lambda lw, n, m: lw.alias(n)),

@@ -415,3 +415,44 @@ def requantize_multiplier(
         if np.isfinite(m) and m > 0 and (arith.requantize(d, m, zp_out, lo, hi) == want).all():
             return np.float32(m)
     return None
+
+
+# -- the generic (ATen) average pool: ceil_mode under qnnpack, every avg_pool2d under x86 ------
+
+
+def aten_avgpool_multiplier(s_in: float, s_out: float, divisor: int) -> np.float32:
+    """``M = RN(1 / RN(1 / m))`` with ``m = RN(RN(f32(s_in) / f32(s_out)) / divisor)``: ATen's
+    average pool computes ``m`` in float and quantizes with scale ``1 / m``, whose reciprocal
+    ``quantize_val`` multiplies by."""
+    _check_positive("aten_avgpool_multiplier", s_in=s_in, s_out=s_out)
+    m = (np.float32(s_in) / np.float32(s_out)) / np.float32(divisor)
+    return np.float32(1) / (np.float32(1) / m)
+
+
+def aten_avgpool(acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int) -> np.ndarray:
+    """ATen's average pool on contiguous (NCHW) input, from ``acc = sum(q - zp_in)`` over the
+    window's real elements: ``clamp(RNE(RN(RN(f32(acc) * M) + f32(zp_out))))``, two float
+    roundings before the integer one (qnnpack and x86 alike; tests/frontend/test_numerics_ops.py).
+    Returns int64."""
+    a = np.asarray(acc, dtype=np.int64).astype(np.float32)
+    t = (a * _f32(multiplier)).astype(np.float32) + np.float32(zp)
+    return np.clip(np.rint(t.astype(np.float32).astype(np.float64)), lo, hi).astype(np.int64)
+
+
+def single_rounding_for(
+    want: np.ndarray, acc: np.ndarray, m0: np.float32, zp: int, lo: int, hi: int, ulps: int = 16
+) -> tuple[str, np.float32] | None:
+    """An op.yaml requantization -- ``("requant_fma", M)`` (``RNE(fma(acc, M, zp))``) or
+    ``("requant", M)`` (``RNE(acc * M) + zp``) -- that gives ``want`` on every accumulator value
+    ``acc``, M within ``ulps`` of ``m0``; None if there is none. The accumulator range of a
+    pooling window is small (255 * window + 1 values), so checking all of it is the proof."""
+    base = int(np.array(m0, np.float32).view(np.int32))
+    for u in sorted(range(-ulps, ulps + 1), key=lambda u: (abs(u), u)):
+        m = np.array(base + u, np.int32).view(np.float32)[()]
+        if not (np.isfinite(m) and m > 0):
+            continue
+        if (arith.avgpool_fbgemm(acc, m, zp, lo, hi) == want).all():
+            return "requant_fma", np.float32(m)
+        if (arith.requantize(acc, m, zp, lo, hi) == want).all():
+            return "requant", np.float32(m)
+    return None

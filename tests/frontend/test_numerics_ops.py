@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tensorgen.frontend import numerics
 from tensorgen.mc import arith
@@ -118,3 +119,100 @@ def test_requantize_multiplier_search_is_nearly_always_the_plain_ratio():
         plain += m == np.float32(s_in) * numerics.inv_scale(s_out)
         none += m is None
     assert plain >= 290 and none <= 5
+
+
+# -- ATen's average pool (ceil_mode under qnnpack, everything under x86), contiguous input ------
+
+
+def aten_avg_pool_expected(q, zp, s_in, s_out, zp_out, k, s, p, ceil, include_pad):
+    """ATen's rule, window by window, with the windows computed here from PyTorch's formulas."""
+    n, c, h, w = q.shape
+
+    def wins(n_in):
+        n_out = (n_in + 2 * p - k + (s - 1 if ceil else 0)) // s + 1
+        if ceil and (n_out - 1) * s >= n_in + p:
+            n_out -= 1
+        for o in range(n_out):
+            start = o * s - p
+            end = min(start + k, n_in + p)
+            yield max(start, 0), min(end, n_in), end - start
+
+    y = []
+    for h0, h1, ph in wins(h):
+        row = []
+        for w0, w1, pw in wins(w):
+            real = (h1 - h0) * (w1 - w0)
+            m = numerics.aten_avgpool_multiplier(s_in, s_out, ph * pw if include_pad else real)
+            acc = q[:, :, h0:h1, w0:w1].sum((2, 3)) - zp * real
+            row.append(numerics.aten_avgpool(acc, m, zp_out, 0, 255))
+        y.append(np.stack(row, -1))
+    return np.stack(y, -2)
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_aten_avg_pool_on_contiguous_input(engine, eng):
+    """Random shapes, windows, strides, padding, ceil_mode and count_include_pad both ways (under
+    qnnpack only ceil_mode reaches ATen's kernel)."""
+    engine(eng)
+    rng = np.random.default_rng(11)
+    total = 0
+    while total < 100_000:
+        k, s = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        p, cip = int(rng.integers(0, k // 2 + 1)), bool(rng.integers(0, 2))
+        ceil = True if eng == "qnnpack" else bool(rng.integers(0, 2))
+        c, h, w = int(rng.integers(1, 40)), int(rng.integers(k, 15)), int(rng.integers(k, 15))
+        q = rng.integers(0, 256, (2, c, h, w))
+        s_in, zp = float(np.exp(rng.uniform(-5, 0))), int(rng.integers(0, 256))
+        y = F.avg_pool2d(qtensor(q, s_in, zp), k, s, p, ceil_mode=ceil, count_include_pad=cip)
+        want = aten_avg_pool_expected(
+            q, zp, s_in, y.q_scale(), y.q_zero_point(), k, s, p, ceil, cip
+        )
+        np.testing.assert_array_equal(y.int_repr().numpy(), want)
+        total += want.size
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_aten_avg_pool_rounds_twice_on_ties(engine, eng):
+    """2x2 windows give exact halves; an odd zero point makes RNE(x.5 + zp) differ from
+    RNE(x.5) + zp. PyTorch follows the two float roundings, not the latter, and the multiplier
+    tensorgen picks reproduces them on the whole accumulator range."""
+    engine(eng)
+    q = np.arange(256 * 4).reshape(1, 256, 2, 2) % 256
+    q[0, :, 0, 0] = np.arange(256)
+    q[0, :, 1, 1] = (np.arange(256) + 1) % 256
+    y = F.avg_pool2d(qtensor(q, 0.1, 3), 2, 2, 0, ceil_mode=True)
+    got = y.int_repr().numpy()
+    acc = q.sum((2, 3)) - 3 * 4
+    m = numerics.aten_avgpool_multiplier(0.1, y.q_scale(), 4)
+    np.testing.assert_array_equal(got[..., 0, 0], numerics.aten_avgpool(acc, m, 3, 0, 255))
+    assert (arith.requantize(acc, m, 3, 0, 255) != got[..., 0, 0]).any()
+    full = np.arange(-12, 253 * 4 + 1)
+    fn, mult = numerics.single_rounding_for(
+        numerics.aten_avgpool(full, m, 3, 0, 255), full, m, 3, 0, 255
+    )
+    pick = arith.avgpool_fbgemm if fn == "requant_fma" else arith.requantize
+    np.testing.assert_array_equal(pick(acc, mult, 3, 0, 255), got[..., 0, 0])
+
+
+def test_divisor_six_can_need_two_roundings_no_single_one_gives(engine):
+    """Scale 0.05, zero point 5, divisor 6 (a 3x2 border window): PyTorch's result (checked
+    here on every accumulator value) is reproduced by no requant or requant_fma multiplier, so
+    tensorgen refuses such a layer (tensorgen.frontend.pooling) rather than be off by one."""
+    engine("qnnpack")
+    zp, div = 5, 6
+    acc = np.arange(-zp * div, (255 - zp) * div + 1)
+    m = numerics.aten_avgpool_multiplier(0.05, 0.05, div)
+    want = numerics.aten_avgpool(acc, m, zp, 0, 255)
+    assert numerics.single_rounding_for(want, acc, m, zp, 0, 255, ulps=64) is None
+    # PyTorch on windows of 3x2 whose sums cover the range: q[..] + zp laid out to sum to acc
+    q = np.full((1, acc.size, 3, 2), zp)
+    rest = acc.copy()
+    for i in range(3):
+        for j in range(2):
+            step = np.clip(rest, -zp, 255 - zp)
+            q[0, :, i, j] += step
+            rest -= step
+    assert not rest.any()
+    y = F.avg_pool2d(qtensor(q, 0.05, zp), (3, 2), ceil_mode=True)
+    assert (y.q_scale(), y.q_zero_point()) == (0.05, zp)
+    np.testing.assert_array_equal(y.int_repr().numpy()[0, :, 0, 0], want)

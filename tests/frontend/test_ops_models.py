@@ -65,3 +65,31 @@ def test_cat_refuses_a_requantization_no_multiplier_reproduces():
         ops.requant_expr("X[i]", x, y, nhwc=True)
     assert "\n" not in str(err.value)
     assert ops.requant_expr("X[i]", x, x) == "X[i]"
+
+
+class Pools(nn.Module):
+    """A padded 3x3 window (divisor 9) and ceil_mode with count_include_pad=False on 5x5 (border
+    divisors 2 and 1) after a ReLU6 (whose output is contiguous under qnnpack:
+    tensorgen.frontend.quantize.repair_qnnpack_clamp)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.r = nn.ReLU6()
+        self.p1 = nn.AvgPool2d(3, 2, 1, ceil_mode=True)
+        self.p2 = nn.AvgPool2d(2, 2, 0, ceil_mode=True, count_include_pad=False)
+
+    def forward(self, x):
+        return self.p2(self.p1(self.r(self.a(x))))
+
+
+def test_avg_pool_of_any_size_with_ceil_mode_is_bit_exact_under_qnnpack():
+    cm = assert_bit_exact(Pools(), shape=(1, 3, 9, 9))
+    assert [layer.op for layer in cm.graph.layers].count("avg_pool2d") == 2
+
+
+def test_avg_pool_of_a_channels_last_tensor_under_x86_is_refused_in_one_line():
+    with pytest.raises(SpecError, match="channels-last kernel") as err:
+        assert_bit_exact(Pools(), shape=(1, 3, 9, 9), engine="x86")
+    assert "\n" not in str(err.value) and "AvgPool2d at p1" in str(err.value)
