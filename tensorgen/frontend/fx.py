@@ -802,6 +802,7 @@ MODULES = (
             m.divisor_override,
         ),
     ),
+    (nn.Upsample, lambda lw, n, m: ops.nearest_upsample(lw, n, m)),
     (nn.Flatten, lambda lw, n, m: lw.alias(n)),
     (nn.Identity, lambda lw, n, m: lw.alias(n)),
 )
@@ -822,6 +823,9 @@ FUNCTIONS = {
         "hardtanh",
         n.kwargs.get("min_val", (list(n.args) + [-1.0])[1]),
         n.kwargs.get("max_val", (list(n.args) + [-1.0, 1.0])[2]),
+    ),
+    F.interpolate: lambda lw, n: ops.nearest_upsample(
+        lw, n, lambda t: n.target(t, *n.args[1:], **n.kwargs)
     ),
     F.max_pool2d: _max_pool_fn,
     torch.max_pool2d: _max_pool_fn,

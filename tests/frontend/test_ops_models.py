@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tensorgen.errors import SpecError
@@ -93,3 +94,45 @@ def test_avg_pool_of_a_channels_last_tensor_under_x86_is_refused_in_one_line():
     with pytest.raises(SpecError, match="channels-last kernel") as err:
         assert_bit_exact(Pools(), shape=(1, 3, 9, 9), engine="x86")
     assert "\n" not in str(err.value) and "AvgPool2d at p1" in str(err.value)
+
+
+class Upsampling(nn.Module):
+    """nn.Upsample (left in float by FX: dequantize, upsample, quantize) concatenated with a
+    skip of another scale, and F.interpolate by (3, 2) on a quantized tensor (its quantized
+    kernel), each a different path."""
+
+    def __init__(self, mode: str = "nearest", size=None) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.a, self.r1 = nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()
+        self.b, self.r2 = nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU()
+        self.up = nn.Upsample(scale_factor=2, mode=mode) if size is None else nn.Upsample(size)
+        self.c = nn.Conv2d(16, 4, 1)
+        self.skip = size is None  # a cat needs the skip's size
+
+    def forward(self, x):
+        a = self.r1(self.a(x))
+        b = self.r2(self.b(a))
+        if not self.skip:
+            return self.up(b)
+        return self.c(torch.cat([self.up(b), a], 1)), F.interpolate(b, scale_factor=(3, 2))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nearest_upsampling_by_integer_factors_is_bit_exact(engine):
+    cm = assert_bit_exact(Upsampling(), engine=engine)
+    assert [layer.op for layer in cm.graph.layers].count("upsample_nearest") == 2
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (Upsampling(mode="bilinear"), "only nearest upsampling by integer factors"),
+        (Upsampling(size=(6, 6)), "from 4x4 to 6x6: only nearest upsampling by integer"),
+    ],
+    ids=["bilinear", "non-integer"],
+)
+def test_other_upsampling_is_refused_in_one_line(model, message):
+    with pytest.raises(SpecError, match=message) as err:
+        assert_bit_exact(model)
+    assert "\n" not in str(err.value)
