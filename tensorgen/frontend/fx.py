@@ -831,7 +831,13 @@ FUNCTIONS = {
     torch.max_pool2d: _max_pool_fn,
     F.adaptive_avg_pool2d: lambda lw, n: lw.adaptive_avg_pool(n, n.args[1]),
     F.avg_pool2d: lambda lw, n: lw.avg_pool(n, *_avg_pool_args(n)),
-    operator.getitem: None,
+    operator.getitem: ops.piece,
+    torch.transpose: ops.transpose,
+    torch.chunk: ops.split,
+    torch.split: ops.split,
+    getattr: ops.python_value,
+    operator.floordiv: ops.python_value,
+    operator.mul: ops.python_value,
 }
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
 
@@ -842,5 +848,8 @@ METHODS = {
     "view": lambda lw, n: lw.alias(n),
     "contiguous": lambda lw, n: lw.alias(n),
     "permute": lambda lw, n: lw.permute(n),
+    "transpose": ops.transpose,
+    "chunk": ops.split,
+    "split": ops.split,
     "relu": lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
 }

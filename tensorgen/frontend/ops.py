@@ -127,3 +127,79 @@ def _factors(xs: tuple[int, ...], ys: tuple[int, ...], run) -> tuple[int, int]:
     raise SpecError(
         f"interpolate from {h}x{w} to {oh}x{ow}: only nearest upsampling by integer factors"
     )
+
+
+def transpose(lw: _Lowering, node: fx.Node) -> None:
+    """transpose(a, b) (a channel shuffle's middle step): a copy into the transposed layout, so
+    the view that follows it is again an alias of contiguous bytes."""
+    x, y = lw.value_of(node.args[0]), lw.result_value(node)
+    a, b = node.args[1:3] if len(node.args) > 2 else (node.kwargs["dim0"], node.kwargs["dim1"])
+    src = axes(len(x.shape))
+    dst = list(src)
+    dst[a % len(src)], dst[b % len(src)] = dst[b % len(src)], dst[a % len(src)]
+    lw.add(
+        Layer(
+            node.name,
+            module_path(node),
+            "transpose",
+            [x.port("X", "input"), y.port("Y", "output")],
+            lambda lo, hi: [f"Y[{idx(dst)}] = X[{idx(src)}]"],
+        ),
+        y,
+    )
+
+
+def split(lw: _Lowering, node: fx.Node) -> None:
+    """chunk / split / tensor_split: a tuple, nothing to compute; each `getitem` of it is a
+    slice (`piece`). Only its input is checked here."""
+    x = lw.value_of(node.args[0])
+    parts = lw.results[node]
+    if not isinstance(parts, (tuple, list)) or any(p.dtype != parts[0].dtype for p in parts):
+        raise SpecError("split into something other than a tuple of tensors")
+    if x.dtype == "float32":
+        _dequantized(lw, node.args[0], node)
+
+
+def _dequantized(lw: _Lowering, src, node: fx.Node) -> Value:
+    """The quantized tensor that the float `src` is the dequantize of, else the usual refusal of
+    a float operation."""
+    producer = lw.producer.get(getattr(src, "name", ""))
+    if producer is None or producer.op != "dequantize":
+        lw._refuse(node)
+    return lw.value_of(src.args[0])
+
+
+def python_value(lw: _Lowering, node: fx.Node) -> None:
+    """`getattr(x, "shape")`, `shape[1]`, `c // 2`: Python integers of a traced model's shape
+    arithmetic, static once traced; nothing to compute. Anything that yields a tensor is not
+    this."""
+    if isinstance(lw.results.get(node), torch.Tensor):
+        lw._refuse(node)
+
+
+def piece(lw: _Lowering, node: fx.Node) -> None:
+    """`parts[i]` of a chunk / split: a copy of that slice, `Y[.., c, ..] = X[.., c + off, ..]`,
+    along the dimension the recorded pieces differ from the input in."""
+    source = node.args[0]
+    if not isinstance(lw.results.get(node), torch.Tensor):
+        return python_value(lw, node)  # an element of a shape
+    if not (hasattr(source, "op") and isinstance(lw.results.get(source), (tuple, list))):
+        raise SpecError("getitem of something other than a split tensor")
+    x, y = lw.value_of(source.args[0]), lw.result_value(node)
+    ports, read = [x.port("X", "input"), y.port("Y", "output")], "X"
+    if x.dtype == "float32":  # FX splits the dequantized tensor: a dequantize of the slice
+        q = _dequantized(lw, source.args[0], node)
+        ports, read = [q.port("X", "input"), y.port("Y", "output", 0)], "dequantize(X"
+    parts, i = lw.results[source], node.args[1]
+    dims = [d for d in range(len(x.shape)) if parts[i].shape[d] != x.shape[d]]
+    dim = dims[0] if dims else 0
+    off = sum(int(p.shape[dim]) for p in parts[:i])
+    ix = axes(len(y.shape))
+    src = list(ix)
+    src[dim] = affine((1, ix[dim]), const=off)
+    tail = f", {q.scale!r}, {q.zp})" if read != "X" else ""
+    stmt = {  # where: the slice is narrower than X
+        "stmt": f"Y[{idx(ix)}] = {read}[{idx(src)}]{tail}",
+        "where": f"0 <= {ix[dim]} < {y.shape[dim]}",
+    }
+    lw.add(Layer(node.name, module_path(node), "slice", ports, lambda lo, hi: [stmt]), y)

@@ -136,3 +136,29 @@ def test_other_upsampling_is_refused_in_one_line(model, message):
     with pytest.raises(SpecError, match=message) as err:
         assert_bit_exact(model)
     assert "\n" not in str(err.value)
+
+
+class ShuffleSplit(nn.Module):
+    """A ShuffleNetV2 unit's data movement: chunk along channels (FX splits the dequantized
+    tensor, each piece quantized on its own), a cat, the view/transpose/view channel shuffle
+    (with its traced shape arithmetic), and a split into unequal parts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.a, self.r = nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()
+        self.b, self.c = nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        left, right = self.r(self.a(x)).chunk(2, dim=1)
+        z = torch.cat([left, self.c(self.b(right))], 1)
+        n, c, h, w = z.shape
+        z = z.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+        return torch.split(z, [3, 5], dim=1)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_channel_shuffle_chunk_and_split_are_bit_exact(engine):
+    cm = assert_bit_exact(ShuffleSplit(), engine=engine)
+    ops_ = [layer.op for layer in cm.graph.layers]
+    assert ops_.count("transpose") == 1 and ops_.count("slice") == 4, ops_
