@@ -838,6 +838,8 @@ FUNCTIONS = {
     getattr: ops.python_value,
     operator.floordiv: ops.python_value,
     operator.mul: ops.python_value,
+    operator.sub: ops.python_value,
+    operator.add: ops.python_value,
 }
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
 
