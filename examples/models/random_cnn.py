@@ -87,8 +87,7 @@ def layer(rng: random.Random, kind: str, c: int, hw: int) -> tuple[nn.Module, in
         stride = 2 if hw >= 6 and rng.random() < 0.4 else 1
         c_out = rng.randint(3, 17)
         m = conv(rng, c, c_out, hw, stride)
-        k, s, p, d = m[0].kernel_size[0], stride, m[0].padding[0], m[0].dilation[0]
-        return m, c_out, (hw + 2 * p - d * (k - 1) - 1) // s + 1
+        return m, c_out, _conv_out(m[0], hw)
     if kind == "residual":
         return Residual(rng, c), c, hw
     if kind == "concat":
@@ -111,7 +110,7 @@ def layer(rng: random.Random, kind: str, c: int, hw: int) -> tuple[nn.Module, in
 def architecture(seed: int, size: int) -> tuple[nn.Module, int, list[str]]:
     rng = random.Random(seed)
     layers: list[nn.Module] = [conv(rng, 3, rng.randint(4, 12), size)]
-    c, hw, kinds = layers[0][0].out_channels, size, ["conv"]
+    c, hw, kinds = layers[0][0].out_channels, _conv_out(layers[0][0], size), ["conv"]
     for _ in range(rng.randint(1, 4)):
         kind = rng.choice(
             [k for k in KINDS if _fits(k, c, hw) and (k, k) != (kinds[-1], "upsample")]
@@ -130,6 +129,11 @@ def architecture(seed: int, size: int) -> tuple[nn.Module, int, list[str]]:
     return nn.Sequential(*layers, head), hw, kinds
 
 
+def _conv_out(m: nn.Conv2d, hw: int) -> int:
+    k, s, p, d = m.kernel_size[0], m.stride[0], m.padding[0], m.dilation[0]
+    return (hw + 2 * p - d * (k - 1) - 1) // s + 1
+
+
 def _fits(kind: str, c: int, hw: int) -> bool:
     if kind in ("maxpool", "avgpool"):
         return hw >= 4
@@ -137,7 +141,7 @@ def _fits(kind: str, c: int, hw: int) -> bool:
         return hw <= 8
     if kind == "shuffle":
         return c % 2 == 0
-    return kind != "chunk" or c >= 2
+    return kind != "chunk" or c >= 2  # (a chunk right after an upsampling is float: refused)
 
 
 def _pooled(m: nn.Module, hw: int) -> int:
@@ -177,4 +181,5 @@ REFUSALS = {
     "x86 add scalar tail": r"take fbgemm's scalar path",
     "x86 adaptive pool channels": r"fbgemm rounds the last",
     "float upsampling of a float upsampling": r"interpolate of a float tensor that is not a dequan",
+    "float op after a float upsampling": r"a float operation inside the quantized model",
 }
