@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tensorgen.frontend import numerics
+from tensorgen.frontend import numerics, pooling
 from tensorgen.mc import arith
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -124,9 +124,11 @@ def test_requantize_multiplier_search_is_nearly_always_the_plain_ratio():
 # -- ATen's average pool (ceil_mode under qnnpack, everything under x86), contiguous input ------
 
 
-def aten_avg_pool_expected(q, zp, s_in, s_out, zp_out, k, s, p, ceil, include_pad):
-    """ATen's rule, window by window, with the windows computed here from PyTorch's formulas."""
+def aten_avg_pool_expected(q, zp, s_in, s_out, zp_out, k, s, p, ceil, include_pad, block=0):
+    """ATen's rule, window by window, with the windows computed here from PyTorch's formulas;
+    `block`: the channels-last kernel's vector width (0: contiguous input)."""
     n, c, h, w = q.shape
+    vector = (np.arange(c) < (block * (c // block) if block else 0))[None, :]
 
     def wins(n_in):
         n_out = (n_in + 2 * p - k + (s - 1 if ceil else 0)) // s + 1
@@ -144,7 +146,11 @@ def aten_avg_pool_expected(q, zp, s_in, s_out, zp_out, k, s, p, ceil, include_pa
             real = (h1 - h0) * (w1 - w0)
             m = numerics.aten_avgpool_multiplier(s_in, s_out, ph * pw if include_pad else real)
             acc = q[:, :, h0:h1, w0:w1].sum((2, 3)) - zp * real
-            row.append(numerics.aten_avgpool(acc, m, zp_out, 0, 255))
+            d = ph * pw if include_pad else real
+            once = arith.requantize(
+                acc, (np.float32(s_in) / np.float32(s_out)) / np.float32(d), zp_out, 0, 255
+            )
+            row.append(np.where(vector, once, numerics.aten_avgpool(acc, m, zp_out, 0, 255)))
         y.append(np.stack(row, -1))
     return np.stack(y, -2)
 
@@ -216,3 +222,29 @@ def test_divisor_six_can_need_two_roundings_no_single_one_gives(engine):
     y = F.avg_pool2d(qtensor(q, 0.05, zp), (3, 2), ceil_mode=True)
     assert (y.q_scale(), y.q_zero_point()) == (0.05, zp)
     np.testing.assert_array_equal(y.int_repr().numpy()[0, :, 0, 0], want)
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_aten_avg_pool_on_channels_last_input(engine, eng):
+    """The NHWC kernel: its first `block * (C // block)` channels round once, `RNE(RN(acc * m)) +
+    zp` with m itself; the rest as the contiguous kernel. Random shapes (channels past 16 and 32),
+    a quarter of them built of exact halves."""
+    engine(eng)
+    block = pooling.nhwc_block(eng)
+    assert block in (8, 16)
+    rng = np.random.default_rng(12)
+    total = 0
+    while total < 100_000:
+        k, s = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        p, cip = int(rng.integers(0, k // 2 + 1)), bool(rng.integers(0, 2))
+        ceil = True if eng == "qnnpack" else bool(rng.integers(0, 2))
+        c, h, w = int(rng.integers(1, 40)), int(rng.integers(k, 13)), int(rng.integers(k, 13))
+        q = rng.integers(0, 256, (2, c, h, w))
+        s_in, zp = float(np.exp(rng.uniform(-5, 0))), int(rng.integers(0, 256))
+        if total % 4 == 0:
+            q = q // 64 * 2 + zp % 7  # exact halves
+        x = qtensor(q, s_in, zp, channels_last=True)
+        y = F.avg_pool2d(x, k, s, p, ceil_mode=ceil, count_include_pad=cip)
+        args = (q, zp, s_in, y.q_scale(), y.q_zero_point(), k, s, p, ceil, cip)
+        np.testing.assert_array_equal(y.int_repr().numpy(), aten_avg_pool_expected(*args, block))
+        total += y.numel()
