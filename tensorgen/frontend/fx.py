@@ -25,12 +25,21 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import numerics
-from tensorgen.frontend.layers import Layer, Port, affine, axes, clamp, f32, idx
+from tensorgen.frontend import numerics, ops, pooling
+from tensorgen.frontend.layers import (
+    NATURAL,
+    Layer,
+    Port,
+    affine,
+    axes,
+    clamp,
+    f32,
+    idx,
+    module_path,
+)
 from tensorgen.frontend.rules import add_rule, bias_array, conv_requant, weights
 
 QDTYPES = {torch.quint8: "uint8", torch.qint8: "int8"}
-NATURAL = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
 @dataclass(frozen=True)
@@ -139,15 +148,6 @@ def _native_stderr() -> Iterator[Callable[[], str]]:
             os.close(saved)
             if out and not refused:
                 sys.stderr.write(out)
-
-
-def module_path(node: fx.Node) -> str:
-    if node.op == "call_module":
-        return str(node.target)
-    stack = node.meta.get("nn_module_stack")
-    if stack:
-        return f"{list(stack.values())[-1][0]} ({node.name})"
-    return node.name
 
 
 def _op_name(gm: fx.GraphModule, node: fx.Node) -> str:
@@ -662,13 +662,14 @@ class _Lowering:
             y,
         )
 
-    def avg_pool(self, node: fx.Node, kernel, stride, padding, ceil_mode: bool) -> None:
+    def avg_pool(
+        self, node: fx.Node, kernel, stride, padding, ceil_mode: bool, include_pad=True, div=None
+    ) -> None:
         """qnnpack's average pooling: padding holds the zero point and counts in the divisor
-        (qnnpack ignores count_include_pad=False and divisor_override), one float multiplier."""
-        if self.engine != "qnnpack":
-            raise SpecError(f"avg_pool2d under {self.engine} is not supported yet")
-        if ceil_mode:
-            raise SpecError("avg_pool2d with ceil_mode")
+        (qnnpack ignores count_include_pad=False and divisor_override), one float multiplier.
+        Anything else runs ATen's kernel: tensorgen.frontend.pooling."""
+        if self.engine != "qnnpack" or ceil_mode:
+            return pooling.avg_pool_aten(self, node, kernel, stride, padding, include_pad, div)
         x = self.value_of(node.args[0])
         y = self.result_value(node)
         (kh, kw), (sh, sw), (ph, pw) = (_pair(v) for v in (kernel, stride or kernel, padding))
@@ -734,41 +735,6 @@ class _Lowering:
             y,
         )
 
-    def cat(self, node: fx.Node) -> None:
-        parts = [self.value_of(a) for a in node.args[0]]
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        y = self.result_value(node)
-        dim %= len(y.shape)
-        for p in parts:
-            if (p.scale, p.zp) != (y.scale, y.zp):
-                raise SpecError(
-                    "cat of inputs with different quantization parameters (it would requantize)"
-                )
-        ports, stmts, off = [], [], 0
-        for i, p in enumerate(parts):
-            ix = axes(len(y.shape))
-            out = list(ix)
-            out[dim] = affine((1, ix[dim]), const=off)
-            ports.append(p.port(f"X{i}", "input"))
-            # where: bounds the concatenated index by this part (Y's dimension is larger)
-            stmts.append(
-                {
-                    "stmt": f"Y[{idx(out)}] = X{i}[{idx(ix)}]",
-                    "where": f"0 <= {ix[dim]} < {p.shape[dim]}",
-                }
-            )
-            off += p.shape[dim]
-        self.add(
-            Layer(
-                node.name,
-                module_path(node),
-                "cat",
-                ports + [y.port("Y", "output")],
-                lambda lo, hi: stmts,
-            ),
-            y,
-        )
-
 
 def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
@@ -791,7 +757,14 @@ def _max_pool_fn(lw: _Lowering, node: fx.Node) -> None:
 
 
 def _avg_pool_args(node: fx.Node):
-    names = ("kernel_size", "stride", "padding", "ceil_mode")
+    names = (
+        "kernel_size",
+        "stride",
+        "padding",
+        "ceil_mode",
+        "count_include_pad",
+        "divisor_override",
+    )
     args = dict(zip(names, node.args[1:], strict=False))
     args.update({k: v for k, v in node.kwargs.items() if k in names})
     return (
@@ -799,6 +772,8 @@ def _avg_pool_args(node: fx.Node):
         args.get("stride"),
         args.get("padding", 0),
         args.get("ceil_mode", False),
+        args.get("count_include_pad", True),
+        args.get("divisor_override"),
     )
 
 
@@ -817,8 +792,17 @@ MODULES = (
     (nn.AdaptiveAvgPool2d, lambda lw, n, m: lw.adaptive_avg_pool(n, m.output_size)),
     (
         nn.AvgPool2d,
-        lambda lw, n, m: lw.avg_pool(n, m.kernel_size, m.stride, m.padding, m.ceil_mode),
+        lambda lw, n, m: lw.avg_pool(
+            n,
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.ceil_mode,
+            m.count_include_pad,
+            m.divisor_override,
+        ),
     ),
+    (nn.Upsample, lambda lw, n, m: ops.nearest_upsample(lw, n, m)),
     (nn.Flatten, lambda lw, n, m: lw.alias(n)),
     (nn.Identity, lambda lw, n, m: lw.alias(n)),
 )
@@ -830,7 +814,7 @@ FUNCTIONS = {
     torch.flatten: lambda lw, n: lw.alias(n),
     torch.reshape: lambda lw, n: lw.alias(n),
     torch.permute: lambda lw, n: lw.permute(n),
-    torch.cat: lambda lw, n: lw.cat(n),
+    torch.cat: ops.cat,
     torch.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
     F.relu: lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
     F.relu6: lambda lw, n: lw.clamp_op(n, "relu6", 0.0, 6.0),
@@ -840,11 +824,22 @@ FUNCTIONS = {
         n.kwargs.get("min_val", (list(n.args) + [-1.0])[1]),
         n.kwargs.get("max_val", (list(n.args) + [-1.0, 1.0])[2]),
     ),
+    F.interpolate: lambda lw, n: ops.nearest_upsample(
+        lw, n, lambda t: n.target(t, *n.args[1:], **n.kwargs)
+    ),
     F.max_pool2d: _max_pool_fn,
     torch.max_pool2d: _max_pool_fn,
     F.adaptive_avg_pool2d: lambda lw, n: lw.adaptive_avg_pool(n, n.args[1]),
     F.avg_pool2d: lambda lw, n: lw.avg_pool(n, *_avg_pool_args(n)),
-    operator.getitem: None,
+    operator.getitem: ops.piece,
+    torch.transpose: ops.transpose,
+    torch.chunk: ops.split,
+    torch.split: ops.split,
+    getattr: ops.python_value,
+    operator.floordiv: ops.python_value,
+    operator.mul: ops.python_value,
+    operator.sub: ops.python_value,
+    operator.add: ops.python_value,
 }
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
 
@@ -855,5 +850,8 @@ METHODS = {
     "view": lambda lw, n: lw.alias(n),
     "contiguous": lambda lw, n: lw.alias(n),
     "permute": lambda lw, n: lw.permute(n),
+    "transpose": ops.transpose,
+    "chunk": ops.split,
+    "split": ops.split,
     "relu": lambda lw, n: lw.clamp_op(n, "relu", 0.0, None),
 }

@@ -13,9 +13,12 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+from torch import fx
 
 from tensorgen.ir.core import Program
 from tensorgen.spec.loader import parse_program
+
+NATURAL = {"uint8": (0, 255), "int8": (-128, 127)}  # the range a store saturates to
 
 
 @dataclass(frozen=True)
@@ -116,3 +119,12 @@ def affine(*terms: tuple[int, str], const: int = 0) -> str:
 def clamp(expr: str, lo: int, hi: int, natural: tuple[int, int]) -> str:
     """`expr` saturated to [lo, hi]; no clamp when the store saturates there anyway."""
     return expr if (lo, hi) == natural else f"clamp({expr}, {lo}, {hi})"
+
+
+def module_path(node: fx.Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        return f"{list(stack.values())[-1][0]} ({node.name})"
+    return node.name

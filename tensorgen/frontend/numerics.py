@@ -359,3 +359,100 @@ def fbgemm_avgpool_scalar_channels(channels: int, block: int = FBGEMM_AVGPOOL_BL
     if channels < 0 or block < 1:
         raise ValueError(f"fbgemm_avgpool_scalar_channels: bad channels={channels}, block={block}")
     return np.arange(channels) >= channels // block * block
+
+
+# -- requantizing one tensor to another's qparams (cat, float round trips) ------------------------
+
+
+def requantize_codes(
+    s_in: float, zp_in: int, s_out: float, zp_out: int, lo: int, hi: int, nhwc: bool = False
+) -> np.ndarray:
+    """What PyTorch's ``torch.cat`` makes of every input code ``lo..hi`` of an input with qparams
+    ``(s_in, zp_in)`` when the output has ``(s_out, zp_out)`` (PyTorch gives it the first
+    input's). Index ``q - lo`` of the result. Two kernels, found by experiment (qnnpack and x86
+    alike, ATen's own code):
+
+    - ``nhwc`` (every input 4-d channels-last and ``dim == 1``: ``qcat_nhwc_kernel``): the
+      vector dequantize ``fma(s, q, RN(s * -zp_in))``, times ``RN(1 / s_out)``, rounded
+      (RNE), *then* the zero point added -- in all channels, the last ``C % 32`` too;
+    - otherwise each input is dequantized (``RN(s * (q - zp))``) and the float cat quantized by
+      ``quantize_per_tensor`` (the zero point inside the FMA, before rounding).
+
+    The two differ on ties; tests/frontend/test_numerics_ops.py constructs them. A float op that
+    only moves elements between a dequantize and a quantize follows the second rule."""
+    _check_positive("requantize_codes", s_in=s_in, s_out=s_out)
+    q = np.arange(lo, hi + 1)
+    s, inv = np.float32(s_in), inv_scale(s_out)
+    if not nhwc:
+        return arith.quantize(arith.dequantize(q, s, int(zp_in)), inv, int(zp_out), lo, hi)
+    d = arith.fma_f32(s, q.astype(np.float32), s * np.float32(-int(zp_in)))
+    r = arith.cvt_int32((d * inv).astype(np.float32))
+    return np.clip(r + int(zp_out), lo, hi)
+
+
+def requantize_multiplier(
+    s_in: float,
+    zp_in: int,
+    s_out: float,
+    zp_out: int,
+    lo: int,
+    hi: int,
+    nhwc: bool = False,
+    ulps: int = 64,
+) -> np.float32 | None:
+    """A float32 M with ``arith.requantize(q - zp_in, M, zp_out, lo, hi)`` equal to
+    ``requantize_codes`` on every code, or None if there is none near ``RN(f32(s_in) *
+    RN(1 / f32(s_out)))`` (searched within ``ulps`` units in the last place, nearest first).
+
+    PyTorch rounds twice, the accelerator's requant once, so M is checked on all 256 codes
+    rather than derived: the table is small, so the check is the proof. On random scale pairs
+    the plain product passes about 299 times in 300 (tests/frontend/test_numerics_ops.py)."""
+    want = requantize_codes(s_in, zp_in, s_out, zp_out, lo, hi, nhwc)
+    d = np.arange(lo, hi + 1) - int(zp_in)
+    m0 = int(np.array(np.float32(s_in) * inv_scale(s_out), np.float32).view(np.int32))
+    for u in sorted(range(-ulps, ulps + 1), key=lambda u: (abs(u), u)):
+        m = np.array(m0 + u, np.int32).view(np.float32)[()]
+        if np.isfinite(m) and m > 0 and (arith.requantize(d, m, zp_out, lo, hi) == want).all():
+            return np.float32(m)
+    return None
+
+
+# -- the generic (ATen) average pool: ceil_mode under qnnpack, every avg_pool2d under x86 ------
+
+
+def aten_avgpool_multiplier(s_in: float, s_out: float, divisor: int) -> np.float32:
+    """``M = RN(1 / RN(1 / m))`` with ``m = RN(RN(f32(s_in) / f32(s_out)) / divisor)``: ATen's
+    average pool computes ``m`` in float and quantizes with scale ``1 / m``, whose reciprocal
+    ``quantize_val`` multiplies by."""
+    _check_positive("aten_avgpool_multiplier", s_in=s_in, s_out=s_out)
+    m = (np.float32(s_in) / np.float32(s_out)) / np.float32(divisor)
+    return np.float32(1) / (np.float32(1) / m)
+
+
+def aten_avgpool(acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int) -> np.ndarray:
+    """ATen's average pool on contiguous (NCHW) input, from ``acc = sum(q - zp_in)`` over the
+    window's real elements: ``clamp(RNE(RN(RN(f32(acc) * M) + f32(zp_out))))``, two float
+    roundings before the integer one (qnnpack and x86 alike; tests/frontend/test_numerics_ops.py).
+    Returns int64."""
+    a = np.asarray(acc, dtype=np.int64).astype(np.float32)
+    t = (a * _f32(multiplier)).astype(np.float32) + np.float32(zp)
+    return np.clip(np.rint(t.astype(np.float32).astype(np.float64)), lo, hi).astype(np.int64)
+
+
+def single_rounding_for(
+    want: np.ndarray, acc: np.ndarray, m0: np.float32, zp: int, lo: int, hi: int, ulps: int = 16
+) -> tuple[str, np.float32] | None:
+    """An op.yaml requantization -- ``("requant_fma", M)`` (``RNE(fma(acc, M, zp))``) or
+    ``("requant", M)`` (``RNE(acc * M) + zp``) -- that gives ``want`` on every accumulator value
+    ``acc``, M within ``ulps`` of ``m0``; None if there is none. The accumulator range of a
+    pooling window is small (255 * window + 1 values), so checking all of it is the proof."""
+    base = int(np.array(m0, np.float32).view(np.int32))
+    for u in sorted(range(-ulps, ulps + 1), key=lambda u: (abs(u), u)):
+        m = np.array(base + u, np.int32).view(np.float32)[()]
+        if not (np.isfinite(m) and m > 0):
+            continue
+        if (arith.avgpool_fbgemm(acc, m, zp, lo, hi) == want).all():
+            return "requant_fma", np.float32(m)
+        if (arith.requantize(acc, m, zp, lo, hi) == want).all():
+            return "requant", np.float32(m)
+    return None

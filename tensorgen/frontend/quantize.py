@@ -196,6 +196,7 @@ def quiet_torch_warnings() -> Iterator[None]:
             r"torch\.ao\.quantization is deprecated",
             r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other",
             r"Please use quant_min and quant_max",
+            r"All inputs of this cat operator must share",  # tensorgen requantizes them exactly
         ):
             warnings.filterwarnings("ignore", message=message)
         yield

@@ -242,9 +242,11 @@ def test_quantized_engine_is_restored() -> None:
     with pytest.raises(RuntimeError), quantized_engine(other):
         raise RuntimeError
     assert torch.backends.quantized.engine == before
-    with pytest.raises(SpecError, match=r"quantized_engine\('tpu'\): engine must be one of"):
-        with quantized_engine("tpu"):
-            pass
+    with (
+        pytest.raises(SpecError, match=r"quantized_engine\('tpu'\): engine must be one of"),
+        quantized_engine("tpu"),
+    ):
+        pass
 
 
 def test_quantize_checks_its_arguments() -> None:

@@ -1,0 +1,42 @@
+"""The example models of issue 15 (examples/models/segnet.py, shufflenetv2.py, inception.py):
+quantized, compiled, simulated and compared bit for bit under qnnpack and x86, at small sizes to
+keep the suite fast (`tensorgen check examples/models/NAME.py --trials 3` runs the defaults)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorgen.frontend.quantize import load_factory
+from tensorgen.model import check_model, compile_model
+from tensorgen.target import load_target
+
+MODELS = Path(__file__).parents[2] / "examples" / "models"
+TG1 = load_target("tg1")
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+@pytest.mark.parametrize("engine", ["qnnpack", "x86"])
+@pytest.mark.parametrize(
+    "name, size, ops",
+    [
+        ("segnet", 16, {"upsample_nearest": 2, "cat": 2}),
+        ("shufflenetv2", 32, {"transpose": 4, "cat": 4, "slice": 4}),
+        ("inception", 8, {"cat": 2, "max_pool2d": 3}),
+    ],
+)
+def test_example_model_bit_exact(name, size, ops, engine):
+    model, example = load_factory(str(MODELS / f"{name}.py"), {"size": size})
+    cm = compile_model(model, example, TG1, engine=engine)
+    kinds = [layer.op for layer in cm.graph.layers]
+    assert {op: kinds.count(op) for op in ops} == ops, kinds
+    for seed in (0, 1):
+        x = torch.randn(*example[0].shape, generator=torch.Generator().manual_seed(seed)) * 1.5
+        cmp, _ = check_model(cm, (x,))
+        assert cmp.exact, cmp.message
+    cmp, _ = check_model(cm, example)
+    assert cmp.exact, cmp.message
