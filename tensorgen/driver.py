@@ -13,7 +13,9 @@ from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Tensor
+from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
+from tensorgen.mc.verify import verify_compiled
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.auto import Plan, auto_schedule
 from tensorgen.schedule.files import compile_schedule_file
@@ -36,7 +38,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
     relative to the op.yaml), else the default schedule.
     """
-    program = load_program(path, target)
+    program = verify_program(load_program(path, target))
     tgt = load_target(program.target)
     choice = schedule or program.schedule
     if choice == "auto":
@@ -45,7 +47,9 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    return Job(program, tgt, compile_schedule_file(sched_path, program, tgt))
+    compiled = compile_schedule_file(sched_path, program, tgt)
+    verify_compiled(compiled.binary, tgt)
+    return Job(program, tgt, compiled)
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,9 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
     if plan.schedule is None:
         return AutoResult(compile_default(program, target), plan)
     try:
-        return AutoResult(compile_scheduled(program, target, plan.schedule), plan)
+        compiled = compile_scheduled(program, target, plan.schedule)
+        verify_compiled(compiled.binary, target)
+        return AutoResult(compiled, plan)
     except (
         CodegenError,
         ScheduleError,
@@ -75,9 +81,11 @@ def compile_default(program: Program, target: Target) -> Compiled:
     """The default schedule: fused kernels tiled for the target; programs the kernel lowering
     cannot take (scans, triangular domains) run in their original order on the general backend."""
     try:
-        return compile_program(program, target)
+        compiled = compile_program(program, target)
     except CodegenError:
-        return compile_scheduled(program, target, Schedule(program, target))
+        compiled = compile_scheduled(program, target, Schedule(program, target))
+    verify_compiled(compiled.binary, target)
+    return compiled
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
