@@ -208,7 +208,7 @@ def _check_instruction(
         q = ins.queue
         if q in ins.wait or q in ins.signal:
             raise _bad(pc, ins, f"a token from {q} to itself")
-    for name, kind in ins.defn.fields:
+    for name, _ in ins.defn.fields:
         v = ins.arg(name)
         if isinstance(v, View):
             _check_view(pc, ins, name, v, depth, onchip)
