@@ -198,16 +198,7 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return e.value
     if isinstance(e, BinOp):
         a, b = _eval(program, stmt, e.lhs, grids, env), _eval(program, stmt, e.rhs, grids, env)
-        a, b = torch.as_tensor(a), torch.as_tensor(b)
-        if e.op == "+":
-            return wrap32(a + b)
-        if e.op == "-":
-            return wrap32(a - b)
-        if e.op == "*":
-            return wrap32(a * b)
-        if e.op == ">>":
-            return a >> torch.clamp(b, 0, 31)
-        return wrap32(a << torch.clamp(b, 0, 31))
+        return _binop(e.op, torch.as_tensor(a), torch.as_tensor(b))
     assert isinstance(e, Call)
     args = [_eval(program, stmt, x, grids, env) for x in e.args]
     x = torch.as_tensor(args[0])
@@ -224,27 +215,10 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return x
     if e.fn == "requant":
         return requant(x, float(args[1]), int(args[2]), program.tensor(stmt.lhs.tensor).dtype)
-    if e.fn == "quantize":  # PyTorch's own quantize_per_tensor, saturating to the LHS dtype
-        qdtype = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
-        out = program.tensor(stmt.lhs.tensor).dtype
-        return (
-            torch.quantize_per_tensor(
-                x.to(torch.float32), float(args[1]), int(args[2]), qdtype[out]
-            )
-            .int_repr()
-            .to(torch.int64)
-        )
-    if e.fn == "dequantize":  # PyTorch's own Tensor.dequantize()
-        lo, hi = dtype_range("uint8")
-        if int(x.min()) >= lo and int(x.max()) <= hi:
-            q = torch._make_per_tensor_quantized_tensor(
-                x.to(torch.uint8), float(args[1]), int(args[2])
-            )
-        else:
-            q = torch._make_per_tensor_quantized_tensor(
-                x.to(torch.int8), float(args[1]), int(args[2])
-            )
-        return q.dequantize()
+    if e.fn == "quantize":
+        return _quantize(x, float(args[1]), int(args[2]), program.tensor(stmt.lhs.tensor).dtype)
+    if e.fn == "dequantize":
+        return _dequantize(x, float(args[1]), int(args[2]))
     if e.fn == "requant_fbgemm":  # float32 add then multiply, each rounded once; ties to even
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(
@@ -263,6 +237,32 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         remainder = (x & mask) - (x < 0).to(x.dtype)
         return (x >> shift) + (remainder > (mask >> 1)).to(x.dtype)
     raise ValueError(e.fn)
+
+
+def _binop(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if op == "+":
+        return wrap32(a + b)
+    if op == "-":
+        return wrap32(a - b)
+    if op == "*":
+        return wrap32(a * b)
+    if op == ">>":
+        return a >> torch.clamp(b, 0, 31)
+    return wrap32(a << torch.clamp(b, 0, 31))
+
+
+def _quantize(x: torch.Tensor, scale: float, zp: int, out: str) -> torch.Tensor:
+    """PyTorch's own quantize_per_tensor, saturating to the LHS dtype `out`."""
+    qdtype = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
+    q = torch.quantize_per_tensor(x.to(torch.float32), scale, zp, qdtype[out])
+    return q.int_repr().to(torch.int64)
+
+
+def _dequantize(x: torch.Tensor, scale: float, zp: int) -> torch.Tensor:
+    """PyTorch's own Tensor.dequantize(), of the integers held as uint8 when they fit."""
+    lo, hi = dtype_range("uint8")
+    held = torch.uint8 if int(x.min()) >= lo and int(x.max()) <= hi else torch.int8
+    return torch._make_per_tensor_quantized_tensor(x.to(held), scale, zp).dequantize()
 
 
 def _run_points(program: Program, stmt: Statement, grids, env) -> None:
