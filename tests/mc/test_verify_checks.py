@@ -185,3 +185,19 @@ def test_every_compile_verifies(monkeypatch):
     )
     compile_file("examples/matmul_odd.yaml", "tiny", "default")
     assert calls == ["ir", "binary"]
+
+
+@pytest.mark.parametrize("case", ["signal never awaited", "view leaves spad at the last iteration"])
+def test_tensorgen_run_verifies_what_it_loads(tmp_path, cli, case):
+    """`tensorgen run` refuses a corrupted .tgb before reading inputs: exit 2, one stderr line
+    naming the file, nothing written."""
+    code, match = ENCODABLE[case]
+    tgb = tmp_path / "bad.tgb"
+    tgb.write_bytes(encode(program(*code)))
+    np.save(tmp_path / "x.npy", np.zeros(4, np.int32))
+    out = tmp_path / "out"
+    r = cli("run", tgb, "--in", f"X={tmp_path / 'x.npy'}", "--out", out)
+    assert r.code == 2 and r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and str(tgb) in lines[0], r.err
+    assert not out.exists()
