@@ -4,13 +4,14 @@ A .tgb comes from anywhere: `decode` only proves that it is well formed. `verify
 proves that running it cannot go wrong in any way but a one-line error: every tensor lies
 inside the DRAM image and every constant inside the constants section, every operand's
 numbers are small enough that no address computation overflows and no numpy array is made
-from an impossible shape or stride, the loop structure is properly nested, every field fits its
-encoding, every on-chip operand stays inside its memory for every value its loop counters can
-take, the tokens name real queues and balance (no instruction waits for a token not signalled
-before it, none is left unawaited at the end), and the program's dynamic instruction count is
-within `SimLimits`. The
-simulator still bounds-checks every access at run time (an affine address can leave its
-memory at some iteration); this is what can be known from the code alone.
+from an impossible shape or stride, the loop structure is properly nested, every field fits
+its encoding, every on-chip operand stays inside its memory at every value of its loop
+counters (where those form a box known before it runs: not under an IF or a LOOPB whose
+bounds follow outer counters), the tokens name real queues and balance (no instruction waits
+for a token not signalled before it, none is left unawaited at the end), and the program's
+dynamic instruction count is within `SimLimits`. The simulator still bounds-checks every
+access at run time (an affine address under a guard or a skewed bound can leave its memory at
+some iteration); this is what can be known from the code alone.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def verify_binary(binary: Binary, target, limits: SimLimits | None = None) -> in
     onchip = {"spad": target.spad.bytes, "acc": target.acc.bytes}
     for pc, (ins, depth) in enumerate(zip(binary.code, _depths(binary.code), strict=False)):
         _check_instruction(binary, pc, ins, depth, onchip)
-    for pc, ranges in enumerate(_counter_ranges(binary.code)):
-        _check_spans(pc, binary.code[pc], ranges, onchip)
+    for pc, ranges in enumerate(_exact_ranges(binary.code)):
+        if ranges is not None:
+            _check_spans(pc, binary.code[pc], ranges, onchip)
     _check_tokens(binary.code)
     steps, exact = _count(binary.code, 0, len(binary.code), (), 0)
     if exact and steps > limits.max_steps:
@@ -251,23 +253,29 @@ def _check_field(pc: int, ins: isa.Instruction, name: str, kind: str, v, tensors
         raise _bad(pc, ins, f"field {name} is not a {kind}")
 
 
-def _counter_ranges(code: tuple[isa.Instruction, ...]) -> list[tuple[tuple[int, int], ...]]:
-    """The intervals of the loop counters every instruction sees (LOOPB's by interval
-    arithmetic over the enclosing ones: an over-approximation, never an under-one)."""
-    out: list[tuple[tuple[int, int], ...]] = [()] * len(code)
-    stack: list[tuple[int, tuple[tuple[int, int], ...]]] = [(len(code), ())]
+def _exact_ranges(code: tuple[isa.Instruction, ...]) -> list[tuple[tuple[int, int], ...] | None]:
+    """The loop counters' values every instruction runs at, where they form a box known before
+    the program runs: under LOOPs, and LOOPBs with constant bounds, that run at least once.
+    None under an IF or a LOOPB whose bounds follow outer counters (skewed, triangular): there
+    intervals would over-approximate the iterations, and the simulator checks each access."""
+    out: list[tuple[tuple[int, int], ...] | None] = [()] * len(code)
+    stack: list[tuple[int, tuple[tuple[int, int], ...] | None]] = [(len(code), ())]
     for pc, ins in enumerate(code):
         while stack[-1][0] <= pc:
             stack.pop()
         ranges = out[pc] = stack[-1][1]
-        if ins.mnemonic == "LOOP":
-            stack.append((pc + 1 + ins.arg("body"), ranges + ((0, max(ins.arg("count") - 1, 0)),)))
-        elif ins.mnemonic == "LOOPB":
-            lo = max(_term_range(a, d, ranges)[0] for a, d in ins.arg("lower").terms)
-            hi = min(_term_range(a, d, ranges)[1] for a, d in ins.arg("upper").terms)
-            stack.append((pc + 1 + ins.arg("body"), ranges + ((lo, max(lo, hi)),)))
-        elif ins.mnemonic == "IF":
-            stack.append((pc + 1 + ins.arg("body"), ranges))
+        if ins.mnemonic not in SEQUENCER:
+            continue
+        inner = None
+        if ins.mnemonic == "LOOP" and ranges is not None and ins.arg("count") > 0:
+            inner = ranges + ((0, ins.arg("count") - 1),)
+        elif ins.mnemonic == "LOOPB" and ranges is not None:
+            terms = ins.arg("lower").terms + ins.arg("upper").terms
+            if not any(a.coefs for a, _ in terms):
+                lo = max(a.const // d for a, d in ins.arg("lower").terms)
+                hi = min(a.const // d for a, d in ins.arg("upper").terms)
+                inner = ranges + ((lo, hi),) if lo <= hi else None
+        stack.append((pc + 1 + ins.arg("body"), inner))
     return out
 
 

@@ -201,3 +201,18 @@ def test_tensorgen_run_verifies_what_it_loads(tmp_path, cli, case):
     lines = r.err.strip().splitlines()
     assert len(lines) == 1 and str(tgb) in lines[0], r.err
     assert not out.exists()
+
+
+def test_a_skewed_nest_is_left_to_the_simulator():
+    """Under a LOOPB whose bounds follow an outer counter, counter intervals over-approximate
+    the iterations: here L1 = L0, so 16*L1 - 16*L0 is 0, though the intervals span -144..144.
+    The verifier does not refuse it; the simulator checks every access and runs it."""
+    same = Bound(((LoopAffine.make(0, (1,)), 1),))
+    code = [
+        isa.make("LOOP", count=10, body=2),
+        isa.make("LOOPB", lower=same, upper=same, body=1),
+        isa.make("VFILL", dst=spad(LoopAffine.make(0, (16, -16))), imm=7),
+    ]
+    b = decode(encode(program(*code)))
+    assert verify_binary(b, TINY) == 100  # an upper bound of the count under a skewed LOOPB
+    assert simulate(b, {"X": np.zeros(4, np.int32)}, TINY).stats.instructions == 10
