@@ -5,27 +5,38 @@
 For each example model (examples/models/) at its benchmark size it prints and writes to JSON:
 layers, MACs, simulated cycles, MAC-array utilization (MACs / (cycles * peak MACs per cycle)),
 DRAM bytes moved, DRAM the activations need with lifetimes shared vs the sum of all tensors,
-weights, compile time, simulator time and PyTorch's own time for the quantized model on the
-same input (median of --repeats calls after a warm-up, this process, torch's default threads),
-and whether the simulated output equals PyTorch's bit for bit.
+weights, compile time and its phases (quantize, schedule search, lowering, link, and the
+simulation compile_model runs to measure each layer), the process's peak memory after the model
+(max RSS, which only grows), the simulator's time on the linked .tgb and PyTorch's own time for
+the quantized model on the same input -- interleaved, minimum of --repeats rounds, both at one
+thread and at torch's default threads, with both ratios (timing.py) -- and whether the
+simulated output equals PyTorch's bit for bit.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import statistics
+import resource
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import timing
 import torch
 from rich.console import Console
 from rich.table import Table
 
+import tensorgen.driver
+import tensorgen.model
 from tensorgen.frontend.quantize import load_factory, quantized_engine
+from tensorgen.mc.binary import decode, encode
 from tensorgen.model import check_model, compile_model
+from tensorgen.sim.machine import simulate
 from tensorgen.target import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,22 +49,61 @@ MODELS = {  # name -> (file, factory arguments)
 }
 
 
+# compile_model's phases: (module, function) -> phase; a phase's time is the sum of its calls
+PHASES = {
+    (tensorgen.model, "quantize"): "quantize",
+    (tensorgen.model, "lower_graph"): "lowering",
+    (tensorgen.driver, "auto_schedule"): "schedule",
+    (tensorgen.driver, "compile_scheduled"): "lowering",
+    (tensorgen.driver, "compile_program"): "lowering",
+    (tensorgen.model, "link"): "link",
+    (tensorgen.model, "run_model"): "simulate",
+}
+
+
+@contextlib.contextmanager
+def phase_times() -> Iterator[dict[str, float]]:
+    """Seconds spent in each phase of compile_model while the block runs (the functions it
+    calls, wrapped for the duration; the rest of the time is bookkeeping, under "other")."""
+    times = dict.fromkeys(PHASES.values(), 0.0)
+    saved = {(mod, fn): getattr(mod, fn) for mod, fn in PHASES}
+
+    def timed(phase, f):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                times[phase] += time.perf_counter() - t0
+
+        return call
+
+    for (mod, fn), phase in PHASES.items():
+        setattr(mod, fn, timed(phase, saved[(mod, fn)]))
+    try:
+        yield times
+    finally:
+        for (mod, fn), f in saved.items():
+            setattr(mod, fn, f)
+
+
 def run(name: str, target, engine: str, repeats: int) -> dict:
     file, params = MODELS[name]
     model, example = load_factory(str(ROOT / "examples" / "models" / file), params)
-    cm = compile_model(model, example, target, engine=engine)
+    with phase_times() as phases:
+        cm = compile_model(model, example, target, engine=engine)
+    phases["other"] = cm.compile_s - sum(phases.values())
     gen = torch.Generator().manual_seed(1)
     x = tuple(torch.randn(t.shape, generator=gen) for t in example)
-    t0 = time.perf_counter()
-    cmp, result = check_model(cm, x)
-    check_s = time.perf_counter() - t0
-    with quantized_engine(engine), torch.no_grad():
-        cm.qmodel(*x)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
+    cmp, result = check_model(cm, x)  # also the warm-up of both
+    binary = decode(encode(cm.binary))
+    feed = {n: v.numpy().astype(np.float32) for n, v in zip(cm.input_names, x, strict=True)}
+
+    def reference() -> None:
+        with quantized_engine(engine), torch.no_grad():
             cm.qmodel(*x)
-            times.append(time.perf_counter() - t0)
+
+    times = timing.compare(lambda: simulate(binary, feed, cm.target), reference, repeats)
     s = result.stats
     macs = sum(r.macs for r in cm.layers)
     pl = cm.linked.placement
@@ -69,29 +119,17 @@ def run(name: str, target, engine: str, repeats: int) -> dict:
         "weight_bytes": pl.const_bytes,
         "energy_uj": s.energy_pj / 1e6,
         "compile_s": cm.compile_s,
-        "check_s": check_s,
-        "torch_s": statistics.median(times),
+        "compile_phases_s": phases,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **times,
         "bit_exact": cmp.exact,
         "message": cmp.message,
         "auto_layers": sum(r.schedule == "auto" for r in cm.layers),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="tg1")
-    p.add_argument("--only", nargs="+", choices=sorted(MODELS), help="models to run (default: all)")
-    p.add_argument("--engine", default="qnnpack", choices=("qnnpack", "x86"))
-    p.add_argument("--repeats", type=int, default=5, help="timed PyTorch calls per model")
-    p.add_argument("--json", default=str(ROOT / "benchmarks" / "models.json"))
-    args = p.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    target = load_target(args.target)
-    rows = []
-    for name in args.only or list(MODELS):
-        print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(run(name, target, args.engine, args.repeats))
-    table = Table(title=f"models on {target.name}, {args.engine}", title_justify="left")
+def render(rows: list[dict], target: str, engine: str) -> Table:
+    table = Table(title=f"models on {target}, {engine}", title_justify="left")
     cols = (
         "model",
         "layers",
@@ -102,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         "DRAM B",
         "peak / sum DRAM",
         "compile s",
+        "quant / sched / lower / link / sim s",
+        "peak RSS MiB",
         "sim s",
         "torch s",
         "sim/torch",
+        "sim/torch dflt",
         "bit-exact",
     )
     for c in cols:
@@ -120,11 +161,37 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['dram_bytes']:,}",
             f"{r['dram_peak_bytes']:,} / {r['dram_sum_bytes']:,}",
             f"{r['compile_s']:.1f}",
-            f"{r['check_s']:.2f}",
+            " / ".join(
+                f"{r['compile_phases_s'][p]:.1f}"
+                for p in ("quantize", "schedule", "lowering", "link", "simulate")
+            ),
+            f"{r['peak_rss_mib']:,.0f}",
+            f"{r['sim_s']:.3f}",
             f"{r['torch_s']:.4f}",
-            f"{r['check_s'] / r['torch_s']:.0f}x",
+            f"{r['sim_over_torch']:.2f}x",
+            f"{r['sim_over_torch_default']:.2f}x",
             "yes" if r["bit_exact"] else f"NO: {r['message']}",
         )
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="tg1")
+    p.add_argument("--only", nargs="+", choices=sorted(MODELS), help="models to run (default: all)")
+    p.add_argument("--engine", default="qnnpack", choices=("qnnpack", "x86"))
+    p.add_argument(
+        "--repeats", type=int, default=5, help="interleaved timing rounds per thread count"
+    )
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "models.json"))
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    target = load_target(args.target)
+    rows = []
+    for name in args.only or list(MODELS):
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        rows.append(run(name, target, args.engine, args.repeats))
+    table = render(rows, target.name, args.engine)
     Console(width=200).print(table)
     Path(args.json).write_text(
         json.dumps({"target": target.name, "engine": args.engine, "models": rows}, indent=1)

@@ -36,13 +36,14 @@ What each number is (per layer):
   bound. Everything else: compulsory traffic. `dram_lower_bound_kind` says which
   applied, `dram_matmul_io_bound` gives the matmul bound itself;
 - compile_s: wall time of parse + default schedule + lowering + encoding the .tgb;
-- sim_s: wall time of `simulate()` on the decoded .tgb, median of --sim-repeats
-  runs after the checked run (which serves as warm-up);
-- torch_s: wall time of PyTorch's own CPU kernel for the same operator on the same
-  inputs (layers.py says which), median of --repeats calls after one warm-up call,
-  in this process with torch's default thread count (`torch_threads`). Both are
-  measured the same way in the same run; `*_min_s` give the fastest call, which
-  is less sensitive to other load on the machine (`load_average_1min`);
+- sim_s, torch_s: wall times of `simulate()` on the decoded .tgb and of PyTorch's
+  own CPU kernel for the same operator on the same inputs (layers.py says which),
+  both at one thread, timed interleaved in this process after a warm-up of each
+  (the checked run), the minimum of --repeats rounds (the simulator in the first
+  --sim-repeats of them): see timing.py. sim_over_torch is their ratio;
+  sim_default_s, torch_default_s and sim_over_torch_default are the same at
+  torch's default thread count (`default_threads`); `load_average_1min` says how
+  busy the machine was;
 - bit_exact: the simulator's outputs equal tensorgen.reference.torch_ref.evaluate's;
   torch_matches_reference: the timed PyTorch call computed those same values, so
   sim/torch compares like with like.
@@ -64,7 +65,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import timing
 import torch
 from layers import LAYERS, Layer
 from rich.console import Console
@@ -100,8 +101,8 @@ MAX_SUBSCRIPT_POINTS = 1 << 22
 @dataclass(frozen=True)
 class Options:
     seed: int = 0  # random inputs (tensorgen.driver.random_inputs)
-    repeats: int = 7  # timed PyTorch calls; the median is reported
-    sim_repeats: int = 3  # timed simulator runs after the checked one; the median is reported
+    repeats: int = 7  # interleaved timing rounds per thread count; the minimum is reported
+    sim_repeats: int = 3  # of those rounds, how many also time the simulator
     schedule: str = "auto"  # "auto" (the automatic scheduler) or "default"
 
 
@@ -124,7 +125,9 @@ def _mark_footprint(mask: np.ndarray, stmt: Statement, access: Access) -> bool:
     names = [n for sub in access.index for n in sub.names]
     if stmt.where or len(names) != len(set(names)):  # dimensions not independent of each other
         return False
-    per_dim = [_subscript_values(stmt, sub, n) for sub, n in zip(access.index, mask.shape, strict=False)]
+    per_dim = [
+        _subscript_values(stmt, sub, n) for sub, n in zip(access.index, mask.shape, strict=False)
+    ]
     if any(v is None for v in per_dim):
         return False
     mask[np.ix_(*per_dim)] = True
@@ -151,15 +154,6 @@ def compulsory_bytes(program: Program) -> tuple[int, bool]:
 # --- one layer --------------------------------------------------------------------------------
 
 
-def _wall_times(fn, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dict:
     """Compile, simulate, check and time one layer; returns its row of the JSON report."""
     t0 = time.perf_counter()
@@ -182,14 +176,13 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
     result = simulate(binary, inputs, target)  # the checked run doubles as the warm-up
     expected = evaluate(program, inputs)
     check = compare(expected, result.outputs)
-    sim_times = _wall_times(lambda: simulate(binary, inputs, target), options.sim_repeats)
-
     torch_call = layer.op.torch_op(inputs)
     torch_out = torch_call()  # warm-up, and the values the timed calls compute
     (out_name,) = expected  # a suite operator has one output
     torch_matches = bool(np.array_equal(torch_out.numpy(), expected[out_name]))
-    torch_times = _wall_times(torch_call, options.repeats)
-    sim_s, torch_s = statistics.median(sim_times), statistics.median(torch_times)
+    times = timing.compare(
+        lambda: simulate(binary, inputs, target), torch_call, options.repeats, options.sim_repeats
+    )
 
     return {
         "name": layer.name,
@@ -208,12 +201,8 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         "instructions": len(compiled.binary.code),
         "binary_bytes": len(data),
         "compile_s": compile_s,
-        "sim_s": sim_s,
-        "sim_min_s": min(sim_times),
-        "torch_s": torch_s,
-        "torch_min_s": min(torch_times),
+        **times,
         "torch_op": layer.op.torch_name,
-        "sim_over_torch": sim_s / torch_s,
         "bit_exact": check.exact,
         "check": check.message,
         "torch_matches_reference": torch_matches,
@@ -299,7 +288,9 @@ def summarize(rows: list[dict]) -> dict:
         "all_bit_exact": bool(rows) and all(r["bit_exact"] for r in rows),
         "geomean_roofline_attainment": _geomean([r["roofline_attainment"] for r in ran]),
         "geomean_utilization": _geomean([r["utilization"] for r in ran]),
-        "geomean_sim_over_torch": _geomean([r["sim_over_torch"] for r in ran]),
+        "geomean_sim_over_torch": _geomean([r["sim_over_torch"] for r in ran]),  # one thread
+        "max_sim_over_torch": max((r["sim_over_torch"] for r in ran), default=None),
+        "geomean_sim_over_torch_default": _geomean([r["sim_over_torch_default"] for r in ran]),
         "geomean_dram_over_lower_bound": _geomean([r["dram_over_lower_bound"] for r in ran]),
         # the layers below half the roofline, each with the ceiling its unit sets (the explanation)
         "below_half": [
@@ -346,7 +337,7 @@ def environment(options: Options) -> dict:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),  # the default; times are also at 1
         "machine": platform.machine(),
         "processor": platform.processor() or None,
         "load_average_1min": os.getloadavg()[0],  # other work on the machine skews wall times
@@ -412,13 +403,14 @@ def render(report: dict) -> Table:
         "sim s",
         "torch s",
         "sim/torch",
+        "sim/torch dflt",
         "bit-exact",
     ):
         table.add_column(header, justify="left" if header == "layer" else "right")
     for r in report["layers"]:
         if r["error"] is not None:
             error = escape(r["error"].splitlines()[0][:60])
-            table.add_row(r["name"], f"[red]{error}[/red]", *[""] * 12, "[red]no[/red]")
+            table.add_row(r["name"], f"[red]{error}[/red]", *[""] * 13, "[red]no[/red]")
             continue
         bound = "m" if r["roofline_bound"] == "memory" else "c"
         table.add_row(
@@ -433,9 +425,10 @@ def render(report: dict) -> Table:
             f"{r['dram_lower_bound']:,}",
             f"{r['dram_over_lower_bound']:.2f}x",
             f"{r['compile_s']:.2f}",
-            f"{r['sim_s']:.2f}",
+            f"{r['sim_s']:.4f}",
             f"{r['torch_s']:.4f}",
-            f"{r['sim_over_torch']:.0f}x",
+            f"{r['sim_over_torch']:.2f}x",
+            f"{r['sim_over_torch_default']:.2f}x",
             "[green]yes[/green]" if r["bit_exact"] else f"[red]no[/red] {escape(r['check'])}",
         )
     s = report["summary"]
@@ -454,15 +447,17 @@ def render(report: dict) -> Table:
         f"{s['total_compile_s']:.2f}",
         f"{s['total_sim_s']:.2f}",
         f"{s['total_torch_s']:.4f}",
-        _fmt(s["geomean_sim_over_torch"], ".0f") + "x",
+        _fmt(s["geomean_sim_over_torch"], ".2f") + "x",
+        _fmt(s["geomean_sim_over_torch_default"], ".2f") + "x",
         "[green]all[/green]" if s["all_bit_exact"] else "[red]not all[/red]",
     )
     table.caption = (
         "model: the cost model's cycles / simulated cycles (or the schedule used when there is no "
         "model); roofline: max(compute, compulsory DRAM) cycles / cycles, c|m: which one; "
         "ceiling: the roofline at the useful peak of the unit the layer runs on (v: vector unit); "
-        "lower bd: matmul I/O bound or compulsory traffic; sim, torch: median wall "
-        "times; last row: totals, and geomeans of ratios"
+        "lower bd: matmul I/O bound or compulsory traffic; sim, torch: wall times at one thread, "
+        "minimum of interleaved runs; sim/torch dflt: the same ratio at torch's default "
+        "threads; last row: totals, and geomeans of ratios"
     )
     return table
 
@@ -512,13 +507,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the automatic scheduler (default) or the default schedule",
     )
     p.add_argument(
-        "--repeats", type=int, default=Options.repeats, help="timed PyTorch calls per layer"
+        "--repeats",
+        type=int,
+        default=Options.repeats,
+        help="interleaved timing rounds per layer and thread count (the minimum is reported)",
     )
     p.add_argument(
         "--sim-repeats",
         type=int,
         default=Options.sim_repeats,
-        help="timed simulator runs per layer, after the checked run",
+        help="of those rounds, how many also time the simulator",
     )
     return p
 

@@ -11,13 +11,14 @@ import numpy as np
 
 from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
-from tensorgen.errors import CodegenError, ScheduleError
+from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
 from tensorgen.mc.verify import verify_compiled
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.auto import Plan, auto_schedule
+from tensorgen.schedule.default import primitive_default
 from tensorgen.schedule.files import compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
@@ -36,7 +37,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     """op.yaml -> IR -> schedule -> microcode.
 
     The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
-    relative to the op.yaml), else the default schedule.
+    relative to the op.yaml), else the automatic one; `default` names the kernel default.
     """
     program = verify_program(load_program(path, target))
     tgt = load_target(program.target)
@@ -59,22 +60,63 @@ class AutoResult:
 
 
 def compile_auto(program: Program, target: Target) -> AutoResult:
-    """The automatic scheduler's choice, or the default schedule (with the plan's reason) when
-    the program is outside its search space."""
+    """The automatic scheduler's choice. Outside its search space (recurrences under shared
+    loops, chained reductions, ...) the candidates are the schedules built from the primitives
+    (schedule.default.primitive_default) and the kernel default, and the fastest on the
+    simulator wins: their cycles do not depend on the data, so the choice is deterministic."""
     plan = auto_schedule(program, target)
-    if plan.schedule is None:
-        return AutoResult(compile_default(program, target), plan)
-    try:
-        compiled = compile_scheduled(program, target, plan.schedule)
-        verify_compiled(compiled.binary, target)
-        return AutoResult(compiled, plan)
-    except (
-        CodegenError,
-        ScheduleError,
-    ) as err:  # a gap in the general backend: never worse than default
-        plan.reason = f"the chosen schedule did not lower ({err})"
-        plan.schedule = None
-        return AutoResult(compile_default(program, target), plan)
+    if plan.schedule is not None:
+        try:
+            compiled = compile_scheduled(program, target, plan.schedule)
+            verify_compiled(compiled.binary, target)
+            return AutoResult(compiled, plan)
+        except (CodegenError, ScheduleError) as err:  # a gap in the general backend
+            plan.reason = f"the chosen schedule did not lower ({err})"
+            plan.schedule = None
+    best = _fastest_fallback(program, target)
+    if best.schedule is not None:
+        plan.schedule = best.schedule
+        plan.reason = f"outside the layer search ({plan.reason}): {best.note}"
+    verify_compiled(best.compiled.binary, target)
+    return AutoResult(best.compiled, plan)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    compiled: Compiled
+    cycles: int
+    schedule: Schedule | None  # None: the kernel default
+    note: str = ""
+
+
+def _fastest_fallback(program: Program, target: Target) -> _Measured:
+    """The fastest on the simulator of the primitive-built schedules (MAC array and vectors,
+    vectors alone) and the kernel default; the primitive-built ones win ties."""
+    zeros = {t.name: np.zeros(t.shape, t.np_dtype) for t in program.inputs}
+    found: list[_Measured] = []
+    for tensorize in (True, False):
+        try:
+            try:
+                s = primitive_default(program, target, tensorize)
+                compiled = compile_scheduled(program, target, s)
+            except CapacityError:  # the tensors do not fit whole: stage them inside the loops
+                s = primitive_default(program, target, tensorize, stage=True)
+                compiled = compile_scheduled(program, target, s)
+        except (CodegenError, ScheduleError):
+            continue  # over capacity even so, or a form the lowering does not take
+        if any(str(s) == str(m.schedule) for m in found):
+            continue
+        found.append(_Measured(compiled, simulate(compiled.binary, zeros, target).stats.cycles, s))
+    default = compile_default(program, target)
+    cycles = simulate(default.binary, zeros, target).stats.cycles
+    best = min(found, key=lambda m: m.cycles, default=None)
+    if best is None or best.cycles > cycles:
+        return _Measured(default, cycles, None)
+    note = (
+        f"the schedule built from the primitives takes {best.cycles} cycles on the simulator, "
+        f"the kernel default {cycles}"
+    )
+    return _Measured(best.compiled, best.cycles, best.schedule, note)
 
 
 def compile_default(program: Program, target: Target) -> Compiled:

@@ -134,7 +134,9 @@ def compile_model(
     # one run of the whole binary on the example input gives every layer's cycles and traffic
     _, result = run_model(cm, example_inputs)
     before = Mark(0, 0, 0, 0)
-    for layer, n_macs, sched, mark in zip(graph.layers, macs, schedules, result.marks, strict=False):
+    for layer, n_macs, sched, mark in zip(
+        graph.layers, macs, schedules, result.marks, strict=False
+    ):
         cm.layers.append(
             LayerReport(
                 layer.name,
@@ -164,7 +166,10 @@ def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> li
 def run_model(
     cm: CompiledModel, inputs: tuple[torch.Tensor, ...]
 ) -> tuple[list[np.ndarray], SimResult]:
-    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, inputs, strict=False)}
+    feed = {
+        name: x.detach().numpy().astype(np.float32)
+        for name, x in zip(cm.input_names, inputs, strict=False)
+    }
     marks = tuple(end for _, end in cm.linked.layer_ranges)
     result = simulate(decode(encode(cm.binary)), feed, cm.target, marks=marks)
     return [result.outputs[name] for name in cm.output_names], result

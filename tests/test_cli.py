@@ -440,7 +440,7 @@ def test_run_max_steps(tmp_path, cli, matmul_tgb, operands):
         *run_args(matmul_tgb, operands[2], operands[3], tmp_path / "out", "--max-steps", "100")
     ).one_error()
     assert message == (
-        f"{matmul_tgb}: the program executes 1,204 instructions, over the simulator's limit of 100 "
+        f"{matmul_tgb}: the program executes 1,037 instructions, over the simulator's limit of 100 "
         "(SimLimits.max_steps; raise it with `tensorgen run --max-steps N`)"
     )
     assert not (tmp_path / "out").exists()

@@ -70,7 +70,7 @@ def plan_dram(buffers: dict[str, Buffer], lifetimes: dict[str, tuple[int, int]])
     )
     for b in order:
         first, last = lifetimes[b.name]
-        busy = sorted((o, e) for o, e, f, l in placed if not (l < first or last < f))
+        busy = sorted((o, e) for o, e, f, end in placed if not (end < first or last < f))
         at = 0
         for o, e in busy:
             if at + _align(b.nbytes) <= o:

@@ -25,6 +25,7 @@ from tensorgen.ir.core import (
     Statement,
     dtype_range,
 )
+from tensorgen.ir.queries import mac_mapping
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
 from tensorgen.mc.operands import Bound, Box, LoopAffine, View
@@ -34,7 +35,6 @@ from tensorgen.schedule.kernel import (
     Buffer,
     Kernel,
     buffer_box,
-    mac_mapping,
     plan_buffers,
     write_box,
 )
@@ -421,8 +421,8 @@ class VectorExpr:
                 emit(isa.make("VFILL", dst=dst, imm=_wrap32(val)))
             return
         if isinstance(e, BinOp) or (isinstance(e, Call) and e.fn in ("min", "max")):
-            op, l, r = (e.op, e.lhs, e.rhs) if isinstance(e, BinOp) else (e.fn, *e.args)
-            a, b = self.value(l), self.value(r)
+            op, left, right = (e.op, e.lhs, e.rhs) if isinstance(e, BinOp) else (e.fn, *e.args)
+            a, b = self.value(left), self.value(right)
             if not isinstance(a, View) and op in ("+", "*", "max", "min"):
                 a, b = b, a
             if not isinstance(a, View):

@@ -17,11 +17,12 @@ from tensorgen.codegen.emitter import Emitter, _expr, floor_terms
 from tensorgen.codegen.lower import Compiled, VectorExpr, _align, _row_major, useful_macs
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir.core import Access, Program, Statement
+from tensorgen.ir.queries import mac_mapping
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
 from tensorgen.mc.operands import ITEMSIZE, Bound, Box, LoopAffine, View
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.kernel import mac_mapping
+from tensorgen.schedule.compaction import compacted_size, row_compaction
 from tensorgen.target import Target
 
 BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or array band
@@ -59,36 +60,6 @@ def vector_profile(program: Program, stmt: Statement) -> tuple[int, int]:
     )
     expr.statement()
     return len(counter.code), expr.next_slot
-
-
-MAX_ROW_DMAS = 16  # the most DMAs a compacted box is loaded with (row_compaction)
-
-
-def row_compaction(
-    box, itemsize: int, target: Target, written: bool
-) -> tuple[int, int, int] | None:
-    """(dimension, step, rows) when a box that is only read is better loaded with one DMA per
-    accessed row of its outermost strided dimension, into a buffer that holds only those rows (a
-    stride-2 convolution reads every other row of its input): the rows skipped save more DRAM
-    cycles than the extra DMA setups cost. None to load it whole."""
-    if written or not box.steps:
-        return None
-    for d, (n, step) in enumerate(zip(box.size, box.steps, strict=False)):
-        if step > 1 and n > 1:
-            rows = (n - 1) // step + 1
-            per_row = itemsize * int(np.prod(box.size)) // n
-            saved = (n - rows) * per_row / target.dram_bytes_per_cycle
-            if rows <= MAX_ROW_DMAS and saved > (rows - 1) * target.dma_setup_cycles:
-                return d, step, rows
-            return None
-    return None
-
-
-def compacted_size(size: tuple[int, ...], compaction) -> tuple[int, ...]:
-    if compaction is None:
-        return tuple(size)
-    d, _, rows = compaction
-    return tuple(size[:d]) + (rows,) + tuple(size[d + 1 :])
 
 
 class _Lowering:
@@ -566,7 +537,7 @@ class _Lowering:
                 self._walk(node.if_get_then_node(), env, band)
             if node.if_has_else_node():
                 # not (t0 and t1 and ...) as disjoint cases: not t0 | t0 and not t1 | ...
-                for i, (a, d) in enumerate(terms):
+                for i, (a, _d) in enumerate(terms):
                     negated = (a.scale(-1) + (-1), 1)  # floor(a/d) < 0  <=>  a <= -1  (d > 0)
                     with self.em.block("IF", cond=Bound(tuple(terms[:i]) + (negated,))):
                         self._walk(node.if_get_else_node(), env, band)
@@ -1208,10 +1179,8 @@ def _conditions(e, env) -> list[tuple[LoopAffine, int]]:
         if da != 1 and db != 1:
             raise CodegenError(f"unsupported guard '{e.to_C_str()}' in the schedule's loop nest")
         # floor(n/d) - b >= 0  <=>  n - d*b >= 0 (d > 0)
-        if db == 1:
-            diff = na + nb.scale(-da)  # a - b >= 0 scaled by da
-        else:
-            diff = na.scale(db) + nb.scale(-1)
+        # a - b >= 0, scaled by da when b is whole
+        diff = na + nb.scale(-da) if db == 1 else na.scale(db) + nb.scale(-1)
         if op == t.ge:
             return [(diff, 1)]
         if op == t.gt:

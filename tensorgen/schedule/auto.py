@@ -15,10 +15,11 @@ When no candidate fits the target's memories (a small target: M rows that fill t
 accumulators leave no room for the operands' blocks, or a vector band's temporaries), the search
 is retried with M blocks and vector bands half as large, down to one row, until one fits.
 
-The search is bounded twice: by TIME_BUDGET_S CPU seconds, checked between loop nests (the best
-candidate found by then is taken), and by ISL_MAX_OPERATIONS, isl's operation limit
-(isl_ctx_set_max_operations on islpy's default context), which stops a single isl computation
-that explodes (a footprint, a dependence check) where the time budget cannot. Reaching the limit
+The search is bounded twice, both by counts, so that the same input gives the same schedule
+(and the same bytes) on any machine however busy: by MAX_CANDIDATES costed candidates, checked
+between loop nests (the best candidate found by then is taken), and by ISL_MAX_OPERATIONS, isl's
+operation limit (isl_ctx_set_max_operations), which stops a single isl computation that explodes
+(a footprint, a dependence check) where the candidate count cannot. Reaching the isl limit
 falls back to the default schedule with a warning and the reason in `Plan.reason`; the limit is
 removed (and isl's operation count reset) when auto_schedule returns, so the lowering that
 follows is not bounded by it.
@@ -35,25 +36,29 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from tensorgen.codegen.scheduled import compacted_size, row_compaction, vector_profile
+from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
+from tensorgen.ir.queries import MacMapping, mac_mapping, out_indices
 from tensorgen.mc import isa
 from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.compaction import compacted_size, row_compaction
 from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
 from tensorgen.schedule.fold import KFold, window_shape
-from tensorgen.schedule.kernel import MacMapping, mac_mapping, out_indices
 from tensorgen.schedule.layer import Geometry, Layer, Skeleton, _position, build_skeleton, recognise
 from tensorgen.target import Target
 
-# CPU seconds, not wall-clock time: the choice must not depend on what else the machine runs
-TIME_BUDGET_S = 1.5
+# costed candidates, checked between loop nests: more than twice the largest search of examples/
+# (conv_bias_relu_requant on tiny: 12,672); `benchmarks/suite.py --all` gives the same figures as
+# under the CPU-time budget this replaces. A count, not seconds: the choice never depends on the
+# machine's speed or load
+MAX_CANDIDATES = 30_000
 # candidates whose cycles are within this share of the fastest's count as ties: the one that moves
 # the least DRAM wins (BERT's FFN down-projection chunked: 0.2% more cycles, 23% less DRAM)
 TIE = 0.005
 # isl operations (isl_ctx_set_max_operations) one auto_schedule may spend: about 20 times what
-# the suite's largest searches take on tg1 and tiny (about a million), more than TIME_BUDGET_S
-# lets the search itself spend (see the module docstring)
+# the suite's largest searches take on tg1 and tiny (about a million), more than MAX_CANDIDATES
+# candidates spend (see the module docstring)
 ISL_MAX_OPERATIONS = 20_000_000
 
 __all__ = ["Candidate", "Plan", "Space", "auto_schedule"]
@@ -79,8 +84,20 @@ class Plan:
     def explain(self, target: Target) -> str:
         from tensorgen.schedule.files import render
 
-        if self.schedule is None or self.chosen is None:
+        if self.schedule is None:
             return f"auto: {self.reason}; using the default schedule"
+        if self.chosen is None:  # outside the search: the primitive-built schedule, measured
+            return "\n".join(
+                [
+                    "# the schedule chosen by `schedule: auto`, as a replayable schedule file",
+                    "",
+                    render(
+                        self.schedule,
+                        f"Built from the primitives for {self.schedule.program.name}.",
+                    ),
+                    f"auto: {self.reason}",
+                ]
+            )
         c = self.chosen
         lines = [
             "# the schedule chosen by `schedule: auto`, as a replayable schedule file",
@@ -164,11 +181,10 @@ def auto_schedule(program: Program, target: Target, max_operations: int | None =
     schedule is used. isl may spend at most `max_operations` operations on it (default
     ISL_MAX_OPERATIONS; 0: no limit)."""
     t0 = time.perf_counter()
-    cpu0 = time.process_time()
     limit = ISL_MAX_OPERATIONS if max_operations is None else max_operations
     with _isl_operation_limit(limit) as exhausted:
         try:
-            plan = _plan(program, target, cpu0)
+            plan = _plan(program, target)
         except Exception:  # noqa: BLE001 - a call that fails at the limit may raise anything (TypeError, ...)
             if not exhausted():
                 raise
@@ -183,12 +199,12 @@ def auto_schedule(program: Program, target: Target, max_operations: int | None =
     return plan
 
 
-def _plan(program: Program, target: Target, cpu0: float) -> Plan:
+def _plan(program: Program, target: Target) -> Plan:
     layer = recognise(program)
     if isinstance(layer, str):
         return Plan(None, None, reason=layer)
     try:
-        return _search(program, target, layer, cpu0)
+        return _search(program, target, layer)
     except (ScheduleError, CapacityError, CodegenError) as err:
         return Plan(None, None, reason=f"no schedule in the search space fits ({err})")
 
@@ -382,7 +398,7 @@ class Space:
         return s, final
 
 
-def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan:
+def _search(program: Program, target: Target, layer: Layer) -> Plan:
     considered: list[Candidate] = []
     fitting: list[tuple[Candidate, tuple]] = []
     shapes = None
@@ -395,7 +411,7 @@ def _search(program: Program, target: Target, layer: Layer, cpu0: float) -> Plan
             continue
         shapes = space.shapes
         for shape, order in space.nests():
-            if time.process_time() - cpu0 > TIME_BUDGET_S and fitting:
+            if len(considered) >= MAX_CANDIDATES and fitting:
                 break
             for cand in space.costed(shape, order):
                 considered.append(cand)

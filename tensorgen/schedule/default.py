@@ -8,9 +8,11 @@ by isl) fits its memory.
 
 from __future__ import annotations
 
-from tensorgen.errors import CapacityError
-from tensorgen.ir.core import Program
-from tensorgen.schedule.kernel import Kernel, footprint_bytes, form_kernels, mac_mapping
+from tensorgen.errors import CapacityError, ScheduleError
+from tensorgen.ir.core import Program, Statement
+from tensorgen.ir.queries import mac_mapping
+from tensorgen.schedule.api import Loop, Schedule
+from tensorgen.schedule.kernel import Kernel, footprint_bytes, form_kernels
 from tensorgen.target import Target
 
 
@@ -95,3 +97,103 @@ def _grow_vector_tile(
         tiles[name] = lo
         if lo < extents[name]:
             break
+
+
+def primitive_default(
+    program: Program, target: Target, tensorize: bool = True, stage: bool = False
+) -> Schedule:
+    """The simple default schedule built from the schedule primitives, statement by statement:
+    a contraction of 8-bit operands runs on the MAC array in blocks of its shape (N and K split
+    by the array's columns and rows, M streamed whole), any other statement as vectors over a
+    loop that carries no dependence (its innermost, else the innermost one that can be moved
+    inside). A step the program's dependences forbid is skipped, so the result is always legal;
+    tensors are staged whole, as the lowering does when the schedule names no stage.
+    `tensorize=False`: every statement on the vector unit (a triangular or short contraction
+    can run faster as vectors over its output than as small MATMULs). `stage`: each tensor
+    staged at the innermost loop that encloses every statement accessing it (outside the vector
+    and MAC-array bands), for a target whose memories do not hold the tensors whole."""
+    s = Schedule(program, target)
+    for stmt in program.statements:
+        if not (tensorize and _tensorize(s, program, target, stmt)):
+            _vectorize(s, program, stmt)
+    if stage:
+        _stage_innermost(s, program)
+    return s
+
+
+def _stage_innermost(s: Schedule, program: Program) -> None:
+    tensorized = {name for ms, n, ks in s.tensorized for name in (*ms, n, *ks)}
+    banded = set(s.vectorized) | tensorized
+    on_array = {  # what the MAC array accumulates lives in the accumulators
+        st.lhs.tensor
+        for st in program.statements
+        if any(h.name in tensorized for h in s.loops(st.name))
+    }
+    for t in program.tensors:
+        users = [
+            st for st in program.statements if t.name in {a.tensor for a in [st.lhs, *st.reads]}
+        ]
+        if not users:
+            continue
+        common = [h for h in s.loops(users[0].name) if h.name not in banded]
+        for st in users[1:]:
+            ids = {h.id for h in s.loops(st.name)}
+            common = [h for h in common if h.id in ids]
+        if not common:
+            continue
+        try:
+            s.stage(t.name, common[-1], "acc" if t.name in on_array else "spad")
+        except ScheduleError:
+            continue  # over capacity there too: staged whole by the lowering
+
+
+def _own_loops(s: Schedule, program: Program, stmt: Statement) -> dict[str, Loop]:
+    """The statement's own loops (not the shared ones) by index name, outermost first."""
+    loops = dict(zip(stmt.indices, s.loops(stmt.name), strict=True))
+    return {i: h for i, h in loops.items() if i not in program.shared_names}
+
+
+def _tensorize(s: Schedule, program: Program, target: Target, stmt: Statement) -> bool:
+    mac = mac_mapping(program, stmt)
+    if mac is None or mac.m is None or mac.n is None:
+        return False
+    own = _own_loops(s, program, stmt)
+    outer = [h for i, h in own.items() if i not in (mac.m, mac.n, mac.k)]
+    blocked = []
+    inner = {}
+    try:
+        for name, cap in ((mac.n, target.cols), (mac.k, target.rows)):
+            if stmt.extent(name) > cap:
+                o, inner[name] = s.split(own[name], cap)
+                blocked.append(o)
+            else:
+                inner[name] = own[name]
+        order = [*outer, *blocked, own[mac.m], inner[mac.n], inner[mac.k]]
+        if [h.name for h in order] != [h.name for h in s.loops(stmt.name)[-len(order) :]]:
+            s.reorder(*order)
+        s.tensorize(own[mac.m], inner[mac.n], inner[mac.k])
+    except ScheduleError:
+        return False
+    return True
+
+
+def _vectorize(s: Schedule, program: Program, stmt: Statement) -> None:
+    shared = sum(1 for i in stmt.indices if i in program.shared_names)
+    own = s.loops(stmt.name)[shared:]  # after any splits a failed tensorize left
+    if not own:
+        return
+    try:
+        s.vectorize(own[-1])
+        return
+    except ScheduleError:
+        pass
+    for pick in reversed(own[:-1]):
+        try:
+            s.reorder(*[h for h in own if h != pick], pick)
+        except ScheduleError:
+            continue
+        try:
+            s.vectorize(pick)
+            return
+        except ScheduleError:
+            s.reorder(*own)  # back to the original order: the move bought nothing

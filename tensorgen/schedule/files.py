@@ -18,6 +18,10 @@ What tensorgen does guarantee:
 - every refusal, raised while replaying or while lowering the schedule, is one line that
   starts `file:line:`; a lowering refusal names the line of `def schedule`, since it is the
   schedule as a whole that cannot be lowered.
+
+A trace saved as JSON (`save_trace`, a file ending `.json`; see steps.py) loads the same way,
+without running any Python: its steps are replayed through the primitives, and a refusal is
+one line `file: step N: ...`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 from tensorgen.errors import ScheduleError, TensorgenError
 from tensorgen.inputs import one_line, read_text
 from tensorgen.ir.core import Program
+from tensorgen.schedule import steps
 from tensorgen.schedule.api import Schedule
 
 DEFAULT_TIME_LIMIT_S = (
@@ -47,16 +52,42 @@ class _Expired(BaseException):
 
 def render(schedule: Schedule, doc: str = "") -> str:
     """The schedule file that replays `schedule`'s trace."""
-    body = "\n".join(f"    {line}" for line in schedule.trace) or "    pass"
+    body = "\n".join(f"    {step}" for step in schedule.trace) or "    pass"
     doc = doc or f"Schedule for {schedule.program.name} (a trace of tensorgen primitives)."
     return f'"""{doc}"""\n\n\ndef schedule(s):\n{body}\n'
+
+
+def save_trace(path: str | Path, schedule: Schedule) -> None:
+    """Write `schedule`'s trace as JSON (whole or not at all), loadable by `load_schedule`."""
+    from tensorgen.driver import write_atomic  # the driver imports this module
+
+    write_atomic(path, steps.dumps(schedule.trace).encode())
 
 
 def load_schedule(
     path: str | Path, program: Program, target=None, time_limit: float | None = DEFAULT_TIME_LIMIT_S
 ) -> Schedule:
     text = read_text(path, "the schedule file", ScheduleError)
-    return replay(text, program, target, str(path), time_limit)
+    return _build(text, program, target, str(path), time_limit)[0]
+
+
+def _build(text: str, program: Program, target, filename: str, time_limit) -> tuple[Schedule, int]:
+    """A schedule file or, for a name ending `.json`, a saved trace (line 1 for lowering errors)."""
+    if not filename.endswith(".json"):
+        return _replay(text, program, target, filename, time_limit)
+    s = Schedule(program, target)
+    for n, step in enumerate(steps.loads(text, filename)):
+        where = f"{filename}: step {n + 1}"
+        try:
+            with _time_limit(time_limit):
+                steps.apply(s, step)
+        except _Expired:
+            raise ScheduleError(f"{where}: ran longer than the time limit") from None
+        except TensorgenError as err:
+            raise type(err)(f"{where}: {one_line(err, limit=400)}", err.detail) from None
+        except (TypeError, ValueError) as err:  # arguments a primitive does not take
+            raise ScheduleError(f"{where}: {step.primitive}: {one_line(err)}") from None
+    return s, 1
 
 
 def compile_schedule_file(
@@ -67,7 +98,7 @@ def compile_schedule_file(
     from tensorgen.codegen.scheduled import compile_scheduled  # the codegen imports this package
 
     text = read_text(path, "the schedule file", ScheduleError)
-    s, line = _replay(text, program, target, str(path), time_limit)
+    s, line = _build(text, program, target, str(path), time_limit)
     try:
         return compile_scheduled(program, target, s)
     except TensorgenError as err:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorgen.ir.core import Program, Statement
+from tensorgen.ir.queries import out_indices
 from tensorgen.schedule.api import Loop, Schedule
-from tensorgen.schedule.kernel import out_indices
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,9 @@ def build_skeleton(
     c = layer.contraction
     geo = Geometry.of(c, blocks)
     fused = fused_prefix(layer, geo, order, out_indices(program, c))
-    handles = {st.name: dict(zip(st.indices, s.loops(st.name), strict=False)) for st in layer.statements}
+    handles = {
+        st.name: dict(zip(st.indices, s.loops(st.name), strict=False)) for st in layer.statements
+    }
     fbase = list(dict.fromkeys(geo.base[x] for x in fused))
     shared, per, done = _fuse_tiles(s, layer, blocks, fused, fbase, handles)
     loops = {

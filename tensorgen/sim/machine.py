@@ -1,7 +1,10 @@
 """The vectorised numpy simulator: runs a .tgb, returns outputs and counters.
 
 Values are computed in program order with numpy, one numpy operation per
-instruction (a whole tile); timing follows per-queue timelines (LD, EX, ST)
+instruction (a whole tile), or per run of MATMULs into one accumulator and per
+reduction nest (`tensorgen.sim.runs`; `vectorize_loops=False` steps every
+instruction instead, with the same values, counters, trace events and errors);
+BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
 flight. Every access is bounds-checked, and an access that overlaps an
 in-flight access of another queue without a token between them is reported
@@ -11,11 +14,12 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from tensorgen.errors import SimulatorError
 from tensorgen.inputs import one_line
@@ -23,6 +27,9 @@ from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import ITEMSIZE, Box, View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
+from tensorgen.sim.batch import Decoded
+from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
+from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -31,91 +38,6 @@ __all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
 # A reduction nest is run as one numpy call only while its arrays stay this small; a larger one
 # runs iteration by iteration (same values), so its memory is bounded by one iteration's.
 MAX_NEST_ELEMENTS = 1 << 22
-
-
-@dataclass
-class Stats:
-    cycles: int = 0
-    instructions: int = 0
-    macs: int = 0
-    vector_ops: int = 0
-    dram_read_bytes: int = 0
-    dram_write_bytes: int = 0
-    onchip_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})  # read + written
-    onchip_write_bytes: dict = field(default_factory=lambda: {"spad": 0, "acc": 0})
-    busy: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
-    stalled: dict = field(default_factory=lambda: {q: 0 for q in isa.QUEUES})
-    energy_pj: float = 0.0  # the sum of energy_breakdown
-    energy_breakdown: dict = field(
-        default_factory=dict
-    )  # pJ per component (tensorgen.target.energy)
-
-    @property
-    def dram_bytes(self) -> int:
-        return self.dram_read_bytes + self.dram_write_bytes
-
-    def as_dict(self) -> dict:
-        return {
-            "cycles": self.cycles,
-            "instructions": self.instructions,
-            "macs": self.macs,
-            "vector_ops": self.vector_ops,
-            "dram_read_bytes": self.dram_read_bytes,
-            "dram_write_bytes": self.dram_write_bytes,
-            "onchip_bytes": dict(self.onchip_bytes),
-            "onchip_write_bytes": dict(self.onchip_write_bytes),
-            "busy": dict(self.busy),
-            "stalled": dict(self.stalled),
-            "energy_pj": self.energy_pj,
-            "energy_breakdown": dict(self.energy_breakdown),
-        }
-
-
-@dataclass(frozen=True)
-class Mark:
-    """The counters when the program reached top-level instruction `pc` (or its end)."""
-
-    pc: int
-    cycles: int  # the latest any queue has been busy until
-    macs: int
-    dram_bytes: int
-    counters: dict | None = field(
-        default=None, compare=False
-    )  # every counter then: Stats.as_dict()
-
-
-@dataclass
-class Recorder:
-    """What `simulate(record=True)` keeps for traces and timelines: per executed instruction (a
-    vectorised loop nest counts as one aggregated interval) `(queue, ready, start, end, pc,
-    mnemonic)` -- `ready` is when its queue was free, so [ready, start) is the stall -- and the
-    DRAM channel's busy intervals."""
-
-    events: list[tuple[str, int, int, int, int, str]] = field(default_factory=list)
-    channel: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass
-class SimResult:
-    outputs: dict[str, np.ndarray]
-    stats: Stats
-    marks: list[Mark] = field(default_factory=list)
-    recorder: Recorder | None = None
-
-
-class _Access:
-    __slots__ = ("mem", "lo", "hi", "end", "queue", "write", "pc")
-
-    def __init__(self, mem, lo, hi, end, queue, write, pc):
-        self.mem, self.lo, self.hi, self.end, self.queue, self.write, self.pc = (
-            mem,
-            lo,
-            hi,
-            end,
-            queue,
-            write,
-            pc,
-        )
 
 
 def _values(arr: np.ndarray) -> np.ndarray:
@@ -138,13 +60,15 @@ class Machine:
         self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
+        self.decoded: dict[int, Decoded] = {}
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
-        isz = ITEMSIZE[view.dtype]
-        base = view.base.eval(self.counters)
-        lo = base + sum(min(0, (n - 1) * s) for n, s in zip(view.shape, view.strides, strict=False)) * isz
-        hi = base + sum(max(0, (n - 1) * s) for n, s in zip(view.shape, view.strides, strict=False)) * isz + isz
+        d = self.decoded.get(id(view))  # the binary holds its views: ids are stable
+        if d is None:
+            d = self.decoded[id(view)] = Decoded.of(view)
+        base = d.base(self.counters)
+        lo, hi = base + d.lo, base + d.hi
         memory = self.mem[view.mem]
         if lo < 0 or hi > memory.size:
             raise SimulatorError(
@@ -152,13 +76,7 @@ class Machine:
                 f"({memory.size} bytes) at loop counters {list(self.counters)}"
             )
         self._last_range = (view.mem, lo, hi)
-        return np.ndarray(
-            view.shape,
-            np.dtype(view.dtype),
-            buffer=memory,
-            offset=base,
-            strides=tuple(s * isz for s in view.strides),
-        )
+        return d.array(memory, base)
 
     def read(self, view: View) -> np.ndarray:
         arr = self._ndarray(view)
@@ -184,7 +102,11 @@ class Machine:
         byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
         base = view.base.eval(self.counters)
         lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
-        hi = base + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False)) + isz
+        hi = (
+            base
+            + sum(max(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
+            + isz
+        )
         memory = self.mem[view.mem]
         if lo < 0 or hi > memory.size:
             raise SimulatorError(
@@ -253,7 +175,7 @@ class Simulator:
         self.queue_time = {q: 0 for q in isa.QUEUES}
         self.channel: list[tuple[int, int]] = []  # busy intervals of the DRAM channel, sorted
         self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
-        self.inflight: dict[str, list[_Access]] = {q: [] for q in isa.QUEUES}
+        self.inflight: dict[str, list[Access]] = {q: [] for q in isa.QUEUES}
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
         self.fields = [dict(ins.args) for ins in binary.code]
@@ -267,6 +189,7 @@ class Simulator:
         # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
         self.streaming: tuple[int, int] | None = None
         self.recorder = Recorder() if record else None  # None: no recording cost at all
+        self.runs = MatmulRuns(self)  # runs of MATMULs executed at once (vectorize_loops)
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -353,6 +276,11 @@ class Simulator:
             if not counters and pc in self.mark_pcs:
                 self._mark(pc)
             ins = code[pc]
+            if self.vectorize_loops and ins.mnemonic in ("MATMUL", "LOOP", "LOOPB"):
+                after = self._matmul_run(pc, end, counters)
+                if after is not None:
+                    pc = after
+                    continue
             if ins.mnemonic == "LOOP":
                 body = ins.arg("body")
                 if pc + 1 + body > end or len(counters) >= 8:
@@ -397,6 +325,38 @@ class Simulator:
                 self._step(pc, ins, counters)
                 pc += 1
 
+    def _matmul_run(self, pc: int, end: int, counters: tuple[int, ...]) -> int | None:
+        """Run the MATMULs starting at `pc` at once (`runs.MatmulRuns`): token-free MATMULs
+        in a row into one accumulator, all but the first accumulating, and the nest after
+        them that accumulates into it too, or such a nest alone; the pc after them, or None
+        when they are to be stepped."""
+        code, depth = self.binary.code, len(counters)
+        singles: list[int] = []
+        while pc < end and code[pc].mnemonic == "MATMUL":
+            op = self.runs.op(pc)
+            if code[pc].wait or code[pc].signal or op is None or (singles and not op.accumulate):
+                break
+            if singles and self.runs.op(singles[0]).acc != op.acc:
+                break
+            singles.append(pc)
+            pc += 1
+        nest = self.runs.nest(pc, depth) if pc < end and depth < 8 else None
+        if nest is not None and nest.body >= end:
+            nest = None
+        if (nest is None and len(singles) < 2) or (not singles and code[pc].mnemonic == "MATMUL"):
+            return None  # one MATMUL: `_step` runs it (through `_matmul_once`)
+        if self.runs.run(singles, nest, counters):
+            return nest.body + 1 if nest is not None else pc
+        if len(singles) > 1 and self.runs.run(singles, None, counters):
+            return pc  # the nest after them is tried on its own
+        return None
+
+    def _matmul_once(self, pc: int) -> bool:
+        """A MATMUL, VMUL or VMAC through its fast kernel (`runs.MatmulRuns`); False if not."""
+        if not self.vectorize_loops:
+            return False
+        return self.runs.once(pc, self.machine) or self.runs.vector_once(pc, self.machine)
+
     def _iterate(self, n: int) -> None:
         # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their
         # iterations are bounded by the same budget as the instructions.
@@ -422,7 +382,8 @@ class Simulator:
         ins = code[pc]
         defn = ins.defn
         if (
-            defn.execute_reduction_loop is None
+            ins.mnemonic == "MATMUL"  # its runs are `runs.MatmulRuns`'; declined ones are stepped
+            or defn.execute_reduction_loop is None
             or ins.wait
             or ins.signal
             or not self.fields[pc].get("accumulate", 1)
@@ -467,7 +428,7 @@ class Simulator:
             dest = ins.arg(ins.defn.fields[0][0])
             self._execute(pc, ins, ins.defn.execute_reduction_loop)
             dmem, dlo, dhi, _ = m.touched[-1]
-            for mem, lo, hi, write in m.touched[:-1]:
+            for mem, lo, hi, _write in m.touched[:-1]:
                 if (
                     mem == dmem
                     and lo < dhi
@@ -486,7 +447,7 @@ class Simulator:
                 tuple((mem, n * reps) for mem, n in cost.written),
                 cost.fill,
             )
-        elif ins.defn.execute is not None:
+        elif ins.defn.execute is not None and not self._matmul_once(pc):
             self._execute(pc, ins, ins.defn.execute)
         if cost.dram_bytes:
             end = self._transfer(
@@ -500,10 +461,17 @@ class Simulator:
             end, reads_from = self._execute_timing(cost, reps, start, tokens)
         else:
             end = start + cost.cycles
-        self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
+        if m.touched:  # a SYNC touches nothing: no hazard to look for
+            self._check_hazards(pc, ins, q, reads_from if q == "EX" else start, end)
         st.stalled[q] += start - self.queue_time[q]
         if self.recorder is not None:
-            self.recorder.events.append((q, self.queue_time[q], start, end, pc, ins.mnemonic))
+            # a nest run at once (token-free, no fill) records each of its instructions
+            one = self.costs[pc].cycles if reps > 1 else end - start
+            self.recorder.events += [
+                (q, self.queue_time[q] if i == 0 else start + i * one, start + i * one)
+                + (start + (i + 1) * one, pc, ins.mnemonic)
+                for i in range(reps)
+            ]
         st.busy[q] += end - start
         self.queue_time[q] = end
         for dst in ins.signal:
@@ -581,19 +549,17 @@ class Simulator:
                 del accesses[: bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
             for mem, lo, hi, write in self.machine.touched:
                 is_write = write if write is not None else ins.mnemonic == "STORE"
-                for a in reversed(accesses):
-                    if a.end <= start:
-                        break
-                    if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or is_write):
-                        raise SimulatorError(
-                            f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle "
-                            f"{start} while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} "
-                            f"it (until cycle {a.end}) and no token orders them"
-                        )
+                a = hazard(accesses, mem, lo, hi, is_write, start)
+                if a is not None:
+                    raise SimulatorError(
+                        f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle "
+                        f"{start} while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} "
+                        f"it (until cycle {a.end}) and no token orders them"
+                    )
         mine = self.inflight.setdefault(q, [])
         for mem, lo, hi, write in self.machine.touched:
             is_write = write if write is not None else ins.mnemonic == "STORE"
-            mine.append(_Access(mem, lo, hi, end, q, is_write, pc))
+            mine.append(Access(mem, lo, hi, end, q, is_write, pc))
 
 
 def simulate(
@@ -611,4 +577,13 @@ def simulate(
     the boundaries of a model's layers. The binary is verified against the target first
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
     timelines)."""
-    return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)
+    with _blas().limit(limits=1, user_api="blas"):  # restored on return
+        return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas() -> ThreadpoolController:
+    """The process's BLAS thread pools, found once. A simulation runs on one BLAS thread: its
+    products are small and many, and more threads on a busy machine only fight (1.7-3.4x
+    slower measured at OpenBLAS's default two on two cores)."""
+    return ThreadpoolController()

@@ -120,7 +120,7 @@ def _parse_program(text: str, path: str, target: str | None) -> Program:
     statements = _statements(doc, top["statements"][1], tensors, shared)
     named = doc.scalar(top["target"][1], str, "a target name") if "target" in top else "tg1"
     tgt = target or named
-    sched = doc.scalar(top["schedule"][1], str, "a schedule") if "schedule" in top else "default"
+    sched = doc.scalar(top["schedule"][1], str, "a schedule") if "schedule" in top else "auto"
     program = Program(name, tuple(tensors.values()), tuple(statements), shared, tgt, sched, path)
     _check_roles(doc, program, top["statements"][1])
     return program

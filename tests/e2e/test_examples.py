@@ -59,7 +59,9 @@ def test_vectorised_loops_match_per_iteration_execution(name: str) -> None:
 
 
 def test_code_size_does_not_grow_with_tensor_size(tmp_path: Path) -> None:
-    """Hardware loops: a 4x bigger (tiled) matmul has the same number of instruction words."""
+    """Hardware loops: a 4x bigger (tiled) matmul has about the same number of instruction words
+    (the automatic schedule is chosen per size, so its staging may differ by an instruction or
+    two; 64 times the work unrolled would be thousands)."""
     sizes = []
     for n in (256, 1024):
         f = tmp_path / f"mm{n}.yaml"
@@ -72,4 +74,4 @@ statements:
   - C[i, j] += A[i, k] * B[k, j]
 """)
         sizes.append(len(compile_file(f, "tiny").compiled.binary.code))
-    assert sizes[0] == sizes[1]
+    assert abs(sizes[0] - sizes[1]) <= 4 and max(sizes) < 64, sizes

@@ -183,3 +183,27 @@ def test_every_refusal_names_the_file_and_line(
     )
     assert code == 2 and len(err) == 1 and not out.exists(), err
     assert err[0].startswith(f"error: {f}:{line}: {message}"), err
+
+
+def test_a_schedule_calling_unroll_is_one_line_through_the_cli(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "s.py"
+    f.write_text("def schedule(s):\n    s.vectorize(s.loop('i'))\n    s.unroll(s.loop('t'))\n")
+    out = tmp_path / "o.tgb"
+    code, err, stdout = _cli(capsys, "emit", str(JACOBI), "-o", str(out), "--schedule", str(f))
+    assert code == 2 and len(err) == 1 and not out.exists()
+    assert err[0].startswith(f"error: {f}:3: unroll was removed: ")
+
+
+def test_a_json_trace_through_the_cli(tmp_path: Path, capsys) -> None:
+    from tensorgen.schedule.files import load_schedule, save_trace
+
+    program = load_program(JACOBI)
+    trace = tmp_path / "jacobi.json"
+    save_trace(trace, load_schedule(ROOT / "schedules" / "jacobi1d.py", program, TG1))
+    code, err, stdout = _cli(capsys, "check", str(JACOBI), "--schedule", str(trace))
+    assert (code, err) == (0, []) and "BIT-EXACT" in stdout
+    trace.write_text('{"steps": [{"primitive": "vectorize", "args": [{"loop": "t"}]}]}')
+    out = tmp_path / "o.tgb"
+    code, err, _ = _cli(capsys, "emit", str(JACOBI), "-o", str(out), "--schedule", str(trace))
+    assert code == 2 and len(err) == 1 and not out.exists()
+    assert err[0].startswith(f"error: {trace}: step 1: vectorize(t): ")

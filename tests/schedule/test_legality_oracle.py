@@ -32,7 +32,6 @@ def programs(draw):
     two_d = draw(st.booleans())
     idx = ["i", "j"] if two_d else ["i"]
     shape = [N] * len(idx)
-    lead = ["t"] if recurrent else []
     tshape = [T + 1] if recurrent else []
     tensors = ["A", "B", "C"][: draw(st.integers(2, 3))]
     lines = []
@@ -88,7 +87,9 @@ def _elements(program, stmt, values):
     def at(acc):
         idx = tuple(sum(c * env[n] for n, c in a.terms) + a.const for a in acc.index)
         shape = program.tensor(acc.tensor).shape
-        return (acc.tensor, idx) if all(0 <= x < n for x, n in zip(idx, shape, strict=False)) else None
+        return (
+            (acc.tensor, idx) if all(0 <= x < n for x, n in zip(idx, shape, strict=False)) else None
+        )
 
     writes = {at(stmt.lhs)} - {None}
     reads = {at(a) for a in stmt.reads} - {None}
@@ -125,7 +126,7 @@ def _new_vectors(schedule, inst):
     out = []
     for stmt, values, _ in inst:
         fix = " and ".join(f"{i} = {v}" for i, v in zip(stmt.indices, values, strict=False))
-        m = schedule._state.maps[stmt.name].intersect_domain(
+        m = schedule.statement_map(stmt.name).intersect_domain(
             isl.Set(f"{{ {stmt.name}[{', '.join(stmt.indices)}] : {fix} }}")
         )
         p = m.range().sample_point()
@@ -154,9 +155,7 @@ def _oracle_legal(schedule, inst, deps, band=None) -> bool:
 
 
 def _loop_names(schedule):
-    return sorted(
-        i.name for lid, i in schedule._state.loops.items() if lid not in schedule._state.alias
-    )
+    return schedule.loop_names()
 
 
 @st.composite
@@ -179,7 +178,9 @@ def _apply(schedule, kind, seed):
     names = _loop_names(schedule)
     pick = lambda xs: xs[seed % len(xs)] if xs else None  # noqa: E731
     loops = {n: schedule.loop(n) for n in names}
-    info = {n: schedule._resolve(loops[n], "oracle", False) for n in names}
+    info = {
+        n: (loops[n], schedule.position(loops[n]), schedule.statements_of(loops[n])) for n in names
+    }
     if kind == "split":
         n = pick(names)
         return (lambda: schedule.split(loops[n], 2 + seed % 2)), None
@@ -221,11 +222,7 @@ def _apply(schedule, kind, seed):
         stmts = sorted(info[n][2])
         return (lambda: schedule.distribute(loops[n], stmts[-1 - seed % (len(stmts) - 1)])), None
     # vectorize: innermost loops only
-    inner = [
-        n
-        for n in names
-        if all(row[s] is None for s in info[n][2] for row in schedule._state.dims[info[n][1] + 1 :])
-    ]
+    inner = [n for n in names if all(schedule.loops(s)[-1].name == n for s in info[n][2])]
     n = pick(inner)
     if n is None:
         return None
@@ -246,7 +243,7 @@ def test_checker_agrees_with_brute_force(program, plan) -> None:
         if applied is None:
             continue
         call, band = applied
-        before = (schedule._copy(), list(schedule.trace))
+        before = (schedule.state, list(schedule.trace))
         message = ""
         try:
             call()
@@ -267,10 +264,9 @@ def test_checker_agrees_with_brute_force(program, plan) -> None:
         if not accepted:
             # judge the step the checker refused: apply it without the check
             schedule._state, schedule.trace = before
-            trial = Schedule.__new__(Schedule)
-            trial.__dict__.update(schedule.__dict__)
-            trial._state = schedule._copy()
-            trial._commit = lambda prim, state, call_text: setattr(trial, "_state", state)
+            # the same state, unchecked: states are frozen records, so sharing one is safe
+            trial = Schedule(schedule.program, schedule.target, checked=False)
+            trial._state = schedule.state
             if band is None:
                 _apply(trial, kind, seed)[0]()
                 expected = _oracle_legal(trial, inst, deps)

@@ -11,8 +11,10 @@ from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import Job, random_inputs, run_and_compare
 from tensorgen.errors import CapacityError, ScheduleError
 from tensorgen.mc.binary import encode
+from tensorgen.schedule import steps
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.files import render, replay
+from tensorgen.schedule.steps import LoopRef, Step
 from tensorgen.spec.loader import load_program, parse_program
 from tensorgen.target import load_target
 
@@ -62,7 +64,7 @@ def _refused(schedule: Schedule, call, match: str) -> None:
 def test_split() -> None:
     s = Schedule(parse_program(MATMUL))
     io, ii = s.split(s.loop("i"), 3)
-    assert [l.name for l in s.loops("S0")] == ["i_o", "i_i", "j", "k"]
+    assert [lp.name for lp in s.loops("S0")] == ["i_o", "i_i", "j", "k"]
     _exact(s)
     _refused(s, lambda: s.split(ii, 0), r"^split\(i_i, 0\): factor must be a positive integer$")
 
@@ -116,13 +118,16 @@ def test_fuse_and_distribute() -> None:
     )
 
 
-def test_unroll_keeps_the_order() -> None:
+def test_unroll_was_removed_with_one_line() -> None:
     s = Schedule(parse_program(MATMUL))
-    s.unroll(s.loop("k"))
-    _exact(s)
-    _refused(
-        s, lambda: s.unroll(s.loop("k"), -2), r"^unroll\(k\): factor must be a positive integer$"
-    )
+    _refused(s, lambda: s.unroll(s.loop("k")), r"^unroll was removed: [^\n]*delete the call$")
+    _refused(s, lambda: s.unroll(s.loop("k"), 2), r"^unroll was removed: ")
+
+
+def test_a_schedule_file_calling_unroll_gets_one_line_naming_it() -> None:
+    text = "def schedule(s):\n    s.split(s.loop('k'), 2)\n    s.unroll(s.loop('k_i'))\n"
+    with pytest.raises(ScheduleError, match=r"^f\.py:3: unroll was removed: [^\n]*$"):
+        replay(text, parse_program(MATMUL), TG1, "f.py")
 
 
 def test_vectorize() -> None:
@@ -145,7 +150,8 @@ def test_vectorize_several_loops_as_one_vector() -> None:
     )
     s.reorder(s.loop("k"), s.loop("i"), s.loop("j"))
     s.vectorize(s.loop("i"), s.loop("j"))
-    assert s.trace[-1] == "s.vectorize(s.loop('i'), s.loop('j'))"
+    assert str(s.trace[-1]) == "s.vectorize(s.loop('i'), s.loop('j'))"
+    assert s.trace[-1] == Step("vectorize", (LoopRef("i"), LoopRef("j")))
     code = compile_scheduled(s.program, TG1, s).binary.code
     # one VMAC of 10 x 9 lanes per k
     assert [ins.arg("dst").shape for ins in code if ins.mnemonic == "VMAC"] == [(10, 9)]
@@ -216,11 +222,12 @@ def test_stage_and_double_buffer_check_capacity() -> None:
 def test_trace_replays_to_the_same_microcode() -> None:
     program = load_program(ROOT / "examples" / "rnn_cell.yaml")
     original = replay((ROOT / "schedules" / "rnn_cell.py").read_text(), program, TG1)
-    again = replay(render(original), program, TG1)
-    assert again.trace == original.trace
+    again = replay(render(original), program, TG1)  # the trace printed as a schedule file
+    from_json = steps.replay(program, steps.loads(steps.dumps(original.trace)), TG1)
+    assert again.trace == original.trace == from_json.trace
     a = encode(compile_scheduled(program, TG1, original).binary)
-    b = encode(compile_scheduled(program, TG1, again).binary)
-    assert a == b
+    assert a == encode(compile_scheduled(program, TG1, again).binary)
+    assert a == encode(compile_scheduled(program, TG1, from_json).binary)
 
 
 @pytest.mark.parametrize(
@@ -354,7 +361,7 @@ def test_a_tensor_staged_at_a_loop_stays_staged_when_the_loop_is_split_or_fused(
         r"^vectorize\(k\): k was split into k_o and k_i; use the loops split returned$",
     )
     _exact(s)
-    again = replay(render(s), s.program, TG1)
+    again = steps.replay(s.program, s.trace, TG1)
     assert again.stages == s.stages
     fused = Schedule(parse_program(SHIFTED.replace("B[i + 1] - B[i]", "B[i] - 1")), TG1)
     fused.stage("C", fused.loop("S1.i"), "spad")

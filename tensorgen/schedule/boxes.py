@@ -1,0 +1,320 @@
+"""What a staged buffer holds: the box of a tensor that one iteration of a loop touches.
+
+`staged_box` gives its origin (affine in the schedule dimensions up to the loop) and size,
+and whether a buffer of it needs a load, a zero fill or neither; the lowering (codegen) and the
+capacity check (memory.py) read it. The queries below it decide when the first update of an
+accumulator may overwrite instead of add, so that its buffer need not be zeroed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import islpy as isl
+
+from tensorgen.ir import poly
+from tensorgen.ir.core import Program
+from tensorgen.poly.footprint import rectangular_hull, union_aligned
+from tensorgen.schedule.state import State, find, prefix, resolve
+
+
+@dataclass(frozen=True)
+class FirstTouch:
+    """The iterations of a staging loop whose box no earlier iteration's box meets, for a tensor
+
+
+    that starts as zeros but whose boxes meet (a `+=` accumulator staged inside a loop over
+        chunks of its reduction): in those the buffer starts as zeros instead of being loaded.
+        `first` and `rest` (the iterations that load) are disjunctions of conjunctions of
+        constraints (constant, {"d<k>": coefficient}) >= 0 over the schedule dimensions up to the
+        loop, each exact within the iterations that exist."""
+
+    first: tuple[tuple[tuple[int, dict[str, int]], ...], ...]
+    rest: tuple[tuple[tuple[int, dict[str, int]], ...], ...]
+    count: int  # how many iterations are first
+    covered: bool  # in every iteration, every element of the box inside the tensor is written
+
+
+@dataclass(frozen=True)
+class StagedBox:
+    offset: tuple  # per dimension: (constant, {"d<k>": coefficient}) over schedule dimensions
+    size: tuple[int, ...]
+    fresh: bool  # the buffer starts as zeros: no load needed
+    covered: bool = False  # fresh, and every element of the box inside the tensor is written in its
+    # iteration (so that the buffer need not be zeroed) by a program that reads no initial value of it
+    first: FirstTouch | None = None  # not fresh, starts as zeros: the iterations that need no load
+    disjoint_in_loop: bool = (
+        False  # not fresh, written: no two iterations of the loop with the same
+    )
+    # outer iterations meet, so a double buffer may load the next box while the last one is stored
+    steps: tuple[
+        int, ...
+    ] = ()  # per dimension, the stride of the elements accessed (2: every other row)
+
+
+def staged_box(
+    program: Program, state: State, tensor: str, loop: str | None, overlaps: bool = True
+) -> StagedBox | None:
+    """The box a buffer of `tensor` staged at `loop` (None: the program) holds in one iteration.
+
+    Its origin is affine in the schedule dimensions d0..dp up to the loop (one piece, or
+    CodegenError-worthy None offsets), its size the largest over the iterations; `fresh` says
+    that no iteration's box meets another's and the tensor starts as zeros (an output or a
+    temporary), so a buffer needs no load: zeros are its correct initial contents. Boxes that
+    meet are analysed further (`first`, `disjoint_in_loop`) unless `overlaps` is False.
+    """
+    t = program.tensor(tensor)
+    pos, stmts = -1, frozenset(state.maps)
+    if loop:
+        _, pos, stmts = resolve(state, find(state, loop), "stage", False)
+    image = written = None
+    for st in program.statements:
+        if st.name not in stmts:
+            continue
+        upto = prefix(state, st.name, pos)
+        for acc in [st.lhs] + st.reads:
+            if acc.tensor != tensor:
+                continue
+            # the staged box includes the padding halo: the DMA fills it, so it takes space
+            rel = upto.reverse().apply_range(poly.access_map(st, acc))
+            part = rel.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, pos + 1).range()
+            image = union_aligned(image, part)
+            if acc is st.lhs:
+                written = union_aligned(written, part)
+    if image is None or image.is_empty():
+        return None
+    offset, size = rectangular_hull(image)
+    fresh = (
+        None not in offset
+        and t.role in ("output", "none")
+        and _boxes_disjoint(tensor, pos, offset, size, image)
+    )
+    # (only asked where it decides something: a stored buffer whose initial zeros nothing reads)
+    covered = (
+        fresh
+        and written is not None
+        and t.role != "none"
+        and not zeros_read(program, tensor)
+        and _box_covered(t, pos, offset, size, image, written)
+    )
+    first, disjoint = None, False
+    if overlaps and not fresh and written is not None and None not in offset and pos >= 0:
+        first, disjoint = _overlaps(t, pos, offset, size, image, written)
+    steps = tuple(
+        max(1, int(image.get_stride(d).to_python())) if n > 1 else 1 for d, n in enumerate(size)
+    )
+    return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint, steps)
+
+
+def initial_value_read(program: Program, tensor: str) -> bool:
+    """Whether some instance reads an element of `tensor` before any statement writes it
+    (a `+=` of a tensor that starts as zeros): only then must a fresh buffer be zeroed."""
+    return not _initial_readers(program, tensor).is_empty()
+
+
+def zeros_read(program: Program, tensor: str) -> bool:
+    """Whether a fresh buffer of `tensor` must be zeroed: some instance reads an initial value
+    of it, and the first `+=` to each element cannot simply overwrite it instead (see
+    `overwrites_first`)."""
+    return initial_value_read(program, tensor) and not overwrites_first(program, tensor)
+
+
+def overwrites_first(program: Program, tensor: str) -> bool:
+    """Whether the lowering may run the first update of each element of a fresh `tensor` as
+    an overwrite (`Y = rhs` for `Y += rhs`: VMUL for VMAC, a MATMUL that does not accumulate),
+    so that its buffer need not be zeroed: one `+=` statement writes it and nothing else
+    reads it."""
+    accessing = [
+        s
+        for s in program.statements
+        if s.lhs.tensor == tensor or any(a.tensor == tensor for a in s.reads)
+    ]
+    if len(accessing) != 1:
+        return False
+    (stmt,) = accessing
+    return (
+        stmt.lhs.tensor == tensor
+        and stmt.op == "+="
+        and not any(a.tensor == tensor for a in stmt.reads)
+    )
+
+
+def first_writes(
+    program: Program, state: State, statement: str, depth: int | None = None
+) -> isl.Set:
+    """The schedule points of `statement` that write an element of its left-hand side in the
+    earliest value of the schedule dimensions d0..d<depth-1> (all of them by default) that
+    writes it: with a band below `depth`, every instance of the band's first block."""
+    stmt = next(s for s in program.statements if s.name == statement)
+    sched = state.maps[statement]
+    n = sched.dim(isl.dim_type.out)
+    upto = sched.project_out(isl.dim_type.out, depth, n - depth) if depth is not None else sched
+    writes = poly.access_map(stmt, stmt.lhs)  # instance -> element
+    first = writes.reverse().apply_range(upto).lexmin()  # element -> its first prefix
+    instances = writes.range_product(upto).intersect_range(first.wrap()).domain()
+    return instances.apply(sched)
+
+
+def _box_covered(t, pos: int, offset, size, image: isl.Set, written: isl.Set) -> bool:
+    """Whether, in every iteration, the writes cover the box (within the tensor's bounds)."""
+    dims = [f"d{k}" for k in range(pos + 1)]
+    cons = []
+    for d, ((const, coefs), n) in enumerate(zip(offset, size, strict=False)):
+        lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
+        cons.append(f"{lo} <= e{d} < {lo} + {n} and 0 <= e{d} < {t.shape[d]}")
+    elems = ", ".join(f"e{d}" for d in range(len(size)))
+    box = isl.Set(f"[{', '.join(dims)}] -> {{ {t.name}[{elems}] : {' and '.join(cons)} }}")
+    box = box.align_params(image.get_space()).intersect_params(image.params())
+    return box.is_subset(written.align_params(box.get_space()))
+
+
+def _boxes_disjoint(tensor: str, pos: int, offset, size, image: isl.Set) -> bool:
+    if pos < 0:
+        return True
+    box, iterations = _box_map(tensor, pos, offset, size, image)
+    return box.intersect_domain(iterations).reverse().is_single_valued()
+
+
+def _overlaps(
+    t, pos: int, offset, size, image: isl.Set, written: isl.Set
+) -> tuple[FirstTouch | None, bool]:
+    """For boxes that meet across iterations: the iterations whose box no earlier one meets
+    (for a tensor that starts as zeros), and whether the boxes of one pass of the loop (its
+    outer iterations fixed) are disjoint."""
+    box, iterations = _box_map(t.name, pos, offset, size, image)
+    box = box.intersect_domain(iterations)
+    meets = box.apply_range(
+        box.reverse()
+    )  # iteration -> the iterations whose boxes share an element
+    dims = [f"d{k}" for k in range(pos + 1)]
+    other = [f"{d}'" for d in dims]
+    same = " and ".join(
+        [f"{a} = {b}" for a, b in zip(dims[:-1], other[:-1], strict=False)]
+        + [f"{dims[-1]} != {other[-1]}"]
+    )
+    in_pass = isl.Map(f"{{ [{', '.join(dims)}] -> [{', '.join(other)}] : {same} }}")
+    disjoint = meets.intersect(in_pass).is_empty()
+    if t.role not in ("output", "none"):
+        return None, disjoint
+    first = iterations.subtract(meets.intersect(isl.Map.lex_gt(iterations.get_space())).domain())
+    if first.is_empty():
+        return None, disjoint
+    pieces = (
+        _constraint_pieces(first, iterations),
+        _constraint_pieces(iterations.subtract(first), iterations),
+    )
+    if None in pieces:
+        return None, disjoint
+    covered = _box_covered(t, pos, offset, size, image, written)
+    return FirstTouch(pieces[0], pieces[1], int(first.count_val().to_python()), covered), disjoint
+
+
+def overwriting_blocks(
+    program: Program, state: State, statement: str, depth: int
+) -> isl.Set | None:
+    """For a `+=` statement that alone accesses its tensor, which starts as zeros: the
+    schedule points of its blocks (instances that share the schedule dimensions before
+    `depth`: one MATMUL of a band that starts there) that update only elements whose first
+    update they hold, provided every instance that reads an initial value lies in such a
+    block. Such a block may overwrite its elements instead of adding to them, and a buffer
+    need not be zeroed for it. None when some initial value is read elsewhere."""
+    stmt = next(st for st in program.statements if st.name == statement)
+    tensor = program.tensor(stmt.lhs.tensor)
+    if (
+        stmt.op != "+="
+        or tensor.role not in ("output", "none")
+        or depth < 1
+        or any(
+            a.tensor == tensor.name
+            for st in program.statements
+            for a in [st.lhs] + st.reads
+            if st is not stmt
+        )
+        or any(a.tensor == tensor.name for a in stmt.reads)
+    ):
+        return None
+    initial = (
+        _initial_readers(program, tensor.name)
+        .intersect(isl.UnionSet.from_set(poly.domain(stmt)))
+        .extract_set(poly.domain(stmt).get_space())
+    )
+    if initial.is_empty():
+        return None
+    block = prefix(state, statement, depth - 1)  # { S[i] -> [d0..d<depth-1>] }
+    lhs = poly.access_map(stmt, stmt.lhs).intersect_domain(poly.domain(stmt))
+    updates = block.reverse().apply_range(lhs)  # block -> the elements it updates
+    firsts = (
+        block.intersect_domain(initial).reverse().apply_range(lhs)
+    )  # ... whose first update it holds
+    overwriting = updates.domain().subtract(updates.subtract(firsts).domain())
+    instances = block.intersect_range(overwriting).domain()
+    if not initial.is_subset(instances):
+        return None
+    return state.maps[statement].intersect_domain(instances).range()
+
+
+def _box_map(tensor: str, pos: int, offset, size, image: isl.Set) -> tuple[isl.Map, isl.Set]:
+    """{ [d0..dp] -> tensor[box] } of a staged box, and the iterations (prefix values d0..dp, the
+    parameters of `image`) as a set over [d0..dp]."""
+    dims = [f"d{k}" for k in range(pos + 1)]
+    elems = [f"e{d}" for d in range(len(size))]
+    cons = []
+    for d, ((const, coefs), n) in enumerate(zip(offset, size, strict=False)):
+        lo = " + ".join([str(const)] + [f"{c}*{k}" for k, c in coefs.items()])
+        cons.append(f"{lo} <= e{d} < {lo} + {n}")
+    box = isl.Map(
+        f"{{ [{', '.join(dims)}] -> {tensor}[{', '.join(elems)}] : {' and '.join(cons)} }}"
+    )
+    ordered = image.params().align_params(isl.Set(f"[{', '.join(dims)}] -> {{ : }}").get_space())
+    iterations = isl.Set.from_params(ordered).move_dims(
+        isl.dim_type.set, 0, isl.dim_type.param, 0, len(dims)
+    )
+    return box, iterations
+
+
+def _constraint_pieces(points: isl.Set, context: isl.Set):
+    """`points` as disjoint conjunctions of constraints (constant, {"d<k>": coefficient}) >= 0,
+    simplified within `context`; None if a piece needs an existential variable."""
+    pieces = []
+    for part in points.make_disjoint().get_basic_sets():
+        for bset in isl.Set.from_basic_set(part).gist(context).get_basic_sets():
+            if bset.dim(isl.dim_type.div):
+                return None
+            cons = []
+            for c in bset.get_constraints():
+                const = int(c.get_constant_val().to_python())
+                coefs = {
+                    f"d{k}": int(c.get_coefficient_val(isl.dim_type.set, k).to_python())
+                    for k in range(bset.dim(isl.dim_type.set))
+                }
+                coefs = {k: v for k, v in coefs.items() if v}
+                cons.append((const, coefs))
+                if c.is_equality():
+                    cons.append((-const, {k: -v for k, v in coefs.items()}))
+            pieces.append(tuple(cons))
+    return tuple(pieces)
+
+
+@lru_cache(maxsize=256)
+def _initial_readers(program: Program, tensor: str) -> isl.UnionSet:
+    """The instances that read an element of `tensor` before any statement writes it."""
+    reads = isl.UnionMap("{ }")
+    for stmt in program.statements:
+        # `+=` and `max=` read the element they update
+        accs = stmt.reads + ([stmt.lhs] if stmt.op != "=" else [])
+        for acc in accs:
+            if acc.tensor == tensor:
+                m = poly.access_map(stmt, acc).intersect_range(
+                    poly.tensor_box(program.tensor(tensor))
+                )
+                reads = reads.union(isl.UnionMap.from_map(m))
+    if reads.is_empty():
+        return isl.UnionSet("{ }")
+    flow = (
+        isl.UnionAccessInfo.from_sink(reads)
+        .set_must_source(poly.accesses(program, "write"))
+        .set_schedule_map(poly.schedule_map(program))
+        .compute_flow()
+    )
+    return flow.get_may_no_source().domain()

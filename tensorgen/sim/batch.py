@@ -1,0 +1,320 @@
+"""The simulator's fast path for MATMULs: operands decoded once, exact narrow arithmetic, and
+runs of MATMULs into one accumulator (a peeled `accumulate=0` MATMUL and the LOOP/LOOPB nest
+around the accumulating one after it) computed as one BLAS call.
+
+Values are exact: int8/uint8 operands minus their zero points are multiplied in float32 while
+every partial sum stays below 2**24 (chunked over K beyond that), the int32 accumulator wraps
+in place. Timing, counters, hazards and trace events are computed per MATMUL exactly as
+stepping them one by one would (`tensorgen.sim.machine.Simulator._step_run`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.mc import isa
+from tensorgen.mc.operands import ITEMSIZE, View
+
+# float32 holds every integer below 2**24 exactly: a sum of products stays exact below it
+FLOAT32_EXACT = 1 << 24
+# a batched run's gathered operands stay this small; a larger run computes MATMUL by MATMUL
+MAX_BATCH_ELEMENTS = 1 << 22
+NARROW = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A view with everything but its base address precomputed (bytes throughout)."""
+
+    mem: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    const: int
+    coefs: tuple[int, ...]
+    lo: int  # first byte touched, relative to the base
+    hi: int  # one past the last byte touched, relative to the base
+
+    @staticmethod
+    def of(view: View) -> Decoded:
+        isz = ITEMSIZE[view.dtype]
+        strides = tuple(s * isz for s in view.strides)
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(view.shape, strides, strict=True))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(view.shape, strides, strict=True)) + isz
+        dt = np.dtype(view.dtype)
+        return Decoded(view.mem, dt, view.shape, strides, view.base.const, view.base.coefs, lo, hi)
+
+    def base(self, counters: tuple[int, ...]) -> int:
+        if len(self.coefs) > len(counters):
+            raise IndexError("an address uses the counter of a loop that does not enclose it")
+        b = self.const
+        for c, n in zip(self.coefs, counters, strict=False):
+            b += c * n
+        return b
+
+    def array(self, memory: np.ndarray, base: int) -> np.ndarray:
+        return np.ndarray(self.shape, self.dtype, buffer=memory, offset=base, strides=self.strides)
+
+
+@dataclass(frozen=True)
+class MatmulOp:
+    """One static MATMUL, decoded: its operands and the bound on |product terms|."""
+
+    acc: Decoded
+    a: Decoded
+    b: Decoded
+    accumulate: int
+    a_zp: int
+    b_zp: int
+    term: int  # the largest |(a - a_zp) * (b - b_zp)|
+
+    @staticmethod
+    def of(ins: isa.Instruction) -> MatmulOp | None:
+        """None when the fast kernel does not apply (operands other than int8/uint8 into an
+        int32 accumulator, or a crafted shape): the instruction's own semantics run then."""
+        f = dict(ins.args)
+        a, b, acc = f["a"], f["b"], f["acc"]
+        if a.dtype not in NARROW or b.dtype not in NARROW or acc.dtype != "int32":
+            return None
+        if len(b.shape) != 2 or not a.shape or a.shape[-1] != b.shape[0]:
+            return None
+        if math.prod(acc.shape) != math.prod(a.shape[:-1]) * b.shape[1]:
+            return None
+        xa = max(abs(v - f["a_zp"]) for v in NARROW[a.dtype])
+        xb = max(abs(v - f["b_zp"]) for v in NARROW[b.dtype])
+        return MatmulOp(
+            Decoded.of(acc),
+            Decoded.of(a),
+            Decoded.of(b),
+            int(f["accumulate"]),
+            int(f["a_zp"]),
+            int(f["b_zp"]),
+            xa * xb,
+        )
+
+    def operands(self) -> tuple[tuple[str, Decoded, bool], ...]:
+        """(field, view, written) in the order the instruction's semantics touch them."""
+        reads = (("a", self.a, False), ("b", self.b, False))
+        if self.accumulate:
+            return (*reads, ("acc", self.acc, False), ("acc", self.acc, True))
+        return (*reads, ("acc", self.acc, True))
+
+
+def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
+    """int32 (wrapped) x @ w of integer-valued float32 matrices whose elementwise products are
+    at most `term` in magnitude: float32 BLAS over chunks of K short enough to stay exact."""
+    k = x.shape[1]
+    chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
+    if k <= chunk:
+        return (x @ w).astype(np.int32)
+    out = np.zeros((x.shape[0], w.shape[1]), np.int32)
+    for s in range(0, k, chunk):
+        out += (x[:, s : s + chunk] @ w[s : s + chunk]).astype(np.int32)  # wraps like int32
+    return out
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Operands of part of a run's reduction: `a` (M.., K..) and `b` (K.., N) arrays whose
+    K axes, flattened in order, line up; their zero points and product bound."""
+
+    a: np.ndarray
+    b: np.ndarray
+    a_zp: int
+    b_zp: int
+    term: int
+
+    @property
+    def k(self) -> int:
+        return self.b.size // self.b.shape[-1]
+
+
+def piece(op: MatmulOp, mem: dict[str, np.ndarray], bases: tuple[int, int, int]) -> Piece:
+    """One MATMUL's operands at byte bases (acc, a, b)."""
+    a = op.a.array(mem[op.a.mem], bases[1])
+    b = op.b.array(mem[op.b.mem], bases[2])
+    return Piece(a, b, op.a_zp, op.b_zp, op.term)
+
+
+def box_piece(
+    op: MatmulOp,
+    mem: dict[str, np.ndarray],
+    bases: tuple[int, int, int],
+    dims: tuple[int, ...],
+    levels: tuple[int, ...],
+) -> Piece:
+    """The operands of the MATMULs of a rectangular nest (`dims` iterations of loop `levels`,
+    counters from the corner whose operand bases are `bases`): the loop axes are more
+    reduction depth, (M.., dims.., K) against (dims.., K, N)."""
+    a_co = tuple(op.a.coefs[lv] if lv < len(op.a.coefs) else 0 for lv in levels)
+    b_co = tuple(op.b.coefs[lv] if lv < len(op.b.coefs) else 0 for lv in levels)
+    a = np.ndarray(
+        dims + op.a.shape,
+        op.a.dtype,
+        buffer=mem[op.a.mem],
+        offset=bases[1],
+        strides=a_co + op.a.strides,
+    )
+    b = np.ndarray(
+        dims + op.b.shape,
+        op.b.dtype,
+        buffer=mem[op.b.mem],
+        offset=bases[2],
+        strides=b_co + op.b.strides,
+    )
+    d, nm = len(dims), len(op.a.shape) - 1
+    a = np.moveaxis(a, tuple(range(d)), tuple(range(nm, nm + d)))
+    return Piece(a, b, op.a_zp, op.b_zp, op.term)
+
+
+def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int) -> None:
+    """acc (+)= the sum of the pieces' products, exactly, wrapping like int32: one float32
+    product over the concatenated K (chunked under the 2**24 bound by exact_product)."""
+    n = pieces[0].b.shape[-1]
+    m = acc.size // n
+    k = sum(p.k for p in pieces)
+    x = np.empty((m, k), np.float32)
+    w = np.empty((k, n), np.float32)
+    at = 0
+    for p in pieces:
+        xs, ws = x[:, at : at + p.k], w[at : at + p.k]
+        np.copyto(xs.reshape(p.a.shape), p.a, casting="unsafe")  # splitting axes: still a view
+        np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
+        if p.a_zp:
+            xs -= np.float32(p.a_zp)  # exact: small integers
+        if p.b_zp:
+            ws -= np.float32(p.b_zp)
+        at += p.k
+    prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
+    if accumulate:
+        acc += prod  # int32 in place: wraps as the hardware's accumulator does
+    else:
+        acc[...] = prod
+
+
+@dataclass(frozen=True)
+class Nest:
+    """A chain of LOOP/LOOPB around one instruction (each loop's body the rest of the chain)."""
+
+    head: int  # pc of the outermost loop
+    body: int  # pc of the instruction inside
+    depth: int  # loop levels around the head
+    outer_levels: tuple[int, ...]  # outer counters the LOOPB bounds read
+
+    @staticmethod
+    def at(code: list[isa.Instruction], pc: int, depth: int) -> Nest | None:
+        start, levels = pc, []
+        while pc < len(code) and code[pc].mnemonic in ("LOOP", "LOOPB"):
+            ins = code[pc]
+            if ins.arg("body") != 0 and pc + ins.arg("body") + 1 > len(code):
+                return None
+            if ins.mnemonic == "LOOPB":
+                for bound in (ins.arg("lower"), ins.arg("upper")):
+                    for aff, _ in bound.terms:
+                        levels += [lv for lv, c in enumerate(aff.coefs) if c and lv < depth]
+            pc += 1
+        n = pc - start
+        if not n or pc >= len(code) or depth + n > 8:
+            return None
+        if any(code[start + i].arg("body") != n - i for i in range(n)):
+            return None
+        return Nest(start, pc, depth, tuple(sorted(set(levels))))
+
+    def points(self, code: list[isa.Instruction], counters: tuple[int, ...]):
+        """(inner counters of every iteration in order as an (n, levels) array, loop
+        iterations as stepping counts them)."""
+        pts: list[tuple[int, ...]] = []
+        iterations = 0
+
+        def walk(i: int, cs: tuple[int, ...]) -> None:
+            nonlocal iterations
+            if self.head + i == self.body:
+                pts.append(cs[len(counters) :])
+                return
+            ins = code[self.head + i]
+            if ins.mnemonic == "LOOP":
+                rng = range(ins.arg("count"))
+            else:
+                lo = max(ins.arg("lower").values(cs))
+                hi = min(ins.arg("upper").values(cs))
+                rng = range(lo, hi + 1)
+            iterations += max(len(rng), 0)
+            for c in rng:
+                walk(i + 1, cs + (c,))
+
+        walk(0, counters)
+        levels = self.body - self.head
+        return np.array(pts, np.int64).reshape(-1, levels), iterations
+
+
+def box_of(points: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], np.ndarray | None] | None:
+    """(corner, dims, the one missing point or None) when `points` (distinct, in order) fill
+    a box or all of a box but one point; None otherwise."""
+    if not len(points):
+        return None
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    dims = tuple(int(n) for n in hi - lo + 1)
+    size = math.prod(dims)
+    if size == len(points):
+        return lo, dims, None
+    if size != len(points) + 1:
+        return None
+    present = {tuple(p) for p in points.tolist()}
+    for p in itertools.product(*(range(int(a), int(b) + 1) for a, b in zip(lo, hi, strict=True))):
+        if p not in present:
+            return lo, dims, np.array(p, np.int64)
+    return None
+
+
+@dataclass(frozen=True)
+class VectorOp:
+    """A VMUL (dst = a * (b or imm)) or VMAC (dst += a * b) into an int32 destination,
+    decoded: int32 arithmetic in place is exact, as every result wraps modulo 2**32 anyway."""
+
+    mnemonic: str
+    dst: Decoded
+    a: Decoded
+    b: Decoded | None
+    imm: int
+
+    @staticmethod
+    def of(ins: isa.Instruction) -> VectorOp | None:
+        if ins.mnemonic not in ("VMUL", "VMAC"):
+            return None
+        f = dict(ins.args)
+        dst, a, b = f["dst"], f["a"], f.get("b")
+        ints = ("int8", "uint8", "int32")
+        if dst.dtype != "int32" or a.dtype not in ints or (b is not None and b.dtype not in ints):
+            return None
+        if a.shape != dst.shape or (b is not None and b.shape != dst.shape):
+            return None
+        return VectorOp(
+            ins.mnemonic,
+            Decoded.of(dst),
+            Decoded.of(a),
+            Decoded.of(b) if b is not None else None,
+            int(f.get("imm", 0)),
+        )
+
+    def operands(self) -> tuple[tuple[str, Decoded, bool], ...]:
+        """(field, view, written) in the order the instruction's semantics touch them."""
+        ab = (("a", self.a, False),) + ((("b", self.b, False),) if self.b is not None else ())
+        if self.mnemonic == "VMAC":
+            return (("dst", self.dst, False), *ab, ("dst", self.dst, True))
+        return (*ab, ("dst", self.dst, True))
+
+    def run(self, mem: dict[str, np.ndarray], bases: dict[str, int]) -> None:
+        a = self.a.array(mem[self.a.mem], bases["a"]).astype(np.int32)
+        if self.b is not None:
+            a *= self.b.array(mem[self.b.mem], bases["b"])  # wraps like int32
+        else:
+            a *= np.int32(np.int64(self.imm).astype(np.int32))
+        dst = self.dst.array(mem[self.dst.mem], bases["dst"])
+        if self.mnemonic == "VMAC":
+            dst += a
+        else:
+            dst[...] = a

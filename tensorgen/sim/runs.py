@@ -1,0 +1,407 @@
+"""Runs of MATMULs executed at once by the simulator, with every counter as stepping gives it.
+
+A run is a token-free MATMUL (optionally) followed by a LOOP/LOOPB nest around one
+accumulating MATMUL into the same accumulator -- the compiler peels the first `accumulate=0`
+product of every reduction -- or such a nest alone. Its values come from one BLAS call when
+its iterations fill a box (`batch.matmul_box`), MATMUL by MATMUL otherwise; its timing,
+counters, trace events and DRAM-free hazard bookkeeping are computed per MATMUL in program
+order. Whatever could make stepping behave differently (an access out of bounds, an operand
+overlapping the accumulator, a possible hazard, a limit reached) makes the run decline, and
+the simulator steps those instructions instead, so errors are the same as stepping's too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.sim.batch import (
+    MAX_BATCH_ELEMENTS,
+    Decoded,
+    MatmulOp,
+    Nest,
+    VectorOp,
+    box_of,
+    box_piece,
+    piece,
+    reduce_into,
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The iterations of one nest at some outer counters: cached, they repeat."""
+
+    points: np.ndarray  # (n, levels) inner counters, in program order
+    iterations: int  # hardware-loop iterations, as stepping counts them
+    box: tuple | None  # batch.box_of(points)
+
+
+class Access:
+    """An access in flight on a queue; `parts`, when set, stands for the accesses of the
+    MATMULs of a run, in order (`RunParts`), and `spans` for their extent per operand, so that
+    other queues check against exactly what stepping would have recorded."""
+
+    __slots__ = ("mem", "lo", "hi", "end", "queue", "write", "pc", "parts", "spans")
+
+    def __init__(self, mem, lo, hi, end, queue, write, pc, parts=None, spans=None):
+        self.mem, self.lo, self.hi, self.end = mem, lo, hi, end
+        self.queue, self.write, self.pc = queue, write, pc
+        self.parts, self.spans = parts, spans
+
+
+class RunParts:
+    """The accesses of a run's MATMULs, built only when another queue's access overlaps the
+    run's spans (rarely: a hazard, or a near miss)."""
+
+    def __init__(self, segments, ends: list[int]) -> None:
+        self.segments, self.ends = segments, ends
+        self.first_end = ends[0]
+        self._parts: list[Access] | None = None
+
+    def expand(self) -> list[Access]:
+        if self._parts is None:
+            parts, i = [], 0
+            for seg in self.segments:
+                for row in seg.bases.tolist():
+                    for name, d, write in seg.op.operands():
+                        base = row[_COLUMN[name]]
+                        parts.append(
+                            Access(
+                                d.mem, base + d.lo, base + d.hi, self.ends[i], "EX", write, seg.pc
+                            )
+                        )
+                    i += 1
+            self._parts = parts
+        return self._parts
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive MATMULs of a run of one static instruction: its (acc, a, b) byte bases."""
+
+    pc: int
+    op: MatmulOp
+    bases: np.ndarray  # (steps, 3)
+    low: tuple[int, int, int]  # the least base of each column
+    high: tuple[int, int, int]  # the greatest
+
+    @staticmethod
+    def of(pc: int, op: MatmulOp, bases: np.ndarray) -> Segment:
+        if len(bases) == 1:
+            row = tuple(bases[0].tolist())
+            return Segment(pc, op, bases, row, row)
+        return Segment(
+            pc, op, bases, tuple(bases.min(axis=0).tolist()), tuple(bases.max(axis=0).tolist())
+        )
+
+
+_COLUMN = {"acc": 0, "a": 1, "b": 2}
+
+
+def _same_view(x: Decoded, y: Decoded) -> bool:
+    return (x.mem, x.dtype, x.shape, x.strides) == (y.mem, y.dtype, y.shape, y.strides)
+
+
+class MatmulRuns:
+    def __init__(self, sim) -> None:
+        self.sim = sim
+        self.ops: dict[int, MatmulOp | None] = {}
+        self.nests: dict[tuple[int, int], Nest | None] = {}
+        self.shapes: dict[tuple, Shape] = {}
+        self.vectors: dict[int, VectorOp | None] = {}
+
+    def op(self, pc: int) -> MatmulOp | None:
+        if pc not in self.ops:
+            ins = self.sim.binary.code[pc]
+            self.ops[pc] = MatmulOp.of(ins) if ins.mnemonic == "MATMUL" else None
+        return self.ops[pc]
+
+    def once(self, pc: int, m) -> bool:
+        """Execute the MATMUL at `pc` on machine `m` with the fast kernel, recording what it
+        touches as its semantics would; False (nothing done) for anything else, or when an
+        operand is out of bounds (its semantics then report it)."""
+        op = self.op(pc)
+        if op is None:
+            return False
+        try:
+            bases = (op.acc.base(m.counters), op.a.base(m.counters), op.b.base(m.counters))
+        except IndexError:
+            return False
+        touched = []
+        for name, d, write in op.operands():
+            base = bases[_COLUMN[name]]
+            if base + d.lo < 0 or base + d.hi > m.mem[d.mem].size:
+                return False
+            touched.append((d.mem, base + d.lo, base + d.hi, write))
+        acc = op.acc.array(m.mem[op.acc.mem], bases[0])
+        reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
+        m.touched = touched
+        return True
+
+    def vector_once(self, pc: int, m) -> bool:
+        """Execute a VMUL or VMAC at `pc` on machine `m` in int32 in place (`batch.VectorOp`),
+        recording what it touches as its semantics would; False (nothing done) for anything
+        else, out of bounds, or when a source overlaps the destination."""
+        if pc not in self.vectors:
+            self.vectors[pc] = VectorOp.of(self.sim.binary.code[pc])
+        op = self.vectors[pc]
+        if op is None:
+            return False
+        try:
+            views = [(name, d, write, d.base(m.counters)) for name, d, write in op.operands()]
+        except IndexError:
+            return False
+        touched, bases = [], {}
+        for name, d, write, base in views:
+            lo, hi = base + d.lo, base + d.hi
+            if lo < 0 or hi > m.mem[d.mem].size:
+                return False
+            touched.append((d.mem, lo, hi, write))
+            bases[name] = base
+        dmem, dlo, dhi, _ = touched[-1]
+        if any(
+            t[0] == dmem and t[1] < dhi and dlo < t[2] for t in touched[:-1] if t[1:3] != (dlo, dhi)
+        ):
+            return False  # a source overlapping the destination: its semantics run
+        op.run(m.mem, bases)
+        m.touched = touched
+        return True
+
+    def nest(self, pc: int, depth: int) -> Nest | None:
+        """The nest at `pc` if it is one around an accumulating, token-free fast MATMUL whose
+        accumulator the loops do not move."""
+        key = (pc, depth)
+        if key not in self.nests:
+            code, n = self.sim.binary.code, Nest.at(self.sim.binary.code, pc, depth)
+            op = self.op(n.body) if n is not None else None
+            ok = (
+                op is not None
+                and op.accumulate
+                and not code[n.body].wait
+                and not code[n.body].signal
+                and all(c == 0 for c in op.acc.coefs[depth:])
+            )
+            self.nests[key] = n if ok else None
+        return self.nests[key]
+
+    def shape(self, nest: Nest, counters: tuple[int, ...]) -> Shape:
+        key = (nest.head, nest.depth, tuple(counters[lv] for lv in nest.outer_levels))
+        if key not in self.shapes:
+            points, iterations = nest.points(self.sim.binary.code, counters)
+            self.shapes[key] = Shape(points, iterations, box_of(points))
+        return self.shapes[key]
+
+    def run(self, singles: list[int], nest: Nest | None, counters: tuple[int, ...]) -> bool:
+        """Execute the run (the MATMULs at `singles`, in order, then `nest`); False, with
+        nothing changed, when it must be stepped instead."""
+        shape = self.shape(nest, counters) if nest is not None else None
+        plan = self._plan(singles, nest, shape, counters)
+        if plan is None:
+            return False
+        segments, spans = plan
+        sim = self.sim
+        n = sum(len(seg.bases) for seg in segments)
+        iterations = shape.iterations if shape is not None else 0
+        if (
+            sim.stats.instructions + n > sim.limits.max_steps
+            or sim.iterations + iterations > sim.limits.max_iterations
+        ):
+            return False
+        steps = self._timing(segments, spans)
+        if steps is None:
+            return False
+        sim.iterations += iterations
+        self._compute(len(singles), nest, shape, segments, counters)
+        self._commit(segments, spans, steps)
+        return True
+
+    def _plan(self, singles, nest, shape, counters):
+        """(the run's segments, their spans) when all is in bounds and no operand overlaps
+        the accumulator; None otherwise."""
+        segments = []
+        for pc in singles:
+            op = self.op(pc)
+            if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > len(counters):
+                return None
+            row = [(op.acc.base(counters), op.a.base(counters), op.b.base(counters))]
+            segments.append(Segment.of(pc, op, np.array(row, np.int64)))
+        if nest is not None and len(shape.points):
+            op = self.op(nest.body)
+            levels = len(counters) + shape.points.shape[1]
+            if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > levels:
+                return None
+            rows = np.empty((len(shape.points), levels), np.int64)
+            rows[:, : len(counters)] = counters
+            rows[:, len(counters) :] = shape.points
+            cols = [rows @ _coefs(d, levels) + d.const for d in (op.acc, op.a, op.b)]
+            segments.append(Segment.of(nest.body, op, np.stack(cols, axis=1)))
+        if not segments:
+            return None
+        first = segments[0]
+        for seg in segments[1:]:  # one accumulator throughout
+            if not _same_view(first.op.acc, seg.op.acc) or seg.low[0] != first.low[0]:
+                return None
+        mem = self.sim.machine.mem
+        for seg in segments:
+            for name, d, _ in seg.op.operands():
+                col = _COLUMN[name]
+                if seg.low[col] + d.lo < 0 or seg.high[col] + d.hi > mem[d.mem].size:
+                    return None
+        spans = _spans(segments)
+        acc_mem, acc_lo, acc_hi = spans[("acc", True)]
+        for key in (("a", False), ("b", False)):
+            m, lo, hi = spans[key]
+            if m == acc_mem and lo < acc_hi and acc_lo < hi:
+                return None  # it would read what the run writes: step it
+        return segments, spans
+
+    def _timing(self, segments, spans) -> list[tuple[int, int]] | None:
+        """Per-step (start, end) on EX, or None if another queue might touch the run's memory
+        meanwhile (then stepping finds the exact hazard, or none)."""
+        sim = self.sim
+        saved = sim.streaming
+        t = sim.queue_time["EX"]
+        steps, reads_from = [], None
+        for seg in segments:
+            cost = sim.costs[seg.pc]
+            for _ in range(len(seg.bases)):
+                end, rf = sim._execute_timing(cost, 1, t, 0)
+                steps.append((t, end))
+                reads_from = rf if reads_from is None else min(reads_from, rf)
+                t = end
+        for other, accesses in sim.inflight.items():
+            if other == "EX":
+                continue
+            for (_, write), (mem, lo, hi) in spans.items():
+                for a in reversed(accesses):
+                    if a.end <= reads_from:
+                        break
+                    if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
+                        sim.streaming = saved
+                        return None
+        return steps
+
+    def _compute(self, n_singles, nest, shape, segments, counters) -> None:
+        """The run's values: its products summed into the accumulator as one BLAS product
+        over their concatenated K (a box-shaped nest as one strided piece, absorbing a first
+        MATMUL that is its missing corner)."""
+        mem = self.sim.machine.mem
+        first = segments[0]
+        steps = sum(len(seg.bases) for seg in segments)
+        body = segments[-1].op
+        if steps * max(math.prod(body.a.shape), math.prod(body.b.shape)) > MAX_BATCH_ELEMENTS:
+            for seg in segments:  # bounded memory: product by product
+                for i, row in enumerate(seg.bases.tolist()):
+                    acc = seg.op.acc.array(mem[seg.op.acc.mem], row[0])
+                    step_acc = seg.op.accumulate if (seg is first and i == 0) else 1
+                    reduce_into(acc, [piece(seg.op, mem, tuple(row))], step_acc)
+            return
+        singles = segments[:n_singles]
+        pieces = [piece(seg.op, mem, tuple(seg.bases[0].tolist())) for seg in singles]
+        if len(segments) > n_singles:
+            seg = segments[-1]
+            box = self._box(nest, shape, singles, counters)
+            if box is None:
+                pieces += [piece(seg.op, mem, tuple(row)) for row in seg.bases.tolist()]
+            else:
+                drop_first, bases, dims, levels = box
+                if drop_first:
+                    pieces = pieces[1:]
+                pieces.append(box_piece(seg.op, mem, bases, dims, levels))
+        acc = first.op.acc.array(mem[first.op.acc.mem], int(first.bases[0, 0]))
+        reduce_into(acc, pieces, first.op.accumulate)
+
+    def _box(self, nest, shape, singles, counters):
+        """(whether it absorbs the first MATMUL, corner bases, dims, levels) when the nest's
+        iterations fill a box, or all of one but the corner the first MATMUL computes."""
+        if shape.box is None:
+            return None
+        corner, dims, missing = shape.box
+        body = self.op(nest.body)
+        levels = tuple(range(len(counters), len(counters) + len(dims)))
+        at = counters + tuple(int(c) for c in corner)
+        bases = (body.acc.base(at), body.a.base(at), body.b.base(at))
+        if missing is None:
+            return False, bases, dims, levels
+        if len(singles) != 1:
+            return None  # the missing corner must be the one MATMUL just before the nest
+        first = singles[0].op
+        gap = counters + tuple(int(c) for c in missing)
+        if (
+            _same_view(first.a, body.a)
+            and _same_view(first.b, body.b)
+            and (first.a_zp, first.b_zp) == (body.a_zp, body.b_zp)
+            and tuple(singles[0].bases[0, 1:].tolist()) == (body.a.base(gap), body.b.base(gap))
+        ):
+            return True, bases, dims, levels
+        return None
+
+    def _commit(self, segments, spans, steps) -> None:
+        sim = self.sim
+        st = sim.stats
+        end = steps[-1][1]
+        parts = RunParts(segments, [e for _, e in steps])
+        sim.inflight["EX"].append(Access(None, 0, 0, end, "EX", True, segments[0].pc, parts, spans))
+        if sim.recorder is not None:
+            pcs = [seg.pc for seg in segments for _ in range(len(seg.bases))]
+            for pc, (start, stop) in zip(pcs, steps, strict=True):
+                sim.recorder.events.append(("EX", start, start, stop, pc, "MATMUL"))
+        st.busy["EX"] += end - steps[0][0]
+        sim.queue_time["EX"] = end
+        for seg in segments:
+            cost, k = sim.costs[seg.pc], len(seg.bases)
+            st.instructions += k
+            st.macs += cost.macs * k
+            st.vector_ops += cost.vector_ops * k
+            for m, b in cost.bytes:
+                st.onchip_bytes[m] += b * k
+            for m, b in cost.written:
+                st.onchip_write_bytes[m] += b * k
+
+
+def _coefs(d: Decoded, levels: int) -> np.ndarray:
+    out = np.zeros(levels, np.int64)
+    out[: len(d.coefs)] = d.coefs
+    return out
+
+
+def _spans(segments) -> dict[tuple[str, bool], tuple[str, int, int]]:
+    """(field, written) -> (memory, first byte, end) over all the run's MATMULs."""
+    spans: dict[tuple[str, bool], tuple[str, int, int]] = {}
+    for seg in segments:
+        for name, d, write in seg.op.operands():
+            col = _COLUMN[name]
+            lo, hi = seg.low[col] + d.lo, seg.high[col] + d.hi
+            old = spans.get((name, write))
+            spans[(name, write)] = (
+                (d.mem, lo, hi) if old is None else (d.mem, min(old[1], lo), max(old[2], hi))
+            )
+    return spans
+
+
+def hazard(accesses: list[Access], mem: str, lo: int, hi: int, write: bool, start: int):
+    """The newest access in flight after `start` that overlaps [lo, hi) of `mem`, one of the two
+    writing, or None. Accesses end in nondecreasing time; a run's entry stands for its parts in
+    order (`runs.Access`), scanned as if they were in the list themselves."""
+    for a in reversed(accesses):
+        if a.end <= start:
+            return None
+        if a.parts is None:
+            if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
+                return a
+            continue
+        if any(
+            m == mem and s_lo < hi and lo < s_hi and (w or write)
+            for (_, w), (m, s_lo, s_hi) in a.spans.items()
+        ):
+            for p in reversed(a.parts.expand()):
+                if p.end <= start:
+                    return None
+                if p.mem == mem and p.lo < hi and lo < p.hi and (p.write or write):
+                    return p
+        if a.parts.first_end <= start:
+            return None  # stepping's scan would have stopped inside the run
+    return None

@@ -1,0 +1,176 @@
+"""The simulator's fast paths (runs of MATMULs as one BLAS call, reduction nests at once, the
+fast MATMUL kernel) against stepping every instruction through its semantics: over random
+programs of the compiler's instruction mix, the same outputs, every counter, the trace
+events and the DRAM channel -- or the same error, hazards included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorgen.errors import SimulatorError
+from tensorgen.mc.binary import assemble
+from tensorgen.sim.batch import exact_product
+from tensorgen.sim.machine import simulate
+from tensorgen.target import ISA_DIR, target_from_dict
+
+
+def _tiny(buffers: int):
+    d = yaml.safe_load((ISA_DIR / "tiny.yaml").read_text())
+    d["mac_array"]["weight_buffers"] = buffers
+    return target_from_dict(d, "tiny.yaml")
+
+
+TARGETS = {n: _tiny(n) for n in (1, 2)}
+
+
+@dataclass(frozen=True)
+class Case:
+    buffers: int
+    xd: str  # dtype of X
+    a_zp: int
+    b_zp: int
+    outer: bool  # an outer LOOP over two row blocks
+    acc_moves: bool  # the row blocks use their own accumulators (else: a WAR hazard on acc)
+    nest: str  # what follows the first MATMUL: loop | loopb | pair | none
+    acc0: int  # the first MATMUL's accumulate
+    peel_waits: bool  # the first MATMUL carries the LD token itself
+    vmac: bool  # a VMAC reduction nest too
+    drop: str  # a token left out: none | ld (EX reads weights in flight) | st (the store races)
+
+
+def _program(c: Case) -> str:
+    d = 1 if c.outer else 0  # the level of the inner loops
+    row = "+64*L0" if c.outer else ""
+    acc = ("+64*L0" if c.acc_moves else "") if c.outer else ""
+
+    def mm(a: str, b: str, accumulate: int, tokens: str = "") -> str:
+        return (
+            f"MATMUL acc=acc:int32@0{acc}[4x4:4,1] a=spad:{c.xd}@{a}{row}[4x4:16,1] "
+            f"b=spad:int8@{b}[4x4:4,1] accumulate={accumulate} a_zp={c.a_zp} b_zp={c.b_zp} {tokens}"
+        )
+
+    waits = c.drop != "ld"  # else EX reads what LD is still writing: a hazard
+    ex = [mm("0", "128", c.acc0, "wait=LD" if waits and c.peel_waits and not c.outer else "")]
+    if c.nest == "loop":
+        ex += ["LOOP count=3 body=1", mm(f"4+4*L{d}", f"144+16*L{d}", 1)]
+    elif c.nest == "loopb":  # the peeled product is the triangle's missing corner
+        ex += [
+            "LOOP count=2 body=2",
+            f"LOOPB lower=B(1-L{d}/1) upper=B(1/1) body=1",
+            mm(f"8*L{d}+4*L{d + 1}", f"128+32*L{d}+16*L{d + 1}", 1),
+        ]
+    elif c.nest == "pair":
+        ex += [mm("4", "144", 1), mm("8", "160", 1)]
+    if c.vmac:
+        ex += [
+            "VMUL dst=acc:int32@512[4x4:4,1] a=spad:int8@0[4x4:16,1] b=- imm=-3",
+            f"VMUL dst=acc:int32@512[4x4:4,1] a=acc:int32@512[4x4:4,1] b=spad:{c.xd}@4[4x4:16,1] imm=0",
+            "LOOP count=3 body=1",
+            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@4*L{d}[4x4:16,1] b=spad:int8@128+16*L{d}[4x4:4,1]",
+            "LOOP count=2 body=2",  # LOOPB: not a perfect nest, each VMAC on its own
+            f"LOOPB lower=B(1-L{d}/1) upper=B(1/1) body=1",
+            f"VMAC dst=acc:int32@512[4x4:4,1] a=spad:int8@8*L{d}+4*L{d + 1}[4x4:16,1] b=spad:int8@128[4x4:0,0]",
+        ]
+    store_wait = "" if c.drop == "st" else "wait=EX"
+    ex += [
+        "SYNC queue=1 signal=ST" if c.drop != "st" else "SYNC queue=1",
+        f"STORE dst=C({'4*L0' if c.outer else '0'},0)[4x4] src=acc:int32@0{acc}[4x4:4,1] {store_wait}",
+    ]
+    if c.outer:
+        ex = [f"LOOP count=2 body={len(ex)}"] + ex
+    if waits and (not c.peel_waits or c.outer):
+        ex = ["SYNC queue=1 wait=LD"] + ex
+    if c.vmac:
+        ex += [
+            "SYNC queue=1 signal=ST",
+            "STORE dst=D(0,0)[4x4] src=acc:int32@512[4x4:4,1] wait=EX",
+        ]
+    head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
+.dram 384
+.tensor X {c.xd} 8x16 input dram=0 pad=0
+.tensor W int8 16x4 input dram=128 pad=0
+.tensor C int32 8x4 output dram=192 pad=0
+.tensor D int32 4x4 output dram=320 pad=0
+LOAD dst=spad:{c.xd}@0[8x16:16,1] src=X(0,0)[8x16]
+LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] {"" if c.drop == "ld" else "signal=EX"}
+"""
+    return head + "\n".join(ex) + "\n"
+
+
+def _outcome(binary, inputs, target, fast: bool):
+    try:
+        r = simulate(binary, inputs, target, vectorize_loops=fast, record=True)
+    except SimulatorError as err:
+        return ("error", str(err))
+    return (
+        {k: v.tolist() for k, v in r.outputs.items()},
+        r.stats.as_dict(),
+        r.recorder.events,
+        r.recorder.channel,
+    )
+
+
+CASES = st.builds(
+    Case,
+    buffers=st.sampled_from([1, 2]),
+    xd=st.sampled_from(["int8", "uint8"]),
+    a_zp=st.sampled_from([0, 3, 128]),
+    b_zp=st.sampled_from([0, -2]),
+    outer=st.booleans(),
+    acc_moves=st.booleans(),
+    nest=st.sampled_from(["loop", "loopb", "pair", "none"]),
+    acc0=st.sampled_from([0, 0, 1]),
+    peel_waits=st.booleans(),
+    vmac=st.booleans(),
+    drop=st.sampled_from(["none", "none", "ld", "st"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=CASES, seed=st.integers(0, 2**16))
+def test_fast_paths_equal_stepping(case: Case, seed: int) -> None:
+    binary = assemble(_program(case))
+    rng = np.random.default_rng(seed)
+    lo, hi = (-128, 128) if case.xd == "int8" else (0, 256)
+    inputs = {
+        "X": rng.integers(lo, hi, (8, 16)).astype(case.xd),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+    target = TARGETS[case.buffers]
+    fast = _outcome(binary, inputs, target, True)
+    assert fast == _outcome(binary, inputs, target, False)
+    if fast[0] != "error" and case.drop == "none" and not (case.outer and not case.acc_moves):
+        # and the values are the product itself (the first block of rows)
+        x = inputs["X"].astype(np.int64) - case.a_zp
+        w = inputs["W"].astype(np.int64) - case.b_zp
+        k = {"loop": 16, "loopb": 16, "pair": 12, "none": 4}[case.nest]
+        expected = x[:4, :k] @ w[:k]
+        got = np.array(fast[0]["C"])[:4]
+        if case.acc0 == 0:
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_the_hazard_checks_run_on_both_paths() -> None:
+    """The random programs above reach errors on both paths, hazards among them."""
+    c = Case(1, "int8", 0, 0, True, True, "loopb", 0, False, False, "st")
+    binary = assemble(_program(c))
+    inputs = {"X": np.ones((8, 16), np.int8), "W": np.ones((16, 4), np.int8)}
+    fast = _outcome(binary, inputs, TARGETS[1], True)
+    assert fast[0] == "error" and "hazard" in fast[1]
+    assert fast == _outcome(binary, inputs, TARGETS[1], False)
+
+
+def test_exact_product_chunks_k_beyond_the_float32_bound() -> None:
+    """float32 is exact below 2**24: a long K is summed in chunks, wrapping like int32."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (3, 5000)).astype(np.float32)
+    w = rng.integers(-128, 128, (5000, 2)).astype(np.float32)
+    expected = (x.astype(np.int64) @ w.astype(np.int64)).astype(np.int32)
+    np.testing.assert_array_equal(exact_product(x, w, 128 * 128), expected)
+    big = np.full((1, 4), 2**15, np.float32)  # products 2**30: the int32 sum wraps
+    np.testing.assert_array_equal(exact_product(big, big.T.copy(), 2**30), [[0]])  # 2**32
