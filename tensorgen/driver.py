@@ -13,7 +13,9 @@ from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Tensor
+from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
+from tensorgen.mc.verify import verify_compiled
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.auto import Plan, auto_schedule
 from tensorgen.schedule.default import primitive_default
@@ -37,7 +39,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
     relative to the op.yaml), else the automatic one; `default` names the kernel default.
     """
-    program = load_program(path, target)
+    program = verify_program(load_program(path, target))
     tgt = load_target(program.target)
     choice = schedule or program.schedule
     if choice == "auto":
@@ -46,7 +48,9 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    return Job(program, tgt, compile_schedule_file(sched_path, program, tgt))
+    compiled = compile_schedule_file(sched_path, program, tgt)
+    verify_compiled(compiled.binary, tgt)
+    return Job(program, tgt, compiled)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,9 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
     plan = auto_schedule(program, target)
     if plan.schedule is not None:
         try:
-            return AutoResult(compile_scheduled(program, target, plan.schedule), plan)
+            compiled = compile_scheduled(program, target, plan.schedule)
+            verify_compiled(compiled.binary, target)
+            return AutoResult(compiled, plan)
         except (CodegenError, ScheduleError) as err:  # a gap in the general backend
             plan.reason = f"the chosen schedule did not lower ({err})"
             plan.schedule = None
@@ -71,6 +77,7 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
     if best.schedule is not None:
         plan.schedule = best.schedule
         plan.reason = f"outside the layer search ({plan.reason}): {best.note}"
+    verify_compiled(best.compiled.binary, target)
     return AutoResult(best.compiled, plan)
 
 
@@ -116,9 +123,11 @@ def compile_default(program: Program, target: Target) -> Compiled:
     """The default schedule: fused kernels tiled for the target; programs the kernel lowering
     cannot take (scans, triangular domains) run in their original order on the general backend."""
     try:
-        return compile_program(program, target)
+        compiled = compile_program(program, target)
     except CodegenError:
-        return compile_scheduled(program, target, Schedule(program, target))
+        compiled = compile_scheduled(program, target, Schedule(program, target))
+    verify_compiled(compiled.binary, target)
+    return compiled
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:

@@ -19,6 +19,10 @@ class SpecError(TensorgenError):
     """A malformed or inconsistent op.yaml."""
 
 
+class IRError(TensorgenError):
+    """A malformed program (tensorgen.ir.verify), whichever front end built it."""
+
+
 class TargetError(TensorgenError):
     """A malformed target description (tensorgen/target/isa/*.yaml)."""
 

@@ -21,7 +21,9 @@ from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.frontend.quantize import quantize, quantized_engine
+from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
+from tensorgen.mc.verify import verify_compiled
 from tensorgen.sim.machine import Mark, SimResult, simulate
 from tensorgen.target import Target
 
@@ -92,7 +94,7 @@ def compile_model(
     for i, layer in enumerate(graph.layers):
         if progress:
             progress(i, len(graph.layers), layer)
-        program = layer.program(target.name)
+        program = verify_program(layer.program(target.name))
         result = compile_auto(program, target)
         binary = decode(encode(result.compiled.binary))
         bindings = {}
@@ -114,6 +116,7 @@ def compile_model(
         binaries.append(binary)
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
     linked = link(link_layers, buffers, public, target.name, target.hash)
+    verify_compiled(linked.binary, target)
     cm = CompiledModel(
         linked.binary,
         graph,

@@ -186,7 +186,10 @@ def _analyze_model(
     model, example = load_model(source, params)
     cm = compile_model(model, example, target, engine=engine, seed=seed)
     t0 = time.perf_counter()
-    feed = {name: x.detach().numpy().astype(np.float32) for name, x in zip(cm.input_names, example, strict=False)}
+    feed = {
+        name: x.detach().numpy().astype(np.float32)
+        for name, x in zip(cm.input_names, example, strict=False)
+    }
     marks = tuple(end for _, end in cm.linked.layer_ranges)
     result = simulate(decode(encode(cm.binary)), feed, target, marks=marks, record=record)
     exact, message = True, "BIT-EXACT"

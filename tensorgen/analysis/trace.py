@@ -15,11 +15,8 @@ DRAM_TID = len(isa.QUEUES) + 1
 LAYER_TID = 0
 
 
-def trace_events(a: Analysis) -> list[dict]:
-    if a.recorder is None:
-        raise ValueError("trace_events needs an analysis run with record=True")
-    us = 1.0 / a.target.clock_mhz  # one cycle in microseconds
-    tids = {q: i + 1 for i, q in enumerate(isa.QUEUES)}
+def _metadata(a: Analysis, tids: dict[str, int]) -> list[dict]:
+    """The process and thread names (one thread per queue, the layers and the DRAM channel)."""
     events: list[dict] = [
         {
             "ph": "M",
@@ -41,6 +38,15 @@ def trace_events(a: Analysis) -> list[dict]:
                 "args": {"sort_index": tid},
             }
         )
+    return events
+
+
+def trace_events(a: Analysis) -> list[dict]:
+    if a.recorder is None:
+        raise ValueError("trace_events needs an analysis run with record=True")
+    us = 1.0 / a.target.clock_mhz  # one cycle in microseconds
+    tids = {q: i + 1 for i, q in enumerate(isa.QUEUES)}
+    events = _metadata(a, tids)
     for row in a.layers:
         events.append(
             {

@@ -61,7 +61,9 @@ def access_map(stmt: Statement, access: Access) -> isl.Map:
 
 def tensor_box(tensor: Tensor) -> isl.Set:
     names = [f"d{i}" for i in range(len(tensor.shape))]
-    cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, tensor.shape, strict=False)) or "true"
+    cons = (
+        " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, tensor.shape, strict=False)) or "true"
+    )
     return isl.Set(f"{{ {tensor.name}[{', '.join(names)}] : {cons} }}")
 
 

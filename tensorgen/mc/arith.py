@@ -181,10 +181,7 @@ def requantize_fbgemm(
     xf = _int_to_f32(wrap_int32(acc))
     if bias is not None:
         b = _f32(bias)
-        if per_channel:
-            xf = xf + (b / _f32(atws))
-        else:
-            xf = fma_f32(b, inv_atws, xf)
+        xf = xf + (b / _f32(atws)) if per_channel else fma_f32(b, inv_atws, xf)
     prod = xf * _f32(cm)
     return np.clip(cvt_int32(prod) + int(zp), lo, hi)
 

@@ -269,7 +269,7 @@ def _decode_pool(data: bytes, start: int, end: int, n_tensors: int) -> list[View
         if (rank > MAX_RANK and kind != 2) or nlev > 8:
             raise BinaryError("corrupt operand pool (rank or loop depth out of range)")
 
-        def affine() -> LoopAffine:
+        def affine(nlev: int = nlev) -> LoopAffine:  # bound now: called in this iteration only
             vals = r.take(f"q{nlev}q")
             return LoopAffine.make(vals[0], vals[1:])
 

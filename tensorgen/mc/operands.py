@@ -39,7 +39,9 @@ class LoopAffine:
         n = max(len(self.coefs), len(other.coefs))
         a = self.coefs + (0,) * (n - len(self.coefs))
         b = other.coefs + (0,) * (n - len(other.coefs))
-        return LoopAffine.make(self.const + other.const, tuple(x + y for x, y in zip(a, b, strict=False)))
+        return LoopAffine.make(
+            self.const + other.const, tuple(x + y for x, y in zip(a, b, strict=False))
+        )
 
     def scale(self, k: int) -> LoopAffine:
         return LoopAffine.make(self.const * k, tuple(c * k for c in self.coefs))

@@ -4,10 +4,14 @@ A .tgb comes from anywhere: `decode` only proves that it is well formed. `verify
 proves that running it cannot go wrong in any way but a one-line error: every tensor lies
 inside the DRAM image and every constant inside the constants section, every operand's
 numbers are small enough that no address computation overflows and no numpy array is made
-from an impossible shape or stride, the loop structure is properly nested, the tokens name
-real queues, and the program's dynamic instruction count is within `SimLimits`. The
-simulator still bounds-checks every access at run time (an affine address can leave its
-memory at some iteration); this is what can be known from the code alone.
+from an impossible shape or stride, the loop structure is properly nested, every field fits
+its encoding, every on-chip operand stays inside its memory at every value of its loop
+counters (where those form a box known before it runs: not under an IF or a LOOPB whose
+bounds follow outer counters), the tokens name real queues and balance (no instruction waits
+for a token not signalled before it, none is left unawaited at the end), and the program's
+dynamic instruction count is within `SimLimits`. The simulator still bounds-checks every
+access at run time (an affine address under a guard or a skewed bound can leave its memory at
+some iteration); this is what can be known from the code alone.
 """
 
 from __future__ import annotations
@@ -71,10 +75,25 @@ def verify_binary(binary: Binary, target, limits: SimLimits | None = None) -> in
     onchip = {"spad": target.spad.bytes, "acc": target.acc.bytes}
     for pc, (ins, depth) in enumerate(zip(binary.code, _depths(binary.code), strict=False)):
         _check_instruction(binary, pc, ins, depth, onchip)
+    for pc, ranges in enumerate(_exact_ranges(binary.code)):
+        if ranges is not None:
+            _check_spans(pc, binary.code[pc], ranges, onchip)
+    _check_tokens(binary.code)
     steps, exact = _count(binary.code, 0, len(binary.code), (), 0)
     if exact and steps > limits.max_steps:
         raise BinaryError(step_limit_message(steps, limits))
     return steps
+
+
+# What a compile checks: the binary's structure, not a simulator's budget (`tensorgen run` sets
+# that when it loads the binary).
+COMPILE_LIMITS = SimLimits(max_steps=2**62, max_iterations=2**62, dram_bytes=2**62)
+
+
+def verify_compiled(binary: Binary, target) -> Binary:
+    """`verify_binary` as the last pass of a compile: returns `binary` unchanged."""
+    verify_binary(binary, target, COMPILE_LIMITS)
+    return binary
 
 
 def step_limit_message(steps: int | None, limits: SimLimits) -> str:
@@ -180,6 +199,8 @@ def _check_bound(pc: int, ins: isa.Instruction, name: str, b: Bound, depth: int)
 def _check_instruction(
     binary: Binary, pc: int, ins: isa.Instruction, depth: int, onchip: dict[str, int]
 ) -> None:
+    for name, kind in ins.defn.fields:
+        _check_field(pc, ins, name, kind, ins.arg(name), len(binary.tensors))
     if ins.mnemonic in SEQUENCER:
         if ins.wait or ins.signal:
             raise _bad(pc, ins, "the sequencer takes no tokens")
@@ -189,7 +210,7 @@ def _check_instruction(
         q = ins.queue
         if q in ins.wait or q in ins.signal:
             raise _bad(pc, ins, f"a token from {q} to itself")
-    for name, kind in ins.defn.fields:
+    for name, _ in ins.defn.fields:
         v = ins.arg(name)
         if isinstance(v, View):
             _check_view(pc, ins, name, v, depth, onchip)
@@ -210,6 +231,140 @@ def _check_instruction(
                 ins,
                 f"shapes acc {list(acc.shape)}, a {list(a.shape)}, b {list(b.shape)} do not "
                 "make a matrix product",
+            )
+
+
+INT_RANGES = {"u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1)}
+INT_RANGES["i32"] = (-(2**31), 2**31 - 1)
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_field(pc: int, ins: isa.Instruction, name: str, kind: str, v, tensors: int) -> None:
+    """The field's value fits its encoding (a binary built in memory was never encoded)."""
+    if kind in INT_RANGES:
+        lo, hi = INT_RANGES[kind]
+        if not isinstance(v, int) or not lo <= v <= hi:
+            raise _bad(pc, ins, f"field {name}={v!r} does not fit a {kind}")
+    elif kind == "f32" and not (isinstance(v, int | float) and abs(v) <= F32_MAX):
+        raise _bad(pc, ins, f"field {name}={v!r} is not a finite f32")
+    elif kind == "box" and not (isinstance(v, Box) and 0 <= v.tensor < tensors):
+        raise _bad(pc, ins, f"field {name} names no tensor of the table")
+    elif kind in ("view", "bound") and not isinstance(v, View if kind == "view" else Bound):
+        raise _bad(pc, ins, f"field {name} is not a {kind}")
+
+
+def _exact_ranges(code: tuple[isa.Instruction, ...]) -> list[tuple[tuple[int, int], ...] | None]:
+    """The loop counters' values every instruction runs at, where they form a box known before
+    the program runs: under LOOPs, and LOOPBs with constant bounds, that run at least once.
+    None under an IF or a LOOPB whose bounds follow outer counters (skewed, triangular): there
+    intervals would over-approximate the iterations, and the simulator checks each access."""
+    out: list[tuple[tuple[int, int], ...] | None] = [()] * len(code)
+    stack: list[tuple[int, tuple[tuple[int, int], ...] | None]] = [(len(code), ())]
+    for pc, ins in enumerate(code):
+        while stack[-1][0] <= pc:
+            stack.pop()
+        ranges = out[pc] = stack[-1][1]
+        if ins.mnemonic not in SEQUENCER:
+            continue
+        inner = None
+        if ins.mnemonic == "LOOP" and ranges is not None and ins.arg("count") > 0:
+            inner = ranges + ((0, ins.arg("count") - 1),)
+        elif ins.mnemonic == "LOOPB" and ranges is not None:
+            terms = ins.arg("lower").terms + ins.arg("upper").terms
+            if not any(a.coefs for a, _ in terms):
+                lo = max(a.const // d for a, d in ins.arg("lower").terms)
+                hi = min(a.const // d for a, d in ins.arg("upper").terms)
+                inner = ranges + ((lo, hi),) if lo <= hi else None
+        stack.append((pc + 1 + ins.arg("body"), inner))
+    return out
+
+
+def _check_spans(
+    pc: int, ins: isa.Instruction, ranges: tuple[tuple[int, int], ...], onchip: dict[str, int]
+) -> None:
+    """Every byte an on-chip operand touches, at every counter value, lies inside its memory."""
+    for name, _ in ins.defn.fields:
+        v = ins.arg(name)
+        if not isinstance(v, View):
+            continue
+        isz = ITEMSIZE[v.dtype]
+        base_lo, base_hi = _term_range(v.base, 1, ranges)
+        extents = [(n - 1) * s * isz for n, s in zip(v.shape, v.strides, strict=True)]
+        lo = base_lo + sum(min(0, e) for e in extents)
+        hi = base_hi + sum(max(0, e) for e in extents) + isz
+        if lo < 0 or hi > onchip[v.mem]:
+            raise _bad(
+                pc,
+                ins,
+                f"{name} ({v}) reaches bytes {lo:,}..{hi - 1:,} of {v.mem}, which has "
+                f"{onchip[v.mem]:,}",
+            )
+
+
+@dataclass(frozen=True)
+class _Flow:
+    """What a block does to one token FIFO: `net` tokens added, the lowest count it reaches
+    relative to its start (`low` <= 0) and the instruction that first reaches it."""
+
+    net: int = 0
+    low: int = 0
+    at: int = -1
+
+    def then(self, other: _Flow) -> _Flow:
+        if self.net + other.low < self.low:
+            return _Flow(self.net + other.net, self.net + other.low, other.at)
+        return _Flow(self.net + other.net, self.low, self.at)
+
+
+def _token_flows(code, start: int, end: int, ranges) -> dict[tuple[str, str], _Flow]:
+    flows: dict[tuple[str, str], _Flow] = {}
+
+    def add(fifo, flow: _Flow) -> None:
+        flows[fifo] = flows.get(fifo, _Flow()).then(flow)
+
+    pc = start
+    while pc < end:
+        ins = code[pc]
+        if ins.mnemonic not in SEQUENCER:
+            for src in sorted(ins.wait):
+                add((src, ins.queue), _Flow(-1, -1, pc))
+            for dst in sorted(ins.signal):
+                add((ins.queue, dst), _Flow(1, 0, pc))
+            pc += 1
+            continue
+        body_end = pc + 1 + ins.arg("body")
+        inner = _token_flows(code, pc + 1, body_end, ranges)
+        for fifo, f in inner.items():
+            if ins.mnemonic == "LOOP":
+                n = ins.arg("count")
+                if n:
+                    add(fifo, _Flow(n * f.net, f.low + min(0, (n - 1) * f.net), f.at))
+            elif f.net:  # an IF, or a LOOPB whose count is not known before it runs
+                raise _bad(
+                    pc,
+                    ins,
+                    f"its body's tokens from {fifo[0]} to {fifo[1]} do not balance ({f.net:+d} "
+                    "per run): their count would depend on how often it runs",
+                )
+            else:
+                add(fifo, _Flow(0, f.low, f.at))
+        pc = body_end
+    return flows
+
+
+def _check_tokens(code: tuple[isa.Instruction, ...]) -> None:
+    """Tokens are FIFOs between queues, filled by signals and drained by waits in program order:
+    none may be awaited before it is signalled, and none is left when the program ends."""
+    for (src, dst), f in sorted(_token_flows(code, 0, len(code), ()).items()):
+        if f.low < 0:
+            raise _bad(
+                f.at,
+                code[f.at],
+                f"waits for a token from {src} that no instruction before it signalled",
+            )
+        if f.net:
+            raise BinaryError(
+                f"{f.net} token(s) from {src} to {dst} are signalled and never awaited"
             )
 
 

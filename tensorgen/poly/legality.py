@@ -29,13 +29,13 @@ class Violation:
     kind: str  # "flow", "anti", "output"
 
     def sentence(self, parallel: bool = False) -> str:
-        e, l = self.earlier.split("[")[0], self.later.split("[")[0]
+        e, later = self.earlier.split("[")[0], self.later.split("[")[0]
         if self.kind == "flow":
-            why = f"{l} reads {self.element} that {e} writes"
+            why = f"{later} reads {self.element} that {e} writes"
         elif self.kind == "anti":
-            why = f"{l} overwrites {self.element} that {e} must read first"
+            why = f"{later} overwrites {self.element} that {e} must read first"
         else:
-            why = f"both write {self.element} and {e}'s value must be overwritten by {l}'s"
+            why = f"both write {self.element} and {e}'s value must be overwritten by {later}'s"
         if parallel:
             return f"{self.earlier} and {self.later} would run at once, but {why}"
         return f"{self.later} would run before {self.earlier}, but {why}"
@@ -63,7 +63,9 @@ def _coords(point: isl.Point, n: int, offset: int = 0) -> list[int]:
 
 
 def instance(stmt: Statement, values: list[int]) -> str:
-    return f"{stmt.name}[{', '.join(f'{i}={v}' for i, v in zip(stmt.indices, values, strict=False))}]"
+    return (
+        f"{stmt.name}[{', '.join(f'{i}={v}' for i, v in zip(stmt.indices, values, strict=False))}]"
+    )
 
 
 def _linking_element(

@@ -32,6 +32,7 @@ from tensorgen.ir.core import (
     Statement,
     dtype_range,
 )
+from tensorgen.reference import fbgemm
 
 TORCH_DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32}
 
@@ -58,7 +59,7 @@ def requant(acc: torch.Tensor, scale: float, zp: int, dtype: str) -> torch.Tenso
 
 def _cvt_int32(x: torch.Tensor) -> torch.Tensor:
     """x86's float -> int32 conversion: round half to even; INT32_MIN outside int32 and for NaN
-    (a multiplier >= 1 reaches it; tensorgen.mc.arith.cvt_int32 is the pinned rule)."""
+    (a multiplier >= 1 reaches it: x86's cvtps2dq, docs/numerics.md)."""
     r = torch.round(x.to(torch.float64))
     bad = ~((r >= -(2**31)) & (r <= 2**31 - 1))
     return torch.where(bad, torch.full_like(r, -(2**31)), r).to(torch.int64)
@@ -197,16 +198,7 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return e.value
     if isinstance(e, BinOp):
         a, b = _eval(program, stmt, e.lhs, grids, env), _eval(program, stmt, e.rhs, grids, env)
-        a, b = torch.as_tensor(a), torch.as_tensor(b)
-        if e.op == "+":
-            return wrap32(a + b)
-        if e.op == "-":
-            return wrap32(a - b)
-        if e.op == "*":
-            return wrap32(a * b)
-        if e.op == ">>":
-            return a >> torch.clamp(b, 0, 31)
-        return wrap32(a << torch.clamp(b, 0, 31))
+        return _binop(e.op, torch.as_tensor(a), torch.as_tensor(b))
     assert isinstance(e, Call)
     args = [_eval(program, stmt, x, grids, env) for x in e.args]
     x = torch.as_tensor(args[0])
@@ -223,27 +215,10 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return x
     if e.fn == "requant":
         return requant(x, float(args[1]), int(args[2]), program.tensor(stmt.lhs.tensor).dtype)
-    if e.fn == "quantize":  # PyTorch's own quantize_per_tensor, saturating to the LHS dtype
-        qdtype = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
-        out = program.tensor(stmt.lhs.tensor).dtype
-        return (
-            torch.quantize_per_tensor(
-                x.to(torch.float32), float(args[1]), int(args[2]), qdtype[out]
-            )
-            .int_repr()
-            .to(torch.int64)
-        )
-    if e.fn == "dequantize":  # PyTorch's own Tensor.dequantize()
-        lo, hi = dtype_range("uint8")
-        if int(x.min()) >= lo and int(x.max()) <= hi:
-            q = torch._make_per_tensor_quantized_tensor(
-                x.to(torch.uint8), float(args[1]), int(args[2])
-            )
-        else:
-            q = torch._make_per_tensor_quantized_tensor(
-                x.to(torch.int8), float(args[1]), int(args[2])
-            )
-        return q.dequantize()
+    if e.fn == "quantize":
+        return _quantize(x, float(args[1]), int(args[2]), program.tensor(stmt.lhs.tensor).dtype)
+    if e.fn == "dequantize":
+        return _dequantize(x, float(args[1]), int(args[2]))
     if e.fn == "requant_fbgemm":  # float32 add then multiply, each rounded once; ties to even
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         xf = wrap32(x).to(torch.int32).to(torch.float32) + torch.as_tensor(args[1]).to(
@@ -251,30 +226,43 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         )
         scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
         return torch.clamp(_cvt_int32(scaled) + int(args[3]), lo, hi)
-    if e.fn in (
-        "requant_fma",
-        "add_fbgemm",
-    ):  # float rules of fbgemm with fused multiply-adds, which
-        # torch has no operator for: the accelerator's own arithmetic, itself pinned against
-        # PyTorch's quantized kernels in tests/frontend/test_numerics_x86.py
-        from tensorgen.mc import arith
-
-        f = [np.float32(a) for a in args[1:]]
-        if e.fn == "requant_fma":
-            lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
-            return torch.from_numpy(
-                arith.avgpool_fbgemm(wrap32(x).numpy(), f[0], int(args[2]), lo, hi)
-            )
-        y = torch.as_tensor(args[1]).numpy()
-        return torch.from_numpy(
-            arith.add_fbgemm(x.numpy(), y, f[1], 0, f[2], f[3], 0, f[4], f[5], int(args[7]), 0, 255)
-        )
+    if e.fn == "requant_fma":  # fbgemm's float rules with fused multiply-adds (fbgemm.py)
+        lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
+        return fbgemm.requant_fma(x, float(args[1]), int(args[2]), lo, hi)
+    if e.fn == "add_fbgemm":
+        return fbgemm.add_fbgemm(x, *args[1:7], int(args[7]))
     if e.fn == "rshift_round":  # qnnpack's rounding: asr, plus one when the remainder exceeds half
         shift = torch.clamp(torch.as_tensor(args[1]), 0, 31)
         mask = (torch.ones_like(shift) << shift) - 1
         remainder = (x & mask) - (x < 0).to(x.dtype)
         return (x >> shift) + (remainder > (mask >> 1)).to(x.dtype)
     raise ValueError(e.fn)
+
+
+def _binop(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if op == "+":
+        return wrap32(a + b)
+    if op == "-":
+        return wrap32(a - b)
+    if op == "*":
+        return wrap32(a * b)
+    if op == ">>":
+        return a >> torch.clamp(b, 0, 31)
+    return wrap32(a << torch.clamp(b, 0, 31))
+
+
+def _quantize(x: torch.Tensor, scale: float, zp: int, out: str) -> torch.Tensor:
+    """PyTorch's own quantize_per_tensor, saturating to the LHS dtype `out`."""
+    qdtype = {"uint8": torch.quint8, "int8": torch.qint8, "int32": torch.qint32}
+    q = torch.quantize_per_tensor(x.to(torch.float32), scale, zp, qdtype[out])
+    return q.int_repr().to(torch.int64)
+
+
+def _dequantize(x: torch.Tensor, scale: float, zp: int) -> torch.Tensor:
+    """PyTorch's own Tensor.dequantize(), of the integers held as uint8 when they fit."""
+    lo, hi = dtype_range("uint8")
+    held = torch.uint8 if int(x.min()) >= lo and int(x.max()) <= hi else torch.int8
+    return torch._make_per_tensor_quantized_tensor(x.to(held), scale, zp).dequantize()
 
 
 def _run_points(program: Program, stmt: Statement, grids, env) -> None:
@@ -366,7 +354,9 @@ def _fast_contraction(program: Program, stmt: Statement, fixed, env) -> bool:
     out = env[stmt.lhs.tensor]
     region = tuple(
         slice(lo, hi + 1) if sub.bare() else None
-        for sub, (lo, hi) in zip(stmt.lhs.index, [_bound(stmt, s) for s in stmt.lhs.index], strict=False)
+        for sub, (lo, hi) in zip(
+            stmt.lhs.index, [_bound(stmt, s) for s in stmt.lhs.index], strict=False
+        )
     )
     if any(r is None for r in region):
         return False

@@ -6,6 +6,7 @@ nodes first so that each value keeps its position in the file.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -332,6 +333,11 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
             f"where: '{one_line(stmt.where, 80)}' leaves the statement no iterations; "
             f"expected constraints that some index values satisfy",
         )
+    return dataclasses.replace(stmt, bounds=_box_of(dom, stmt))
+
+
+def _box_of(dom: isl.Set, stmt: Statement) -> tuple[tuple[int, int], ...]:
+    """The (lo, hi) of every index over the domain; an index without both is refused."""
     bounds = []
     for pos, name in enumerate(stmt.indices):
         try:
@@ -346,17 +352,7 @@ def _infer_bounds(doc, stmt: Statement, tensors, shared: dict[str, int], where_n
         lo_v = lo.get_pieces()[0][1].get_constant_val().to_python()
         hi_v = hi.get_pieces()[0][1].get_constant_val().to_python()
         bounds.append((int(lo_v), int(hi_v)))
-    return Statement(
-        stmt.name,
-        stmt.lhs,
-        stmt.op,
-        stmt.rhs,
-        stmt.indices,
-        tuple(bounds),
-        stmt.where,
-        stmt.text,
-        stmt.location,
-    )
+    return tuple(bounds)
 
 
 def _mentions(where: str, name: str) -> bool:

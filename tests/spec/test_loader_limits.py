@@ -169,8 +169,7 @@ CASES = {
         r"trip count 9223372036854775807 is over the limit of 2,147,483,648 \(limit InputLimits.loop_extent",
     ),
     "where-extent-2^31": (
-        HEADER
-        + "  - {stmt: 'C[i, j] += A[i, k + r] * B[k, j]', where: '0 <= r <= 2147483648'}\n",
+        HEADER + "  - {stmt: 'C[i, j] += A[i, k + r] * B[k, j]', where: '0 <= r <= 2147483648'}\n",
         r"index 'r' runs over \[0, 2147483648\]; at most 2,147,483,648 values",
     ),
     "instances-2^45": (

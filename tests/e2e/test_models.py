@@ -18,7 +18,7 @@ from tensorgen.frontend.quantize import load_factory, quantize, quantized_engine
 from tensorgen.model import check_model, compile_model
 from tensorgen.target import load_target
 
-MODELS = Path(__file__).parents[1] / "examples" / "models"
+MODELS = Path(__file__).parents[2] / "examples" / "models"
 TG1 = load_target("tg1")
 
 warnings.filterwarnings("ignore", category=UserWarning)
