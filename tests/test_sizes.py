@@ -31,7 +31,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("mc/isa.py", None): (637, "the instruction table, one entry per instruction (cost)"),
     ("mc/doc.py", "isa_markdown"): (72, "the ISA document, rewritten with the costs (cost)"),
     # simspeed reworks the simulator's hot loop for speed this session
-    ("sim/machine.py", "_step"): (86, "the simulator's hot loop: one call per instruction"),
     # frontend: the FX lowering of every supported PyTorch module
     ("frontend/fx.py", None): (859, "the FX graph lowering, frontend's this session"),
     ("frontend/fx.py", "conv"): (83, "the FX graph lowering, frontend's this session"),

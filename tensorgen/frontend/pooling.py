@@ -56,20 +56,53 @@ def avg_pool_aten(
     lw: _Lowering, node: fx.Node, kernel, stride, padding, include_pad: bool, divisor
 ) -> None:
     x, y = lw.value_of(node.args[0]), lw.result_value(node)
-    vector = 0  # channels [0, vector) take the NHWC kernel's vector rounding
-    if lw.results[node.args[0]].is_contiguous(memory_format=torch.channels_last):
-        block = nhwc_block(lw.engine)
-        if block is None:
-            raise SpecError(
-                f"avg_pool2d of a channels-last tensor under {lw.engine}: this PyTorch's "
-                "channels-last kernel matched no known vector width"
-            )
-        vector = block * (x.shape[1] // block)
+    vector = _vector_channels(lw, node, x)
     (kh, kw), (sh, sw), (ph, pw) = (_pair(v) for v in (kernel, stride or kernel, padding))
     _, _, h, w = x.shape
     oh, ow = y.shape[2:]
     wh, ww = windows(h, oh, kh, sh, ph), windows(w, ow, kw, sw, pw)
-    pick = 0 if include_pad else 1
+    finals = _final_statements(x, y, wh, ww, 0 if include_pad else 1, divisor, vector)
+    xz = f" - {x.zp}" if x.zp else ""
+    rix, cix = affine((sh, "h"), (1, "i"), const=-ph), affine((sw, "w"), (1, "j"), const=-pw)
+
+    def body(lo_, hi_):  # padding reads the zero point: it adds nothing to sum(q - zp)
+        return [
+            "ACC[n, c, h, w] = 0",
+            {
+                "stmt": f"ACC[n, c, h, w] += X[n, c, {rix}, {cix}]{xz}",
+                "where": f"0 <= i < {kh} and 0 <= j < {kw}",
+            },
+            *finals,
+        ]
+
+    lw.add(
+        Layer(
+            node.name,
+            module_path(node),
+            "avg_pool2d",
+            [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")],
+            body,
+        ),
+        y,
+    )
+
+
+def _vector_channels(lw: _Lowering, node: fx.Node, x) -> int:
+    """Channels [0, result) take the NHWC kernel's vector rounding (0: the input is contiguous)."""
+    if not lw.results[node.args[0]].is_contiguous(memory_format=torch.channels_last):
+        return 0
+    block = nhwc_block(lw.engine)
+    if block is None:
+        raise SpecError(
+            f"avg_pool2d of a channels-last tensor under {lw.engine}: this PyTorch's "
+            "channels-last kernel matched no known vector width"
+        )
+    return block * (x.shape[1] // block)
+
+
+def _final_statements(x, y, wh, ww, pick: int, divisor, vector: int) -> list[dict]:
+    """One requantizing statement per class of windows sharing a divisor (two where the vector
+    channels round differently), each checked over the class's whole accumulator range."""
     lo, hi = NATURAL[y.dtype]
     rows, cols = runs([d[pick] for d in wh]), runs([d[pick] for d in ww])
     finals = []
@@ -106,29 +139,7 @@ def avg_pool_aten(
                     "where": where,
                 }
             )
-    xz = f" - {x.zp}" if x.zp else ""
-    rix, cix = affine((sh, "h"), (1, "i"), const=-ph), affine((sw, "w"), (1, "j"), const=-pw)
-
-    def body(lo_, hi_):  # padding reads the zero point: it adds nothing to sum(q - zp)
-        return [
-            "ACC[n, c, h, w] = 0",
-            {
-                "stmt": f"ACC[n, c, h, w] += X[n, c, {rix}, {cix}]{xz}",
-                "where": f"0 <= i < {kh} and 0 <= j < {kw}",
-            },
-            *finals,
-        ]
-
-    lw.add(
-        Layer(
-            node.name,
-            module_path(node),
-            "avg_pool2d",
-            [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")],
-            body,
-        ),
-        y,
-    )
+    return finals
 
 
 def m_once(x, y, divisor: int) -> np.float32:
