@@ -451,11 +451,16 @@ def _parse_field(text: str, kind: str, names: list[str]):
     return int(text)
 
 
+# A comment starts at a ';' that begins the line or follows a space: inside an operand ';' separates
+# the terms of a bound, B(L0+1/1;7/1).
+_COMMENT = re.compile(r"(?:^|(?<=\s));")
+
+
 def assemble(text: str, constants: bytes = b"") -> Binary:
     """Parse assembly text (as `disassemble` prints it) back into a Binary."""
     target, thash, dram, tensors, code = None, b"", 0, [], []
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(";", 1)[0].strip()
+        line = _COMMENT.split(raw, 1)[0].strip()
         if not line:
             continue
         try:
