@@ -153,7 +153,7 @@ class _Lowering:
     def _plan_loop_stage(self, st, top: dict[str, int]) -> None:
         """A buffer for the footprint of `st.tensor` in one iteration of loop `st.loop` (its box from
         isl: offset affine in the schedule dimensions up to the loop, size its maximum)."""
-        _, pos, stmts = self.schedule._resolve(self.schedule.loop(st.loop), "stage", False)
+        pos, stmts = self.schedule.position(st.loop), self.schedule.statements_of(st.loop)
         t = self.program.tensor(st.tensor)
         outside = [
             s.name
@@ -211,7 +211,7 @@ class _Lowering:
         if not self.schedule.overwrites_first(tensor):
             return False
         stmt = next(s for s in self.program.statements if s.lhs.tensor == tensor)
-        points = self.schedule._state.maps[stmt.name].range()
+        points = self.schedule.statement_map(stmt.name).range()
         positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
         if not positions:
             first = self.schedule.first_writes(stmt.name)
@@ -234,10 +234,10 @@ class _Lowering:
         # a staging loop whose iterations do not all hold first writes: isl would peel them out of it
         n = points.dim(isl.dim_type.set)
         for st in self.schedule.stages:
-            _, pos, stmts = (
-                self.schedule._resolve(self.schedule.loop(st.loop), "stage", False)
+            pos, stmts = (
+                (self.schedule.position(st.loop), self.schedule.statements_of(st.loop))
                 if st.loop
-                else (None, -1, ())
+                else (-1, ())
             )
             if stmt.name in stmts and not first.project_out(
                 isl.dim_type.set, pos + 1, n - pos - 1
@@ -333,19 +333,15 @@ class _Lowering:
         """(kind, schedule positions, statements) of every vectorized or tensorized band."""
         out = []
         for name in self.schedule.vectorized:
-            _, pos, stmts = self.schedule._resolve(self.schedule.loop(name), "vectorize", False)
+            pos, stmts = self.schedule.position(name), self.schedule.statements_of(name)
             out.append(("vector", (pos,), stmts))
         self.n_position: dict[
             tuple[int, ...], int
         ] = {}  # an array band's positions -> its N loop's
         for ms, n, ks in self.schedule.tensorized:
-            found = [
-                self.schedule._resolve(self.schedule.loop(x), "tensorize", False)
-                for x in (*ms, n, *ks)
-            ]
-            positions = tuple(p for _, p, _ in found)
+            positions = tuple(self.schedule.position(x) for x in (*ms, n, *ks))
             self.n_position[positions] = positions[len(ms)]
-            out.append(("array", positions, found[0][2]))
+            out.append(("array", positions, self.schedule.statements_of(ms[0] if ms else n)))
         return out
 
     def _declared_n(self, stmt: Statement, band) -> int | None:
@@ -415,7 +411,7 @@ class _Lowering:
         that overwrite their accumulators, and the buffer is not zeroed."""
         out = isl.UnionMap("{ }")
         for stmt in self.program.statements:
-            m = self.schedule._state.maps[stmt.name]
+            m = self.schedule.statement_map(stmt.name)
             positions = sorted({p for _, ps, stmts in self.bands if stmt.name in stmts for p in ps})
             if not positions and stmt.name not in self.first_writes:
                 out = out.union(isl.UnionMap.from_map(m))
