@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorgen.autosched.search import Plan, auto_schedule
 from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.mc.binary import decode, encode
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.auto import Plan, auto_schedule
 from tensorgen.schedule.default import primitive_default
 from tensorgen.schedule.files import compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
@@ -46,7 +46,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    return Job(program, tgt, compile_schedule_file(sched_path, program, tgt))
+    return Job(program, tgt, compile_schedule_file(sched_path, program, tgt, compile_scheduled))
 
 
 @dataclass(frozen=True)
