@@ -42,12 +42,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tensorgen.autosched.layer import recognise
+from tensorgen.autosched.search import Candidate, Space, auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import compare, random_inputs, write_atomic
 from tensorgen.errors import TensorgenError
 from tensorgen.reference.torch_ref import evaluate
-from tensorgen.schedule.auto import Candidate, Space, auto_schedule
-from tensorgen.schedule.layer import recognise
 from tensorgen.sim.machine import simulate
 from tensorgen.spec.loader import parse_program
 from tensorgen.target import Target, load_target

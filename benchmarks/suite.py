@@ -80,14 +80,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tensorgen.autosched.layer import recognise
+from tensorgen.autosched.search import Space
 from tensorgen.codegen.lower import compile_program
 from tensorgen.driver import compare, compile_auto, random_inputs, write_atomic
 from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import Access, Affine, Program, Statement
 from tensorgen.mc.binary import decode, encode
 from tensorgen.reference.torch_ref import evaluate
-from tensorgen.schedule.auto import Space
-from tensorgen.schedule.layer import recognise
 from tensorgen.sim.machine import Stats, simulate
 from tensorgen.spec.loader import parse_program
 from tensorgen.target import Target, load_target

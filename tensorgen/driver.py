@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorgen.autosched.search import Plan, auto_schedule
 from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
@@ -17,7 +18,6 @@ from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
 from tensorgen.mc.verify import verify_compiled
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.auto import Plan, auto_schedule
 from tensorgen.schedule.default import primitive_default
 from tensorgen.schedule.files import compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
@@ -48,7 +48,7 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    compiled = compile_schedule_file(sched_path, program, tgt)
+    compiled = compile_schedule_file(sched_path, program, tgt, compile_scheduled)
     verify_compiled(compiled.binary, tgt)
     return Job(program, tgt, compiled)
 

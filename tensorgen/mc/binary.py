@@ -5,7 +5,7 @@ Layout (little-endian):
            n_tensors u32, pool bytes u32, code words u32, constant bytes u32, DRAM bytes u64,
            CRC-32 of the whole file with this field zero u32 (version 2; version 1 left the
            header out of the checksum, so a corrupt target name or count went unnoticed)
-  tensors  n_tensors entries (see `_TENSOR`), shapes padded to 6 dims
+  tensors  n_tensors entries (see `TENSOR_RECORD`), shapes padded to 6 dims
   pool     u32 count, then operand entries (views and boxes)
   code     32-byte instruction words (tensorgen.mc.isa)
   consts   raw bytes of constant tensors (weights)
@@ -37,8 +37,8 @@ from tensorgen.mc.operands import (
 
 MAGIC = b"TGB\x1a"
 VERSION = 2
-_HEADER = struct.Struct("<4sHH16s8sIIIIQI")
-_CRC_AT = _HEADER.size - 4
+HEADER = struct.Struct("<4sHH16s8sIIIIQI")
+_CRC_AT = HEADER.size - 4
 NAME_BYTES = 32  # a tensor name in the tensor table
 TARGET_NAME_BYTES = 16
 # A tensor name becomes an output file name (`run --out DIR` writes DIR/NAME.npy), so it is
@@ -46,7 +46,7 @@ TARGET_NAME_BYTES = 16
 _TENSOR_NAME = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
 # A target name selects one of the built-in target descriptions; it is never a path.
 _TARGET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-_TENSOR = struct.Struct(f"<32sBBBxi{MAX_RANK}IQQQ")
+TENSOR_RECORD = struct.Struct(f"<32sBBBxi{MAX_RANK}IQQQ")
 ROLES = ("input", "output", "inout", "temp", "const")
 _POOL_HEAD = struct.Struct("<BBBBH")
 
@@ -193,7 +193,7 @@ def _encode_tensor(t: TensorEntry) -> bytes:
         )
     shape = tuple(t.shape) + (0,) * (MAX_RANK - len(t.shape))
     try:
-        return _TENSOR.pack(
+        return TENSOR_RECORD.pack(
             t.name.encode(),
             DTYPE_CODES[t.dtype],
             ROLES.index(t.role),
@@ -225,7 +225,7 @@ def encode(binary: Binary) -> bytes:
     if max(counts) >= 2**32 or not 0 <= binary.dram_bytes < 2**64:
         raise BinaryError("binary too large for the .tgb format (a section over 4 GiB)")
     header = bytearray(
-        _HEADER.pack(
+        HEADER.pack(
             MAGIC,
             VERSION,
             0,
@@ -244,7 +244,7 @@ def checksum(data: bytes) -> int:
     """The CRC-32 a .tgb stores: over the whole file with the checksum field read as zero."""
     crc = zlib.crc32(data[:_CRC_AT])
     crc = zlib.crc32(b"\0\0\0\0", crc)
-    return zlib.crc32(data[_HEADER.size :], crc)
+    return zlib.crc32(data[HEADER.size :], crc)
 
 
 class _Reader:
@@ -306,16 +306,18 @@ def decode(data: bytes) -> Binary:
     foreign or other-version file, a checksum mismatch, a count that does not match the file's
     length, and (behind a valid checksum) any field out of its range. What decodes is still
     untrusted: `tensorgen.mc.verify.verify_binary` checks it against the target it runs on."""
-    if len(data) < _HEADER.size:
+    if len(data) < HEADER.size:
         raise BinaryError("not a .tgb file (too short for a header)")
     magic, version, _, tname, thash, n_t, pool_len, n_words, const_len, dram, crc = (
-        _HEADER.unpack_from(data)
+        HEADER.unpack_from(data)
     )
     if magic != MAGIC:
         raise BinaryError("not a .tgb file (bad magic)")
     if version != VERSION:
         raise BinaryError(f"unsupported .tgb version {version} (this tool reads version {VERSION})")
-    expected = _HEADER.size + n_t * _TENSOR.size + pool_len + n_words * isa.WORD_BYTES + const_len
+    expected = (
+        HEADER.size + n_t * TENSOR_RECORD.size + pool_len + n_words * isa.WORD_BYTES + const_len
+    )
     if len(data) < expected:
         raise BinaryError(f"truncated .tgb file ({len(data)} bytes, header promises {expected})")
     if len(data) > expected:
@@ -324,9 +326,9 @@ def decode(data: bytes) -> Binary:
         raise BinaryError("corrupt .tgb file (checksum mismatch)")
     target_name = _decode_name(tname, "target name")
     check_target_name(target_name)
-    pos = _HEADER.size
-    tensors = [_decode_tensor(data, pos + k * _TENSOR.size, k) for k in range(n_t)]
-    pos += n_t * _TENSOR.size
+    pos = HEADER.size
+    tensors = [_decode_tensor(data, pos + k * TENSOR_RECORD.size, k) for k in range(n_t)]
+    pos += n_t * TENSOR_RECORD.size
     pool = _decode_pool(data, pos, pos + pool_len, n_t)
     pos += pool_len
     code = [
@@ -347,7 +349,7 @@ def _decode_name(raw: bytes, what: str) -> str:
 
 
 def _decode_tensor(data: bytes, pos: int, k: int) -> TensorEntry:
-    name, dt, role, rank, pad, *rest = _TENSOR.unpack_from(data, pos)
+    name, dt, role, rank, pad, *rest = TENSOR_RECORD.unpack_from(data, pos)
     shape, (off, coff, cbytes) = rest[:MAX_RANK], rest[MAX_RANK:]
     if dt not in DTYPE_NAMES or role >= len(ROLES) or rank > MAX_RANK:
         raise BinaryError("corrupt tensor table")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorgen.mc import isa
-from tensorgen.mc.binary import _HEADER, _POOL_HEAD, _TENSOR, VERSION
+from tensorgen.mc.binary import _POOL_HEAD, HEADER, TENSOR_RECORD, VERSION
 
 _TYPES = {
     "u8": "u8",
@@ -48,10 +48,10 @@ def isa_markdown() -> str:
         "signal mask (u8) (bit 0 = LD, 1 = EX, 2 = ST), one reserved byte, then the fields in the order",
         "below, packed without padding; the rest of the word is zero.",
         "",
-        f"A `.tgb` file: a {_HEADER.size}-byte header (magic `TGB\\x1a`, version u16, reserved u16, target name",
+        f"A `.tgb` file: a {HEADER.size}-byte header (magic `TGB\\x1a`, version u16, reserved u16, target name",
         "16 bytes, target-parameter hash 8 bytes, tensor count u32, pool bytes u32, code words u32,",
         "constant bytes u32, DRAM bytes u64, CRC-32 of the whole file with this field read as zero u32;",
-        f"format version {VERSION}); the tensor table ({_TENSOR.size} bytes per tensor:",
+        f"format version {VERSION}); the tensor table ({TENSOR_RECORD.size} bytes per tensor:",
         "name 32 bytes, dtype u8 (0 int8, 1 uint8, 2 int32), role u8 (input, output, inout, temp, const),",
         "rank u8, reserved, pad value i32, 6 x u32 shape, u64 DRAM offset, u64 constant offset, u64",
         f"constant bytes); the operand pool (u32 count, then per operand a {_POOL_HEAD.size}-byte head: kind u8",

@@ -31,8 +31,10 @@ import re
 import signal
 import threading
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tensorgen.errors import ScheduleError, TensorgenError
 from tensorgen.inputs import one_line, read_text
@@ -91,16 +93,19 @@ def _build(text: str, program: Program, target, filename: str, time_limit) -> tu
 
 
 def compile_schedule_file(
-    path: str | Path, program: Program, target, time_limit: float | None = DEFAULT_TIME_LIMIT_S
+    path: str | Path,
+    program: Program,
+    target,
+    lower: Callable[[Program, Any, Schedule], Any],
+    time_limit: float | None = DEFAULT_TIME_LIMIT_S,
 ):
-    """The program lowered under the schedule file at `path`: a refusal of the lowering is a
-    line `path:N: ...` too, N the line of `def schedule`."""
-    from tensorgen.codegen.scheduled import compile_scheduled  # the codegen imports this package
-
+    """`lower(program, target, schedule)` under the schedule file at `path`: a refusal of the
+    lowering is a line `path:N: ...` too, N the line of `def schedule`. The caller passes the
+    lowering (codegen's compile_scheduled) because codegen sits above this package."""
     text = read_text(path, "the schedule file", ScheduleError)
     s, line = _build(text, program, target, str(path), time_limit)
     try:
-        return compile_scheduled(program, target, s)
+        return lower(program, target, s)
     except TensorgenError as err:
         raise _located(err, str(path), line) from None
 

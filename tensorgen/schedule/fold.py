@@ -3,7 +3,7 @@
 A 7x7/2 stem on 3 channels has 7 kernel columns for the 16 rows of the array; staged channels
 innermost, its columns and channels are one run of 21 bytes in both operands, and with one
 output column per staged block of the image, its kernel rows join the run too (147 bytes). The
-automatic scheduler (auto.py) offers these folds as loop nests of its search space; the lowering
+automatic scheduler (autosched/search.py) offers these folds as loop nests of its search space; the lowering
 cuts a run into MATMULs of at most the array's rows (tensorize over several K loops).
 """
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorgen.mc.binary import _HEADER, _TENSOR
+from tensorgen.mc.binary import HEADER as _HEADER
+from tensorgen.mc.binary import TENSOR_RECORD as _TENSOR
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BASES = (

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tensorgen.autosched import search as auto
 from tensorgen.driver import compile_file, random_inputs, run_and_compare
 from tensorgen.mc.binary import encode
-from tensorgen.schedule import auto
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

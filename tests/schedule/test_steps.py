@@ -65,7 +65,7 @@ def test_json_round_trip_gives_the_same_microcode(name: str, tmp_path: Path) -> 
     again = load_schedule(path, program, TG1)
     assert again.trace == original.trace and again.stages == original.stages
     assert again.union_map().is_equal(original.union_map())
-    compiled = compile_schedule_file(path, program, TG1)
+    compiled = compile_schedule_file(path, program, TG1, compile_scheduled)
     assert encode(compiled.binary) == encode(compile_scheduled(program, TG1, original).binary)
     cmp, _ = run_and_compare(Job(program, TG1, compiled), random_inputs(program, 0))
     assert cmp.exact, cmp.message

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from tensorgen.autosched.layer import recognise
+from tensorgen.autosched.search import Space
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import Job, random_inputs, run_and_compare
 from tensorgen.errors import CodegenError, ScheduleError
-from tensorgen.schedule.auto import Space
-from tensorgen.schedule.layer import recognise
 from tensorgen.spec.loader import parse_program
 from tensorgen.target import load_target
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
+from tensorgen.autosched.layer import Geometry, Layer, Skeleton, build_skeleton, recognise
 from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
@@ -45,7 +46,6 @@ from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.compaction import compacted_size, row_compaction
 from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
 from tensorgen.schedule.fold import KFold, window_shape
-from tensorgen.schedule.layer import Geometry, Layer, Skeleton, _position, build_skeleton, recognise
 from tensorgen.target import Target
 
 # costed candidates, checked between loop nests: more than twice the largest search of examples/
@@ -512,7 +512,7 @@ def _probe(
                 and overwrites is None
             ):
                 overwrites = (
-                    s.overwriting_blocks(stmt.name, _position(s, sk.loops[band[0]])) is not None
+                    s.overwriting_blocks(stmt.name, s.position(sk.loops[band[0]])) is not None
                 )
             zeroed = bool(first) and not (
                 box.first.covered and kind == "array" and t == stmt.lhs.tensor and overwrites

@@ -10,8 +10,8 @@ from pathlib import Path
 import islpy as isl
 import pytest
 
+from tensorgen.autosched import search as auto
 from tensorgen.driver import Job, compile_auto, random_inputs, run_and_compare
-from tensorgen.schedule import auto
 from tensorgen.spec.loader import parse_program
 from tensorgen.target import load_target
 

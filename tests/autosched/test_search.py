@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tensorgen.autosched.search import auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import Job, compile_auto, compile_default, random_inputs, run_and_compare
 from tensorgen.errors import CapacityError
-from tensorgen.schedule.auto import auto_schedule
 from tensorgen.schedule.files import render, replay
 from tensorgen.spec.loader import load_program, parse_program
 from tensorgen.target import load_target

@@ -204,7 +204,7 @@ def build_skeleton(
         **{i: h for i, h in handles[c.name].items() if i not in fbase},
     }
     for name, size in blocks:
-        if name not in done and _trips(s, loops[name]) > size:
+        if name not in done and s.trips(loops[name]) > size:
             o, i = s.split(loops.pop(name), size)
             loops[f"{name}_o"], loops[f"{name}_i"] = o, i
     inner = list(order[len(fused) :]) + list(band)
@@ -220,7 +220,7 @@ def build_skeleton(
     own: dict[str, list[Loop]] = {}
     for st in layer.others:
         mine = {**per[st.name], **{i: h for i, h in handles[st.name].items() if i not in fbase}}
-        if len(names) >= 2 and names != sorted(mine, key=lambda x: _position(s, mine[x])):
+        if len(names) >= 2 and names != sorted(mine, key=lambda x: s.position(mine[x])):
             s.reorder(*(mine[x] for x in names))
         own[st.name] = [mine[x] for x in names]
     return Skeleton(s, loops, fused, own, names if layer.others else [])
@@ -249,12 +249,12 @@ def _fuse_tiles(
             loop = s.fuse(loop, handles[st.name][b])
         shared[b] = loop
     for name, size in blocks:
-        if name in shared and f"{name}_o" in fused and _trips(s, shared[name]) > size:
+        if name in shared and f"{name}_o" in fused and s.trips(shared[name]) > size:
             o, i = s.split(shared.pop(name), size)
             shared[f"{name}_o"], shared[f"{name}_i"] = o, i
             done.add(name)
-    rest = sorted((x for x in shared if x not in fused), key=lambda x: _position(s, shared[x]))
-    if list(fused) + rest != sorted(shared, key=lambda x: _position(s, shared[x])):
+    rest = sorted((x for x in shared if x not in fused), key=lambda x: s.position(shared[x]))
+    if list(fused) + rest != sorted(shared, key=lambda x: s.position(shared[x])):
         s.reorder(*(shared[x] for x in list(fused) + rest))
     for x in reversed(rest):  # innermost first
         loop = shared.pop(x)
@@ -264,14 +264,3 @@ def _fuse_tiles(
             loop = moved
         per[stmts[-1].name][x] = loop
     return shared, per, done
-
-
-def _position(s: Schedule, loop: Loop) -> int:
-    return s._resolve(loop, "auto", False)[1]
-
-
-def _trips(s: Schedule, loop: Loop) -> int:
-    """Iterations of `loop` (the widest, for loops with varying bounds)."""
-    _, pos, stmts = s._resolve(loop, "auto", False)
-    rng = s._state.maps[next(iter(stmts))].range()
-    return int(rng.dim_max(pos).max_val().to_python() - rng.dim_min(pos).min_val().to_python()) + 1

@@ -1,0 +1,1 @@
+"""The passes of the scheduled lowering (codegen/scheduled.py), one module each."""
