@@ -45,8 +45,9 @@ from rich.table import Table
 from tensorgen.autosched.layer import recognise
 from tensorgen.autosched.search import Candidate, Space, auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
-from tensorgen.driver import compare, random_inputs, write_atomic
+from tensorgen.driver import compare, random_inputs
 from tensorgen.errors import TensorgenError
+from tensorgen.outputs import write_atomic
 from tensorgen.reference.torch_ref import evaluate
 from tensorgen.sim.machine import simulate
 from tensorgen.spec.loader import parse_program

@@ -83,10 +83,11 @@ from rich.table import Table
 from tensorgen.autosched.layer import recognise
 from tensorgen.autosched.search import Space
 from tensorgen.codegen.lower import compile_program
-from tensorgen.driver import compare, compile_auto, random_inputs, write_atomic
+from tensorgen.driver import compare, compile_auto, random_inputs
 from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import Access, Affine, Program, Statement
 from tensorgen.mc.binary import decode, encode
+from tensorgen.outputs import write_atomic
 from tensorgen.reference.torch_ref import evaluate
 from tensorgen.sim.machine import Stats, simulate
 from tensorgen.spec.loader import parse_program

@@ -39,9 +39,10 @@ from layers import LAYERS, Conv2d, Layer, Matmul
 from rich.console import Console
 from rich.table import Table
 
-from tensorgen.driver import compare, compile_auto, random_inputs, write_atomic
+from tensorgen.driver import compare, compile_auto, random_inputs
 from tensorgen.errors import TensorgenError
 from tensorgen.mc.binary import decode, encode
+from tensorgen.outputs import write_atomic
 from tensorgen.reference.torch_ref import evaluate
 from tensorgen.sim.machine import simulate
 from tensorgen.target import Target, load_target

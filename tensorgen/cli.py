@@ -36,7 +36,7 @@ def _write(path: str | Path, data: bytes) -> None:
 
 def _write_all(files: list[tuple[str | Path, bytes]]) -> None:
     """Write every file or none of them (a second that fails removes the first)."""
-    from tensorgen.driver import write_files_atomic
+    from tensorgen.outputs import write_files_atomic
 
     try:
         write_files_atomic(files)

@@ -466,12 +466,12 @@ def test_run_failing_simulation_creates_no_out(tmp_path, cli, matmul_tgb, operan
 def test_run_failing_write_leaves_no_empty_out(tmp_path, cli, matmul_tgb, operands, monkeypatch):
     import errno
 
-    from tensorgen import driver
+    from tensorgen import outputs
 
     def full(files):
         raise OSError(errno.ENOSPC, "No space left on device", str(files[0][0]))
 
-    monkeypatch.setattr(driver, "write_files_atomic", full)
+    monkeypatch.setattr(outputs, "write_files_atomic", full)
     out = tmp_path / "new" / "out"
     message = cli(*run_args(matmul_tgb, operands[2], operands[3], out)).one_error()
     assert message == f"{out / 'C.npy'}: cannot write (No space left on device)"

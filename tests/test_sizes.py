@@ -13,19 +13,18 @@ MAX_MODULE, MAX_FUNCTION = 600, 60
 
 # (path under tensorgen/, function or None for the module): the size it has today, and why.
 KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
-    # onecomp rewrites the lowering this session into passes of their own (issue 12, item 2)
-    ("codegen/scheduled.py", None): (1193, "the lowering in one class: split into passes"),
-    ("codegen/scheduled.py", "_layout"): (67, "the lowering, being split into passes"),
-    ("codegen/scheduled.py", "_pipelined_loop"): (97, "the lowering, being split into passes"),
-    ("codegen/scheduled.py", "_pipelined_ahead"): (93, "the lowering, being split into passes"),
-    ("codegen/scheduled.py", "_matmul"): (86, "the lowering, being split into passes"),
+    # the lowering's passes (codegen/lowering/), moved out of one class but not yet shortened
+    ("codegen/lowering/pipeline.py", "_pipelined_loop"): (97, "double buffering: split per stage"),
+    ("codegen/lowering/pipeline.py", "_pipelined_ahead"): (93, "double buffering: split per stage"),
+    ("codegen/lowering/plan.py", "_layout"): (67, "buffer layout: one record per buffer next"),
+    ("codegen/lowering/select.py", "_matmul"): (86, "MATMUL selection: split operand building"),
     ("codegen/lower.py", "into"): (126, "the old lowering, removed with KernelLowering"),
     ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
     ("model.py", "compile_model"): (87, "onecomp's, being reshaped with the pipeline"),
-    ("schedule/auto.py", None): (785, "the auto-scheduler, moving above codegen (onecomp)"),
-    ("schedule/auto.py", "_probe"): (110, "re-derives the lowering's facts: goes with item 4"),
-    ("schedule/auto.py", "explain"): (62, "the plan's explanation, onecomp's"),
-    ("schedule/auto.py", "_shapes"): (103, "the auto-scheduler's search, onecomp's"),
+    ("autosched/search.py", None): (785, "the layer search: probe and explain to modules of their own"),
+    ("autosched/search.py", "_probe"): (110, "re-derives the lowering's facts: goes with item 4"),
+    ("autosched/search.py", "explain"): (62, "the plan's explanation, one table"),
+    ("autosched/search.py", "_shapes"): (103, "the layer search's enumeration of tile shapes"),
     ("schedule/cost.py", "cost"): (83, "the cost model, rewritten onto isa.py's costs (cost)"),
     # cost defines each instruction's cost once in isa.py and documents it from there
     ("mc/isa.py", None): (637, "the instruction table, one entry per instruction (cost)"),

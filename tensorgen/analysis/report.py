@@ -27,7 +27,7 @@ def out_dir(path: str | Path) -> Path:
 
 
 def write(path: Path, data: bytes) -> None:
-    from tensorgen.driver import write_atomic
+    from tensorgen.outputs import write_atomic
 
     try:
         write_atomic(path, data)

@@ -61,7 +61,7 @@ def render(schedule: Schedule, doc: str = "") -> str:
 
 def save_trace(path: str | Path, schedule: Schedule) -> None:
     """Write `schedule`'s trace as JSON (whole or not at all), loadable by `load_schedule`."""
-    from tensorgen.driver import write_atomic  # the driver imports this module
+    from tensorgen.outputs import write_atomic
 
     write_atomic(path, steps.dumps(schedule.trace).encode())
 
