@@ -37,6 +37,9 @@ class InputLimits:
     name_chars: int = 32  # a tensor, index or loop name: the .tgb tensor table holds 32 bytes
     loop_extent: int = 1 << 31  # trip count of one index or shared loop (LOOP counts are u32)
     statement_iterations: int = 1 << 40  # instances of one statement, shared loops included
+    # points the PyTorch reference evaluates as index tensors for one statement (a statement that
+    # is not one aten contraction or convolution): about 100 bytes of tensors per point
+    reference_points: int = 1 << 24
     statements: int = 256  # compile time grows with the square of the statement count
     statement_chars: int = 4096  # one statement, and one where: text
     expr_depth: int = 32  # nesting of a statement's expression (each operator or call is a level)
