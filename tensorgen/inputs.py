@@ -136,13 +136,36 @@ def _yaml_error(
     return error(f"{at}: malformed YAML ({one_line(problem)})")
 
 
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """The safe loader's composer, stopped at `LIMITS.yaml_depth` levels as it descends: 3,000
+    nested `[` otherwise recurse until Python's own limit (1.7 CPU-s) before the check."""
+
+    def __init__(self, text: str, where: str, error: type[TensorgenError]) -> None:
+        super().__init__(text)
+        self.depth, self.where, self.error = 0, where, error
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        self.depth += 1
+        try:
+            if self.depth > LIMITS.yaml_depth:
+                mark = self.peek_event().start_mark
+                raise self.error(
+                    f"{self.where}:{mark.line + 1}:{mark.column + 1}: YAML nested deeper than "
+                    f"{LIMITS.yaml_depth} levels (limit InputLimits.yaml_depth in "
+                    "tensorgen/inputs.py)"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def compose_yaml(
     text: str, where: str, error: type[TensorgenError] = TensorgenError
 ) -> yaml.Node | None:
     """YAML text -> its node graph (positions kept), refusing nesting deeper than
     `LIMITS.yaml_depth` and more than `LIMITS.yaml_nodes` nodes once aliases are expanded."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _DepthLimitedLoader(text, where, error).get_single_node()
     except yaml.YAMLError as err:
         raise _yaml_error(err, where, error, text) from None
     except RecursionError:

@@ -180,8 +180,8 @@ def _check_points(stmt: Statement, n: int) -> None:
 
     if n > LIMITS.reference_points:
         raise TensorgenError(
-            f"{stmt.name} '{stmt.text[:60]}': the PyTorch reference would evaluate {n:,} points "
-            f"one by one as index tensors, over the limit of {LIMITS.reference_points:,} "
+            f"{stmt.name} '{stmt.text[:60]}': the PyTorch reference would evaluate {n:,} points as "
+            f"index tensors, over the limit of {LIMITS.reference_points:,} "
             "(InputLimits.reference_points in tensorgen/inputs.py; a contraction or convolution "
             "without a where: runs as one aten op and is not limited)"
         )

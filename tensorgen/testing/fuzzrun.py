@@ -323,10 +323,18 @@ def save_reproducer(case: Case, outcome: Outcome, d: Path) -> None:
 # --- a pool of worker processes (the benchmark) ----------------------------------------------------
 
 
+def warm_up() -> None:
+    """Import what a check imports (torch: seconds) before the first case, so that no case's time
+    limit or time per case pays for it."""
+    import tensorgen.cli
+    import tensorgen.reference.torch_ref  # noqa: F401
+
+
 def _worker(conn, workdir: str, limit: float, memory: int) -> None:
     """Run cases sent over `conn` in this process under RLIMIT_AS, and send back their outcomes."""
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the benchmark, which then stops us
+    warm_up()
     while True:
         try:
             task = conn.recv()
