@@ -254,6 +254,7 @@ def cmd_check_model(args) -> int:
 
 def cmd_check(args) -> int:
     from tensorgen.driver import compile_file, random_inputs, run_and_compare
+    from tensorgen.reference.torch_ref import check_work
 
     if is_model(args.op):
         return cmd_check_model(args)
@@ -263,6 +264,7 @@ def cmd_check(args) -> int:
     t0 = time.perf_counter()
     job = compile_file(args.op, args.target, args.schedule, args.schedule_time_limit)
     compile_s = time.perf_counter() - t0
+    check_work(job.program)  # before the simulator runs: the reference's limits refuse first
     prog, tgt = job.program, job.target
     choice = args.schedule or prog.schedule
     which = {"default": "default schedule", "auto": "automatic schedule"}.get(

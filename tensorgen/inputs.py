@@ -40,6 +40,8 @@ class InputLimits:
     # points the PyTorch reference evaluates as index tensors for one statement (a statement that
     # is not one aten contraction or convolution): about 100 bytes of tensors per point
     reference_points: int = 1 << 24
+    # statement runs of the reference: shared-loop steps times statements, each a Python step
+    reference_steps: int = 1 << 14
     statements: int = 256  # compile time grows with the square of the statement count
     statement_chars: int = 4096  # one statement, and one where: text
     expr_depth: int = 32  # nesting of a statement's expression (each operator or call is a level)

@@ -67,8 +67,23 @@ def _cvt_int32(x: torch.Tensor) -> torch.Tensor:
     return torch.where(bad, torch.full_like(r, -(2**31)), r).to(torch.int64)
 
 
+def check_work(program: Program) -> None:
+    """Refuse, before anything runs, a program whose reference would take Python-level steps
+    without bound: it runs every statement once per step of the shared loops."""
+    from tensorgen.inputs import LIMITS
+
+    steps = math.prod(n for _, n in program.shared_loops) * len(program.statements)
+    if steps > LIMITS.reference_steps:
+        raise TensorgenError(
+            f"the PyTorch reference would run {steps:,} statement steps (shared-loop steps times "
+            f"statements), over the limit of {LIMITS.reference_steps:,} "
+            "(InputLimits.reference_steps in tensorgen/inputs.py)"
+        )
+
+
 def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run `program` on `inputs`; returns every output and inout tensor."""
+    check_work(program)
     env: dict[str, torch.Tensor] = {}
     for t in program.tensors:
         work = torch.float32 if t.np_dtype.kind == "f" else torch.int64

@@ -116,6 +116,24 @@ def test_the_reference_refuses_more_points_than_its_limit(tmp_path, capsys, monk
     )
 
 
+def test_the_reference_refuses_too_many_shared_loop_steps_before_simulating(tmp_path, capsys):
+    # was: a hang (tests/fuzz seed 881, line+huge-loop): `loops: {t: 100000}` around trmm_triangular
+    # simulated for minutes, then the reference would have run 100,000 Python steps
+    text = (ROOT / "examples" / "trmm_triangular.yaml").read_text()
+    (tmp_path / "op.yaml").write_text(
+        text.replace("statements:", "loops: {t: 100000}\nstatements:")
+    )
+
+    code, out, err = _cli(capsys, "check", tmp_path / "op.yaml")
+
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == (
+        "error: the PyTorch reference would run 100,000 statement steps (shared-loop steps times "
+        "statements), over the limit of 16,384 (InputLimits.reference_steps in tensorgen/inputs.py)"
+    )
+    assert "trial" not in out
+
+
 FOREVER = "def schedule(s):\n    while True:\n        pass\n"
 
 
