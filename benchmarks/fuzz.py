@@ -170,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
             pool.map(tasks, done)
         except KeyboardInterrupt:  # Ctrl-C (SIGINT): report what ran so far
             print("interrupted: the tally covers the runs that finished", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - a harness failure must not lose the tally
+            print(
+                f"harness failure ({exc!r}): the tally covers the runs that finished",
+                file=sys.stderr,
+            )
         finally:
             pool.close()
     seconds = time.perf_counter() - t0
