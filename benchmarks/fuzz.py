@@ -45,13 +45,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--json", type=Path, help="write the tally and the first reproducers here")
     ap.add_argument("--save", type=Path, help="save the first reproducer of each class here")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="worker processes, each running one case at a time"
+    )
     ap.add_argument("--limit", type=float, default=20.0, help="wall-clock seconds per case")
     ap.add_argument("--memory", type=float, default=4.0, help="address-space limit per worker, GiB")
     ap.add_argument(
         "--process-every",
         type=int,
-        default=25,
+        default=250,  # a process imports torch again: 3 CPU-s, 20x an in-process case
         metavar="K",
         help="also run every K-th case as a real process (0: never)",
     )
@@ -86,6 +88,28 @@ def table(tally: dict, title: str) -> Table:
     return tab
 
 
+def projection(seconds_of: dict, args: argparse.Namespace, wall: float, runs: int) -> str:
+    """Seconds per case by family (in-process, and as a process), and what `--count 10000` would
+    take at this rate with the same --jobs and --process-every."""
+    parts, total = [], 0.0
+    for family in args.family or FAMILIES:
+        inproc = seconds_of.get(("in-process", family), [])
+        proc = seconds_of.get(("process", family), [])
+        mean = sum(inproc) / len(inproc) if inproc else 0.0
+        pmean = sum(proc) / len(proc) if proc else 0.0
+        share = 1 / args.process_every if args.process_every else 0.0
+        ten_k = 10000 * (mean + share * pmean) / max(1, args.jobs)
+        total += ten_k
+        parts.append(f"{family} {mean:.3f}" + (f" ({pmean:.1f} as a process)" if proc else ""))
+    busy = sum(sum(v) for v in seconds_of.values())
+    overhead = wall / busy * max(1, args.jobs) if busy else 1.0  # materializing, the pool, imports
+    return (
+        f"seconds per case: {', '.join(parts)}; projected for --count 10000 with --jobs "
+        f"{args.jobs}: {total / 60:.0f} min of cases, {total * overhead / 60:.0f} min of wall "
+        f"clock at this run's overhead ({overhead:.2f}x)"
+    )
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -101,9 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     examples: dict[str, list] = defaultdict(list)
     t0 = time.perf_counter()
 
+    seconds_of: dict[tuple[str, str], list[float]] = defaultdict(list)
+
     def done(i: int, outcome) -> None:
         family, n, mode, case = index[i]
         tally[mode][family][outcome.cls] += 1
+        seconds_of[mode, family].append(outcome.seconds)
         finished = sum(sum(c.values()) for m in tally.values() for c in m.values())
         if finished % 100 == 0:
             print(
@@ -143,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
             pool.map(tasks, done)
         except KeyboardInterrupt:  # Ctrl-C (SIGINT): report what ran so far
             print("interrupted: the tally covers the runs that finished", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - a harness failure must not lose the tally
+            print(
+                f"harness failure ({exc!r}): the tally covers the runs that finished",
+                file=sys.stderr,
+            )
         finally:
             pool.close()
     seconds = time.perf_counter() - t0
@@ -154,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(table(tally["process"], f"every {args.process_every}th input as a process"))
     breaks = sum(c[b] for mode in tally.values() for c in mode.values() for b in BREAKS)
     print(f"{len(tasks)} runs in {seconds:.0f} s; {breaks} broke the contract")
+    print(projection(seconds_of, args, seconds, len(tasks)))
     for key, info in sorted(first.items()):
         print(
             f"  first {key}: {'+'.join(info['kinds'])}: {info['detail']}"

@@ -48,7 +48,7 @@ def cmd_emit(args) -> int:
     from tensorgen.driver import compile_file
     from tensorgen.mc.binary import disassemble, encode
 
-    job = compile_file(args.op, args.target, args.schedule)
+    job = compile_file(args.op, args.target, args.schedule, args.schedule_time_limit)
     binary = job.compiled.binary
     data = encode(binary)
     files = [(args.asm, disassemble(binary).encode())] if args.asm else []
@@ -254,14 +254,17 @@ def cmd_check_model(args) -> int:
 
 def cmd_check(args) -> int:
     from tensorgen.driver import compile_file, random_inputs, run_and_compare
+    from tensorgen.reference.torch_ref import check_work
 
     if is_model(args.op):
         return cmd_check_model(args)
     if args.trials < 1:
         raise TensorgenError(f"--trials {args.trials}: at least one trial")
+    limits = _sim_limits(args)
     t0 = time.perf_counter()
-    job = compile_file(args.op, args.target, args.schedule)
+    job = compile_file(args.op, args.target, args.schedule, args.schedule_time_limit)
     compile_s = time.perf_counter() - t0
+    check_work(job.program)  # before the simulator runs: the reference's limits refuse first
     prog, tgt = job.program, job.target
     choice = args.schedule or prog.schedule
     which = {"default": "default schedule", "auto": "automatic schedule"}.get(
@@ -279,7 +282,7 @@ def cmd_check(args) -> int:
     status = 0
     for trial in range(args.trials):
         seed = args.seed + trial
-        cmp, result = run_and_compare(job, random_inputs(prog, seed))
+        cmp, result = run_and_compare(job, random_inputs(prog, seed), limits)
         print(f"trial {trial + 1} (seed {seed}): {cmp.message}")
         if not cmp.exact:
             status = 1
@@ -295,7 +298,8 @@ def cmd_check(args) -> int:
         from tensorgen.sim.machine import simulate
 
         default = compile_default(prog, tgt)
-        base = simulate(default.binary, random_inputs(prog, args.seed), tgt).stats.cycles
+        base = simulate(default.binary, random_inputs(prog, args.seed), tgt, limits=limits)
+        base = base.stats.cycles
         print(
             f"default schedule: cycles {base}  ({base / s.cycles:.2f}x the cycles of this schedule)"
         )
@@ -303,16 +307,14 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from tensorgen.mc.verify import SimLimits, binary_target, verify_binary
+    from tensorgen.mc.verify import binary_target, verify_binary
     from tensorgen.sim.arrays import input_tensor, read_npy
     from tensorgen.sim.machine import simulate
     from tensorgen.target import load_target
 
-    if args.max_steps < 1:
-        raise TensorgenError(f"--max-steps {args.max_steps}: at least one instruction")
+    limits = _sim_limits(args)
     binary = _read_binary(args.binary)
     target = load_target(args.target) if args.target else binary_target(binary)
-    limits = SimLimits(max_steps=args.max_steps)
     try:
         verify_binary(binary, target, limits)  # before any input is read or anything runs
     except BinaryError as err:
@@ -559,9 +561,53 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _max_steps(p: argparse.ArgumentParser) -> None:
+    """`--max-steps N` of run and check: SimLimits.max_steps, the simulator's one limit object."""
     from tensorgen.mc.verify import SimLimits
 
+    default = SimLimits().max_steps
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"refuse programs that execute more than N instructions (default {default:,})",
+    )
+
+
+def _sim_limits(args):
+    from tensorgen.mc.verify import SimLimits
+
+    if args.max_steps < 1:
+        raise TensorgenError(f"--max-steps {args.max_steps}: at least one instruction")
+    return SimLimits(max_steps=args.max_steps)
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a time limit in seconds, > 0 and finite (0 would mean no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text} is outside (0, 86400] seconds")
+    return value
+
+
+def _schedule_time_limit(p: argparse.ArgumentParser) -> None:
+    from tensorgen.schedule.files import DEFAULT_TIME_LIMIT_S
+
+    p.add_argument(
+        "--schedule-time-limit",
+        type=_seconds,
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help="seconds a schedule file may run before it is stopped with a one-line error "
+        f"(default {DEFAULT_TIME_LIMIT_S:g})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tensorgen", description="Compile tensor operators to accelerator microcode."
     )
@@ -579,6 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--schedule",
         help="a schedule file, 'auto' or 'default' (default: the op.yaml's schedule: key)",
     )
+    _schedule_time_limit(e)
     e.set_defaults(func=cmd_emit)
 
     c = sub.add_parser(
@@ -605,6 +652,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         default=1,
     )
+    _schedule_time_limit(c)
+    _max_steps(c)
     _model_options(c)
     c.add_argument(
         "--input",
@@ -643,13 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the target's description (FILE.yaml) when the binary's target is not built in; "
         "its name and parameter hash must match the binary's",
     )
-    r.add_argument(
-        "--max-steps",
-        type=int,
-        default=SimLimits().max_steps,
-        metavar="N",
-        help=f"refuse programs that execute more than N instructions (default {SimLimits().max_steps:,})",
-    )
+    _max_steps(r)
     r.set_defaults(func=cmd_run)
 
     d = sub.add_parser("disasm", help="print a .tgb as assembly text")

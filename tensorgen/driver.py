@@ -14,10 +14,10 @@ from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
-from tensorgen.mc.verify import verify_compiled
+from tensorgen.mc.verify import SimLimits, verify_compiled
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.default import primitive_default
-from tensorgen.schedule.files import compile_schedule_file
+from tensorgen.schedule.files import DEFAULT_TIME_LIMIT_S, compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
 from tensorgen.target import Target, load_target
@@ -31,7 +31,12 @@ class Job:
     plan: Plan | None = None  # the automatic scheduler's reasoning, for `schedule: auto`
 
 
-def compile_file(path: str | Path, target: str | None = None, schedule: str | None = None) -> Job:
+def compile_file(
+    path: str | Path,
+    target: str | None = None,
+    schedule: str | None = None,
+    schedule_time_limit: float | None = DEFAULT_TIME_LIMIT_S,
+) -> Job:
     """op.yaml -> IR -> schedule -> microcode.
 
     The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
@@ -46,7 +51,9 @@ def compile_file(path: str | Path, target: str | None = None, schedule: str | No
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
     sched_path = schedule if schedule is not None else str(Path(path).parent / program.schedule)
-    compiled = compile_schedule_file(sched_path, program, tgt, compile_scheduled)
+    compiled = compile_schedule_file(
+        sched_path, program, tgt, compile_scheduled, schedule_time_limit
+    )
     verify_compiled(compiled.binary, tgt)
     return Job(program, tgt, compiled)
 
@@ -165,9 +172,11 @@ def compare(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Comp
     return Comparison(True, "BIT-EXACT")
 
 
-def run_and_compare(job: Job, inputs: dict[str, np.ndarray]) -> tuple[Comparison, SimResult]:
+def run_and_compare(
+    job: Job, inputs: dict[str, np.ndarray], limits: SimLimits | None = None
+) -> tuple[Comparison, SimResult]:
     from tensorgen.reference.torch_ref import evaluate  # torch loads slowly: only when comparing
 
     binary = decode(encode(job.compiled.binary))  # always run what would be written to disk
-    result = simulate(binary, inputs, job.target)
+    result = simulate(binary, inputs, job.target, limits=limits)
     return compare(evaluate(job.program, inputs), result.outputs), result

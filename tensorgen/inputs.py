@@ -37,6 +37,11 @@ class InputLimits:
     name_chars: int = 32  # a tensor, index or loop name: the .tgb tensor table holds 32 bytes
     loop_extent: int = 1 << 31  # trip count of one index or shared loop (LOOP counts are u32)
     statement_iterations: int = 1 << 40  # instances of one statement, shared loops included
+    # points the PyTorch reference evaluates as index tensors for one statement (a statement that
+    # is not one aten contraction or convolution): about 100 bytes of tensors per point
+    reference_points: int = 1 << 24
+    # statement runs of the reference: shared-loop steps times statements, each a Python step
+    reference_steps: int = 1 << 14
     statements: int = 256  # compile time grows with the square of the statement count
     statement_chars: int = 4096  # one statement, and one where: text
     expr_depth: int = 32  # nesting of a statement's expression (each operator or call is a level)
@@ -133,13 +138,36 @@ def _yaml_error(
     return error(f"{at}: malformed YAML ({one_line(problem)})")
 
 
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """The safe loader's composer, stopped at `LIMITS.yaml_depth` levels as it descends: 3,000
+    nested `[` otherwise recurse until Python's own limit (1.7 CPU-s) before the check."""
+
+    def __init__(self, text: str, where: str, error: type[TensorgenError]) -> None:
+        super().__init__(text)
+        self.depth, self.where, self.error = 0, where, error
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        self.depth += 1
+        try:
+            if self.depth > LIMITS.yaml_depth:
+                mark = self.peek_event().start_mark
+                raise self.error(
+                    f"{self.where}:{mark.line + 1}:{mark.column + 1}: YAML nested deeper than "
+                    f"{LIMITS.yaml_depth} levels (limit InputLimits.yaml_depth in "
+                    "tensorgen/inputs.py)"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def compose_yaml(
     text: str, where: str, error: type[TensorgenError] = TensorgenError
 ) -> yaml.Node | None:
     """YAML text -> its node graph (positions kept), refusing nesting deeper than
     `LIMITS.yaml_depth` and more than `LIMITS.yaml_nodes` nodes once aliases are expanded."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _DepthLimitedLoader(text, where, error).get_single_node()
     except yaml.YAMLError as err:
         raise _yaml_error(err, where, error, text) from None
     except RecursionError:

@@ -15,11 +15,14 @@ PyTorch's qnnpack requantization (NUMERICS.md) and saturates to the LHS dtype.
 from __future__ import annotations
 
 import itertools
+import math
+from dataclasses import replace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import (
     Access,
     Affine,
@@ -65,8 +68,23 @@ def _cvt_int32(x: torch.Tensor) -> torch.Tensor:
     return torch.where(bad, torch.full_like(r, -(2**31)), r).to(torch.int64)
 
 
+def check_work(program: Program) -> None:
+    """Refuse, before anything runs, a program whose reference would take Python-level steps
+    without bound: it runs every statement once per step of the shared loops."""
+    from tensorgen.inputs import LIMITS
+
+    steps = math.prod(n for _, n in program.shared_loops) * len(program.statements)
+    if steps > LIMITS.reference_steps:
+        raise TensorgenError(
+            f"the PyTorch reference would run {steps:,} statement steps (shared-loop steps times "
+            f"statements), over the limit of {LIMITS.reference_steps:,} "
+            "(InputLimits.reference_steps in tensorgen/inputs.py)"
+        )
+
+
 def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run `program` on `inputs`; returns every output and inout tensor."""
+    check_work(program)
     env: dict[str, torch.Tensor] = {}
     for t in program.tensors:
         work = torch.float32 if t.np_dtype.kind == "f" else torch.int64
@@ -83,6 +101,10 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
 
 
 def _run(program: Program, stmt: Statement, fixed: dict[str, int], env) -> None:
+    if not all(lo <= fixed[i] <= hi for i, (lo, hi) in _fixed_bounds(stmt, fixed)):
+        return  # a where: on a shared loop excludes this step
+    if stmt.where and _where_is_box(stmt):  # the bounds say it all: the aten fast paths apply
+        stmt = replace(stmt, where="")
     if _self_dependent(stmt):
         for point in _points(stmt, fixed):
             _run_points(program, stmt, {k: torch.tensor([v]) for k, v in point.items()}, env)
@@ -146,6 +168,7 @@ def _grid(stmt: Statement, fixed: dict[str, int]) -> dict[str, torch.Tensor]:
         else torch.arange(lo, hi + 1)
         for i, (lo, hi) in zip(stmt.indices, stmt.bounds, strict=False)
     ]
+    _check_points(stmt, math.prod(len(r) for r in ranges))
     mesh = torch.meshgrid(*ranges, indexing="ij")
     grids = {i: m.reshape(-1) for i, m in zip(stmt.indices, mesh, strict=False)}
     if stmt.where:
@@ -154,23 +177,92 @@ def _grid(stmt: Statement, fixed: dict[str, int]) -> dict[str, torch.Tensor]:
     return grids
 
 
+def _fixed_bounds(stmt: Statement, fixed: dict[str, int]):
+    return [(i, b) for i, b in zip(stmt.indices, stmt.bounds, strict=False) if i in fixed]
+
+
+def _where_is_box(stmt: Statement) -> bool:
+    """The domain is the box of the statement's bounds (the loader intersects a where:'s bounds
+    into them): `0 <= h < 17` restricts nothing the bounds do not already say."""
+    from tensorgen.ir import poly
+
+    return poly.domain(stmt).is_equal(poly.domain(replace(stmt, where="")))
+
+
+def _check_points(stmt: Statement, n: int) -> None:
+    """Refuse before allocating: the reference evaluates a statement as index tensors of n points
+    (8 bytes per index and point, a few temporaries), so n is bounded by a limit."""
+    from tensorgen.inputs import LIMITS
+
+    if n > LIMITS.reference_points:
+        raise TensorgenError(
+            f"{stmt.name} '{stmt.text[:60]}': the PyTorch reference would evaluate {n:,} points as "
+            f"index tensors, over the limit of {LIMITS.reference_points:,} "
+            "(InputLimits.reference_points in tensorgen/inputs.py; a contraction or convolution "
+            "without a where: runs as one aten op and is not limited)"
+        )
+
+
 def _where_mask(stmt: Statement, grids: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Which points of the box satisfy the where:, vectorised: the domain's basic sets, each a
+    conjunction of affine (in)equalities over the indices and integer divisions of them (isl's
+    explicit divs: floor(affine / d)), evaluated over all the points at once."""
     import islpy as isl
 
     from tensorgen.ir import poly
 
-    dom = poly.domain(stmt)
-    points = set()
-    dom.foreach_point(
-        lambda p: points.add(
-            tuple(
-                p.get_coordinate_val(isl.dim_type.set, i).to_python()
-                for i in range(len(stmt.indices))
-            )
+    coords = [grids[i] for i in stmt.indices]
+    n = len(coords[0]) if coords else 1
+    mask = torch.zeros(n, dtype=torch.bool)
+    bounds = [max(abs(lo), abs(hi)) for lo, hi in stmt.bounds]
+    for bset in poly.domain(stmt).compute_divs().get_basic_sets():
+        divs: list[torch.Tensor] = []
+        for k in range(bset.dim(isl.dim_type.div)):
+            aff = bset.get_div(k)
+            den = int(aff.get_denominator_val().to_python())
+            coef = [_coef(aff, isl.dim_type.in_, i, den) for i in range(len(coords))]
+            dcoef = [_coef(aff, isl.dim_type.div, m, den) for m in range(aff.dim(isl.dim_type.div))]
+            if den <= 0 or any(dcoef[k:]):  # isl orders divs so that each uses earlier ones only
+                raise TensorgenError(
+                    f"where: '{stmt.where[:60]}': an integer division isl leaves implicit"
+                )
+            dcoef = dcoef[:k]
+            const = _coef(aff, None, 0, den)
+            num = _affine(coef + dcoef, const, coords + divs, bounds, n)
+            divs.append(torch.div(num, den, rounding_mode="floor"))
+            bounds.append(max(abs(b) for b in bounds) * sum(map(abs, coef + dcoef)) + abs(const))
+        keep = torch.ones(n, dtype=torch.bool)
+        for c in bset.get_constraints():
+            coef = [_coef(c, isl.dim_type.set, i) for i in range(len(coords))]
+            coef += [_coef(c, isl.dim_type.div, m) for m in range(len(divs))]
+            value = _affine(coef, _coef(c, None, 0), coords + divs, bounds, n)
+            keep &= value == 0 if c.is_equality() else value >= 0
+        mask |= keep
+    return mask
+
+
+def _coef(obj, kind, pos: int, scale: int = 1) -> int:
+    """An integer coefficient (or the constant, kind None) of an isl constraint or div, times
+    `scale` (a div's denominator: its coefficients are rationals over it)."""
+    from fractions import Fraction
+
+    val = obj.get_constant_val() if kind is None else obj.get_coefficient_val(kind, pos)
+    return int(Fraction(str(val)) * scale)
+
+
+def _affine(coef: list[int], const: int, values: list[torch.Tensor], bounds, n) -> torch.Tensor:
+    """sum(coef * values) + const in int64, refused (not wrapped) if it could leave int64."""
+    reach = abs(const) + sum(abs(c) * b for c, b in zip(coef, bounds, strict=False))
+    if reach >= 1 << 62:
+        raise TensorgenError(
+            f"where: coefficients up to {max(map(abs, coef), default=0)} make its terms too large "
+            "for the reference's int64 arithmetic"
         )
-    )
-    coords = torch.stack([grids[i] for i in stmt.indices], dim=1).tolist()
-    return torch.tensor([tuple(c) in points for c in coords], dtype=torch.bool)
+    out = torch.full((n,), const, dtype=torch.int64)
+    for c, v in zip(coef, values, strict=False):
+        if c:
+            out = out + c * v
+    return out
 
 
 def _subscript(a: Affine, grids: dict[str, torch.Tensor]) -> torch.Tensor:

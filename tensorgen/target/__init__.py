@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from tensorgen.errors import TargetError
@@ -190,9 +191,21 @@ def load_target(name_or_path: str) -> Target:
     path = Path(name_or_path)
     if not path.suffix:
         path = ISA_DIR / f"{name_or_path}.yaml"
+        if path.is_file():
+            return _builtin_target(path)
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in ISA_DIR.glob("*.yaml")))
         raise TargetError(f"unknown target '{name_or_path}' (known: {known}, or a path to a .yaml)")
+    where = str(path)
+    return target_from_dict(
+        load_yaml(read_text(path, "the target file", TargetError), where, TargetError), where
+    )
+
+
+@lru_cache(maxsize=16)
+def _builtin_target(path: Path) -> Target:
+    """A target of the package, parsed once per process (a check or run loads it several times;
+    0.05 CPU-s each)."""
     where = str(path)
     return target_from_dict(
         load_yaml(read_text(path, "the target file", TargetError), where, TargetError), where

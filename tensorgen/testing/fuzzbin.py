@@ -344,11 +344,12 @@ def mutate_tgb(
                     suspicious |= susp
                 data = _with_crc(bytes(buf))
             else:
-                name = {
-                    "tensor": lambda: _tensor_field(rng, buf, forbidden),
-                    "pool": lambda: _pool_field(rng, buf),
-                    "code": lambda: _code_field(rng, buf),
-                }[op]()
+                if op == "tensor":
+                    name = _tensor_field(rng, buf, forbidden)
+                elif op == "pool":
+                    name = _pool_field(rng, buf)
+                else:
+                    name = _code_field(rng, buf)
                 data = _with_crc(bytes(buf))
             applied.append(name)
             if op == "header":  # the layout the other mutators read may be gone

@@ -323,15 +323,31 @@ def save_reproducer(case: Case, outcome: Outcome, d: Path) -> None:
 # --- a pool of worker processes (the benchmark) ----------------------------------------------------
 
 
+# A worker runs this many cases, then exits and is replaced: what the cases leave behind
+# (fragmented memory under RLIMIT_AS, caches) never becomes the next case's MemoryError.
+RECYCLE = 200
+RECYCLE_EXIT = 86
+
+
+def warm_up() -> None:
+    """Import what a check imports (torch: seconds) before the first case, so that no case's time
+    limit or time per case pays for it."""
+    import tensorgen.cli
+    import tensorgen.reference.torch_ref  # noqa: F401
+
+
 def _worker(conn, workdir: str, limit: float, memory: int) -> None:
     """Run cases sent over `conn` in this process under RLIMIT_AS, and send back their outcomes."""
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the benchmark, which then stops us
-    while True:
+    warm_up()
+    for _ in range(RECYCLE):
         try:
             task = conn.recv()
         except EOFError:
             return
+        except MemoryError:  # this process's address space is spent: the pool starts a fresh one
+            os._exit(RECYCLE_EXIT)
         if task is None:
             return
         index, case, process = task
@@ -361,6 +377,7 @@ class WorkerPool:
         self.ctx = multiprocessing.get_context("spawn")
         self.workdir, self.limit, self.memory = workdir, limit, memory
         self.slots = [self._start(n) for n in range(jobs)]
+        self.retried: set[int] = set()
 
     def _start(self, n: int) -> dict:
         parent, child = self.ctx.Pipe()
@@ -381,8 +398,7 @@ class WorkerPool:
         while pending or any(s["task"] for s in self.slots):
             for s in self.slots:
                 if s["task"] is None and pending:
-                    s["task"], s["t0"] = pending.pop(), time.perf_counter()
-                    s["conn"].send(s["task"])
+                    self._send(s, pending.pop())
             busy = [s for s in self.slots if s["task"]]
             ready = wait([s["conn"] for s in busy], timeout=1.0)
             for s in busy:
@@ -393,6 +409,13 @@ class WorkerPool:
                     except (EOFError, OSError):
                         s["proc"].join(5)
                         code = s["proc"].exitcode
+                        task = s["task"]
+                        # recycled, or spent before the case ran: once more in a fresh worker
+                        if code in (0, RECYCLE_EXIT) and task[0] not in self.retried:
+                            self.retried.add(task[0])
+                            self._replace(s)
+                            self._send(s, task)
+                            continue
                         outcome = Outcome(
                             "signal" if code and code < 0 else "bad-exit",
                             code,
@@ -414,6 +437,16 @@ class WorkerPool:
                         index,
                         Outcome("hang", None, "", "", grace, f"worker killed after {grace:.0f} s"),
                     )
+
+    def _send(self, s: dict, task) -> None:
+        """Give `task` to the worker of slot `s`; one that has exited is replaced first."""
+        for _ in range(3):
+            try:
+                s["conn"].send(task)
+                break
+            except (BrokenPipeError, OSError):
+                self._replace(s)
+        s["task"], s["t0"] = task, time.perf_counter()
 
     def _replace(self, s: dict) -> None:
         s["proc"].join(5)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SETTINGS = settings(
-    max_examples=120,
+    max_examples=80,
     deadline=None,
     derandomize=True,
     database=None,

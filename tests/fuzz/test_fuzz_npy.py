@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SETTINGS = settings(
-    max_examples=80,
+    max_examples=50,
     deadline=None,
     derandomize=True,
     database=None,

@@ -8,17 +8,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=25,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-# Left out: "endless-loop" (it takes the schedule file's 60 s time limit, too slow for the default
-# suite) and "delete-call" until the simulator limits its work: a schedule without its tensorize
-# (seed 146) lowers conv3x3_stride2 element by element and simulates for minutes.
+# Left out: "delete-call" until the simulator limits its work: a schedule without its tensorize
+# (seed 146) lowers conv3x3_stride2 element by element and simulates for minutes. "endless-loop"
+# is in: the cases pass --schedule-time-limit 3 (tensorgen.testing.fuzz.SCHEDULE_LIMIT).
 KINDS = frozenset(
-    {"loop-name", "factor", "arg-type", "reorder-calls", "duplicate-call", "insert-call", "hostile"}
+    {
+        "loop-name",
+        "factor",
+        "arg-type",
+        "reorder-calls",
+        "duplicate-call",
+        "insert-call",
+        "hostile",
+        "endless-loop",
+    }
 )
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 SETTINGS = settings(
-    max_examples=80,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     database=None,
