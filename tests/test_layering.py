@@ -27,7 +27,8 @@ every pass reads) and mc (what codegen writes) at the bottom. Besides the ranks:
 - `sim` and `mc` never import the compiler (spec, ir, poly, schedule, codegen, frontend),
   implied by the ranks and stated on its own so the message says why;
 - `reference` imports only the program it evaluates (`tensorgen.ir.core`, its data classes)
-  and `tensorgen.errors`: neither sim, mc nor the compiler's logic, so that it shares no code
+  , `tensorgen.errors` and `tensorgen.inputs` (the limits on how much work an input may ask
+  for): neither sim, mc nor the compiler's logic, so that it shares no code
   with what it checks;
 - `codegen` lowers the schedule it is given: of schedule/ it imports the representation and
   the facts shared with the search (`schedule.api` and its parts, `schedule.compaction`),
@@ -72,7 +73,7 @@ RANKS = {
     "__init__": 0,  # tensorgen/__init__.py imports nothing of tensorgen
 }
 COMPILER = {"spec", "ir", "poly", "schedule", "codegen", "frontend", "autosched"}
-REFERENCE_MAY_IMPORT = {"tensorgen.ir.core", "tensorgen.errors"}
+REFERENCE_MAY_IMPORT = {"tensorgen.ir.core", "tensorgen.errors", "tensorgen.inputs"}
 # the modules of schedule/ that choose a schedule (the lowering takes one, it never picks one)
 SCHEDULE_CHOOSERS = {
     f"tensorgen.schedule.{m}" for m in ("default", "auto", "files", "cost", "layer", "fold")
@@ -162,7 +163,7 @@ def _edge_problem(module: str, target: str, names: list[str]) -> str | None:
     if src in ("sim", "mc") and dst in COMPILER:
         return f"{src} never imports the compiler"
     if src == "reference" and target not in REFERENCE_MAY_IMPORT:
-        return "the reference imports only the IR's data classes (ir.core) and errors"
+        return "the reference imports only the IR's data classes (ir.core), errors and inputs' limits"
     if src == "codegen" and target in SCHEDULE_CHOOSERS:
         return "codegen lowers the schedule it is given; it never imports a schedule chooser"
     if RANKS[dst] >= RANKS[src]:

@@ -24,10 +24,14 @@ from tensorgen.ir.core import Program, Statement
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import LoopAffine, View
 from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.verify import verify_schedule
 from tensorgen.target import Target
 
 
 def compile_scheduled(program: Program, target: Target, schedule: Schedule) -> Compiled:
+    # Every schedule is re-checked from its state alone before it is lowered, however it was
+    # built (a file, the search, the primitive default): 10-20 ms on the examples.
+    verify_schedule(schedule)
     low = _Lowering(program, target, schedule)
     low.emit()
     binary = Binary(target.name, target.hash, tuple(low.entries), tuple(low.em.finish()), low.dram)
