@@ -22,6 +22,16 @@ import numpy as np
 
 from tensorgen.mc import arith
 from tensorgen.mc.operands import Box, View  # noqa: F401  (Bound operands are read by the sequencer)
+from tensorgen.mc.timing import (  # noqa: F401  (the cost of each instruction, re-exported)
+    Channel,
+    dma_channel_cycles,
+    dma_cycles,
+    matmul_cycles,
+    matmul_fill,
+    matmul_run_cycles,
+    matmul_stream_start,
+    vector_cycles,
+)
 
 WORD_BYTES = 32
 HEADER = struct.Struct("<BBBx")
@@ -58,8 +68,10 @@ class MachineState(Protocol):
 
 @dataclass(frozen=True)
 class Cost:
+    """What one instruction costs, from the timing rules of tensorgen.mc.timing."""
+
     cycles: int  # occupancy of the instruction's queue (for DMAs: the setup part)
-    dram_bytes: int = 0  # bytes over the shared DRAM channel
+    dram_bytes: int = 0  # bytes over the shared DRAM channel (timing.dma_channel_cycles)
     macs: int = 0
     vector_ops: int = 0
     bytes: tuple[tuple[str, int], ...] = ()  # (memory, bytes) read + written on chip
@@ -242,42 +254,10 @@ def _dma_cost(target, a) -> Cost:
     loads = isinstance(a["dst"], View)
     view = a["dst"] if loads else a["src"]
     return Cost(
-        target.dma_setup_cycles,
+        dma_cycles(target, 0),  # the setup on its queue; its bytes hold the DRAM channel
         dram_bytes=view.nbytes,
         **_on_chip([] if loads else [view], [view] if loads else []),
     )
-
-
-def matmul_fill(target, previous_rows: int | None = None) -> int:
-    """The cycles of weight fill a MATMUL exposes: all `fill_cycles` with one weight buffer, or
-    when the instruction before it on EX is not a MATMUL (SYNCs, which take no time, aside: the
-    weights wait for their tokens too); with two (`mac_array.weight_buffers:
-    2`), its weights load into the second buffer while the MATMUL before it streams its
-    `previous_rows` rows, so only what those rows leave of the fill shows (none once
-    previous_rows >= fill_cycles)."""
-    if target.weight_buffers < 2 or previous_rows is None:
-        return target.fill_cycles
-    return max(0, target.fill_cycles - previous_rows)
-
-
-def matmul_cycles(target, rows: int, previous_rows: int | None = None) -> int:
-    """A MATMUL's cycles on EX: its M streamed rows plus the fill it exposes (`matmul_fill`)."""
-    return rows + matmul_fill(target, previous_rows)
-
-
-def matmul_run_cycles(target, rows: int, count: int) -> int:
-    """`count` MATMULs of `rows` rows each, back to back on EX: the first pays its whole fill,
-    the others what the one before leaves exposed."""
-    return (
-        matmul_cycles(target, rows) + (count - 1) * matmul_cycles(target, rows, rows)
-        if count
-        else 0
-    )
-
-
-def vector_cycles(target, elements: int) -> int:
-    """A vector instruction's cycles on EX: the unit's setup, then its elements over the lanes."""
-    return target.vector_setup_cycles + -(-elements // target.lanes)
 
 
 def _matmul_cost(target, a) -> Cost:
