@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from tensorgen.mc import isa
 from tensorgen.target import Target
@@ -104,6 +105,7 @@ class _Staged:
     pipelinable: bool
     one: int  # cycles of one DMA
     channel: int  # cycles of one DMA's bytes on the DRAM channel
+    dmas: int  # DMAs per transfer
     nbytes: int
     footprint: int  # bytes taken in its memory
     in_acc: bool
@@ -124,7 +126,7 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             loads = 0 if written and fp.fresh else count - fp.skipped
             stores = count if written and tensor in probe.stored else 0
             fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
-            channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
+            channel = isa.dma_channel_cycles(target, fp.nbytes)
             probe.table[key] = _Staged(
                 count,
                 written,
@@ -135,8 +137,9 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
                 loads,
                 stores,
                 fp.pipelinable,
-                fp.dmas * target.dma_setup_cycles + channel,
+                isa.dma_cycles(target, fp.nbytes, fp.dmas),
                 channel,
+                fp.dmas,
                 fp.nbytes,
                 _align(fp.held or fp.nbytes),
                 probe.memory.get(tensor) == "acc",
@@ -164,8 +167,10 @@ def cost(
     # a staging loop inside a reduction loop: its first writes are not whole iterations of it
     deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
     spad = acc = dma = dram = 0
-    overlapped = stored = fill = channel = 0  # per iteration of a pipelined loop
+    overlapped = stored = fill = 0  # per iteration of a pipelined loop
     ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
+    piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
+    piped_stores: list[tuple[float, float, int]] = []
     for tensor, level in stages:
         st = _staged(probe, target, tensor, level)
         if st is None:
@@ -177,8 +182,11 @@ def cost(
         if piped:
             # per iteration, on average (the first to touch their box load nothing)
             fill += st.fill * st.fills / st.count + refill
+            if st.loads:
+                piped_loads.append(_transfers(target, st, st.loads / st.count))
+            if st.stores:
+                piped_stores.append(_transfers(target, st, st.stores / st.count))
             if st.loads or st.stores:
-                channel += st.channel
                 ahead = ahead or bool(st.loads and st.stores)
                 stored += st.one * st.stores / st.count
                 overlapped += st.one * st.loads / st.count
@@ -207,13 +215,24 @@ def cost(
         n = trips[inner]
         in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
         e = in_loop / (outer * n) + fill
-        # the loads of the next iteration and the stores of this one overlap the compute and share
-        # the DRAM channel, each queue's DMA setups overlapping the other's transfers; a tensor
-        # that is loaded and stored has its loads and stores take turns (tokens order them)
-        step = max(e, overlapped + stored) if ahead else max(e, channel, overlapped, stored)
-        total = outer * (
-            overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)
-        ) + (compute - in_loop)
+        # one pass of the loop timed as the lowering's tokens order it (_pipelined_pass); a
+        # tensor that is loaded and stored has its loads and stores take turns (tokens order them)
+        if ahead:
+            step = max(e, overlapped + stored)
+            steady = overlapped + e + stored + (n - 1 - peeled) * step
+        else:
+            # with two weight buffers, a compute that waits for its loads exposes the fill the
+            # band's cycles count hidden (not after the vector work of a fused tile: counted)
+            late = (
+                target.fill_cycles
+                if target.weight_buffers > 1
+                and "acc" in probe.memory.values()
+                and depth >= len(probe.fused)
+                else 0
+            )
+            steady = _pipelined_pass(tuple(piped_loads), tuple(piped_stores), e, n - peeled, late)
+            steady += late * (outer - 1) / outer  # each pass but the first starts waiting
+        total = outer * (steady + peeled * (overlapped + e + stored)) + (compute - in_loop)
         dma += int(round(total - compute))
     return Candidate(
         order,
@@ -227,3 +246,57 @@ def cost(
         vector_cycles=tile,
         vector_loops=v,
     )
+
+
+def _transfers(target: Target, st: _Staged, share: float) -> tuple[float, float, int]:
+    """(setup, channel cycles, DMAs) of one transfer of a tensor in a pipelined loop, `share` of
+    whose iterations move it (the first to touch their box load nothing)."""
+    return (share * isa.dma_cycles(target, 0), share * st.channel, st.dmas)
+
+
+PASS_PREFIX = 10  # iterations of a pipelined loop timed one by one; later ones repeat their period
+
+
+@lru_cache(maxsize=1 << 14)
+def _pipelined_pass(loads: tuple, stores: tuple, e: float, n: int, late_fill: int) -> float:
+    """The cycles of one pass of `n` iterations of a double-buffered loop, timed as the lowering
+    orders it: iteration i's compute (`e` cycles on EX) waits for its loads and for the stores
+    of iteration i - 2 (which used the same buffers); the loads of iteration i + 1 are issued
+    before it, once the compute of i - 1 has freed their buffers; its stores follow it. Each DMA
+    is its setup on its queue, then its bytes on the DRAM channel that both DMA queues share
+    (timing.Channel, the simulator's). `late_fill`: with two weight buffers, the MATMUL fill that
+    a compute whose tokens arrive after EX is free exposes (timing.matmul_stream_start); `e`
+    counts it hidden. Past PASS_PREFIX iterations the period of the last two repeats."""
+    channel = isa.Channel()
+    ld = ex = st = 0.0
+    loaded = [0.0] * n
+    computed = [0.0] * n
+    stored = [0.0] * n
+    ends: list[float] = []
+
+    def load(i: int) -> None:
+        nonlocal ld
+        ld = max(ld, computed[i - 2] if i >= 2 else 0.0)
+        for setup, cycles, dmas in loads:
+            for _ in range(dmas):
+                ld = channel.book(ld + setup, cycles / dmas)
+        loaded[i] = ld
+
+    steps = min(n, PASS_PREFIX)
+    load(0)
+    for i in range(steps):
+        if i + 1 < n:
+            load(i + 1)
+        tokens = max(loaded[i], stored[i - 2] if i >= 2 else 0.0)
+        start = max(ex, tokens)
+        ex = start + e + min(late_fill, max(0.0, tokens + late_fill - ex)) if i else start + e
+        computed[i] = ex
+        st = max(st, ex)
+        for setup, cycles, dmas in stores:
+            for _ in range(dmas):
+                st = channel.book(st + setup, cycles / dmas)
+        stored[i] = st
+        ends.append(max(ld, ex, st))
+    if n <= steps:
+        return ends[-1]
+    return ends[-1] + (n - steps) * (ends[-1] - ends[-3]) / 2
