@@ -111,10 +111,28 @@ class _Staged:
     in_acc: bool
 
 
-def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _Staged | None:
-    key = (tensor, level)
+def _merged(probe: Probe, stages) -> set[str]:
+    """The staging levels whose two iterations share one staging of their tensors: isl emits a
+    loop of two iterations whose last is partial as two siblings (no loop), and the lowering
+    stages them together when the boxes of every tensor staged there are the same in both
+    (scheduled._walk_nodes) -- a box is when it is as large as at the loop around."""
+
+    def invariant(tensor: str, level: str) -> bool:
+        at = probe.order.index(level)
+        here = probe.sizes.get((tensor, level))
+        outer = probe.sizes.get((tensor, probe.order[at - 1] if at else None))
+        return here is not None and outer is not None and outer.nbytes == here.nbytes
+
+    levels = {lv for _, lv in stages if lv in probe.ragged and probe.trips[lv] == 2}
+    return {lv for lv in levels if all(invariant(t, lv) for t, x in stages if x == lv)}
+
+
+def _staged(
+    probe: Probe, target: Target, tensor: str, level: str | None, merged: bool = False
+) -> _Staged | None:
+    key = (tensor, level, merged)
     if key not in probe.table:
-        fp = probe.sizes[key]
+        fp = probe.sizes[(tensor, level)]
         if fp is None:
             probe.table[key] = None
         else:
@@ -122,6 +140,8 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
             count = (
                 math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
             )
+            if merged:
+                count //= 2
             written = tensor in probe.written
             loads = 0 if written and fp.fresh else count - fp.skipped
             stores = count if written and tensor in probe.stored else 0
@@ -171,8 +191,9 @@ def cost(
     ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
     piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
     piped_stores: list[tuple[float, float, int]] = []
+    merged = _merged(probe, stages)
     for tensor, level in stages:
-        st = _staged(probe, target, tensor, level)
+        st = _staged(probe, target, tensor, level, level in merged)
         if st is None:
             return refused
         piped = pipeline and level == inner
@@ -215,23 +236,20 @@ def cost(
         n = trips[inner]
         in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
         e = in_loop / (outer * n) + fill
-        # one pass of the loop timed as the lowering's tokens order it (_pipelined_pass); a
-        # tensor that is loaded and stored has its loads and stores take turns (tokens order them)
-        if ahead:
-            step = max(e, overlapped + stored)
-            steady = overlapped + e + stored + (n - 1 - peeled) * step
-        else:
-            # with two weight buffers, a compute that waits for its loads exposes the fill the
-            # band's cycles count hidden (not after the vector work of a fused tile: counted)
-            late = (
-                target.fill_cycles
-                if target.weight_buffers > 1
-                and "acc" in probe.memory.values()
-                and depth >= len(probe.fused)
-                else 0
-            )
-            steady = _pipelined_pass(tuple(piped_loads), tuple(piped_stores), e, n - peeled, late)
-            steady += late * (outer - 1) / outer  # each pass but the first starts waiting
+        # one pass of the loop timed as the lowering's tokens order it (_pipelined_pass); with
+        # two weight buffers, a compute that waits for its loads exposes the fill the
+        # band's cycles count hidden (not after the vector work of a fused tile: counted)
+        late = (
+            target.fill_cycles
+            if target.weight_buffers > 1
+            and "acc" in probe.memory.values()
+            and depth >= len(probe.fused)
+            else 0
+        )
+        steady = _pipelined_pass(
+            tuple(piped_loads), tuple(piped_stores), e, n - peeled, late, ahead
+        )
+        steady += late * (outer - 1) / outer  # each pass but the first starts waiting
         total = outer * (steady + peeled * (overlapped + e + stored)) + (compute - in_loop)
         dma += int(round(total - compute))
     return Candidate(
@@ -254,11 +272,24 @@ def _transfers(target: Target, st: _Staged, share: float) -> tuple[float, float,
     return (share * isa.dma_cycles(target, 0), share * st.channel, st.dmas)
 
 
-PASS_PREFIX = 10  # iterations of a pipelined loop timed one by one; later ones repeat their period
+PASS_PREFIX = 12  # iterations of a pipelined loop timed one by one (even: periods of two repeat)
 
 
 @lru_cache(maxsize=1 << 14)
-def _pipelined_pass(loads: tuple, stores: tuple, e: float, n: int, late_fill: int) -> float:
+def _pipelined_pass(
+    loads: tuple, stores: tuple, e: float, n: int, late_fill: int, ahead: bool
+) -> float:
+    """The cycles of one pass of `n` iterations of a double-buffered loop (_pass); past
+    PASS_PREFIX iterations, the period of the last two (the lowering alternates two buffers)
+    repeats."""
+    if n <= PASS_PREFIX:
+        return _pass(loads, stores, e, n, late_fill, ahead)
+    whole = _pass(loads, stores, e, PASS_PREFIX, late_fill, ahead)
+    period = (whole - _pass(loads, stores, e, PASS_PREFIX - 2, late_fill, ahead)) / 2
+    return whole + (n - PASS_PREFIX) * period
+
+
+def _pass(loads: tuple, stores: tuple, e: float, n: int, late_fill: int, ahead: bool) -> float:
     """The cycles of one pass of `n` iterations of a double-buffered loop, timed as the lowering
     orders it: iteration i's compute (`e` cycles on EX) waits for its loads and for the stores
     of iteration i - 2 (which used the same buffers); the loads of iteration i + 1 are issued
@@ -266,37 +297,34 @@ def _pipelined_pass(loads: tuple, stores: tuple, e: float, n: int, late_fill: in
     is its setup on its queue, then its bytes on the DRAM channel that both DMA queues share
     (timing.Channel, the simulator's). `late_fill`: with two weight buffers, the MATMUL fill that
     a compute whose tokens arrive after EX is free exposes (timing.matmul_stream_start); `e`
-    counts it hidden. Past PASS_PREFIX iterations the period of the last two repeats."""
+    counts it hidden. `ahead`: a tensor is loaded and stored (scheduled._pipelined_ahead): a
+    buffer is loaded once the store of iteration i - 1 has emptied it, and the stores of
+    iteration i wait for the loads of i + 1."""
     channel = isa.Channel()
     ld = ex = st = 0.0
     loaded = [0.0] * n
     computed = [0.0] * n
     stored = [0.0] * n
-    ends: list[float] = []
 
     def load(i: int) -> None:
         nonlocal ld
-        ld = max(ld, computed[i - 2] if i >= 2 else 0.0)
+        ld = max(ld, (stored if ahead else computed)[i - 2] if i >= 2 else 0.0)
         for setup, cycles, dmas in loads:
             for _ in range(dmas):
                 ld = channel.book(ld + setup, cycles / dmas)
         loaded[i] = ld
 
-    steps = min(n, PASS_PREFIX)
     load(0)
-    for i in range(steps):
+    for i in range(n):
         if i + 1 < n:
             load(i + 1)
         tokens = max(loaded[i], stored[i - 2] if i >= 2 else 0.0)
         start = max(ex, tokens)
         ex = start + e + min(late_fill, max(0.0, tokens + late_fill - ex)) if i else start + e
         computed[i] = ex
-        st = max(st, ex)
+        st = max(st, ex, loaded[i + 1] if ahead and i + 1 < n else 0.0)
         for setup, cycles, dmas in stores:
             for _ in range(dmas):
                 st = channel.book(st + setup, cycles / dmas)
         stored[i] = st
-        ends.append(max(ld, ex, st))
-    if n <= steps:
-        return ends[-1]
-    return ends[-1] + (n - steps) * (ends[-1] - ends[-3]) / 2
+    return max(ld, ex, st)
