@@ -23,8 +23,6 @@ _TYPES = {
 def _rule(function) -> str:
     """A timing function's docstring as one Markdown paragraph, wrapped at 100 columns."""
     words = " ".join(function.__doc__.split()) + f" (`timing.{function.__name__}`)"
-    if function.__name__.startswith("_"):
-        words = " ".join(function.__doc__.split())
     return textwrap.fill(words, 98, subsequent_indent="  ")
 
 

@@ -10,10 +10,21 @@ anywhere else is a second definition that can drift from this one.
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.mc.operands import View
 
 __all__ = [
     "COST_RULES",
     "Channel",
+    "Cost",
+    "dma_cost",
+    "free_cost",
+    "matmul_cost",
+    "vector_cost",
+    "vmac_cost",
     "dma_channel_cycles",
     "dma_cycles",
     "matmul_cycles",
@@ -22,6 +33,19 @@ __all__ = [
     "matmul_stream_start",
     "vector_cycles",
 ]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one instruction costs, from the timing rules of tensorgen.mc.timing."""
+
+    cycles: int  # occupancy of the instruction's queue (for DMAs: the setup part)
+    dram_bytes: int = 0  # bytes over the shared DRAM channel (timing.dma_channel_cycles)
+    macs: int = 0
+    vector_ops: int = 0
+    bytes: tuple[tuple[str, int], ...] = ()  # (memory, bytes) read + written on chip
+    written: tuple[tuple[str, int], ...] = ()  # (memory, bytes) of `bytes` that are written
+    fill: int = 0  # of `cycles`, the MAC array's weight fill, which a second weight buffer can hide
 
 
 def dma_channel_cycles(target, nbytes: int) -> int:
@@ -114,9 +138,61 @@ def vector_cycles(target, elements: int) -> int:
     return target.vector_setup_cycles + -(-elements // target.lanes)
 
 
-def _free() -> None:
+# --- the cost of each instruction (InstructionDef.cost), from the rules above --------------
+
+
+def _view_bytes(*views: View | None) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for v in views:
+        if isinstance(v, View):
+            out[v.mem] = out.get(v.mem, 0) + v.nbytes
+    return tuple(sorted(out.items()))
+
+
+def _on_chip(reads: list, writes: list) -> dict:
+    return {"bytes": _view_bytes(*reads, *writes), "written": _view_bytes(*writes)}
+
+
+def dma_cost(target, a) -> Cost:
+    """LOAD/STORE: the setup occupies the queue; the bytes then hold the DRAM channel."""
+    loads = isinstance(a["dst"], View)
+    view = a["dst"] if loads else a["src"]
+    return Cost(
+        dma_cycles(target, 0),
+        dram_bytes=view.nbytes,
+        **_on_chip([] if loads else [view], [view] if loads else []),
+    )
+
+
+def matmul_cost(target, a) -> Cost:
+    """MATMUL: its rows and whole fill (the simulator hides what a second buffer can)."""
+    *ms, k = a["a"].shape
+    m = int(np.prod(ms))
+    n = a["b"].shape[1]
+    reads = [a["a"], a["b"]] + ([a["acc"]] if a["accumulate"] else [])
+    return Cost(
+        matmul_cycles(target, m),
+        macs=m * n * k,
+        fill=target.fill_cycles,
+        **_on_chip(reads, [a["acc"]]),
+    )
+
+
+def vector_cost(target, a, reads_dst: bool = False) -> Cost:
+    """A vector instruction over its destination's elements."""
+    n = a["dst"].size
+    reads = [v for k, v in a.items() if k != "dst"] + ([a["dst"]] if reads_dst else [])
+    return Cost(vector_cycles(target, n), vector_ops=n, **_on_chip(reads, [a["dst"]]))
+
+
+def vmac_cost(target, a) -> Cost:
+    return vector_cost(target, a, reads_dst=True)  # dst += a * b reads its destination
+
+
+def free_cost(target, a) -> Cost:
     """`SYNC`, `LOOP`, `LOOPB`, `IF`: no cycles (zero-overhead loops, bounds evaluated by the
     sequencer); a SYNC waits for and signals tokens."""
+    return Cost(0)
 
 
 # the rules `tensorgen isa-doc` prints, in order: each function's docstring is its rule
@@ -126,5 +202,5 @@ COST_RULES = (
     matmul_fill,
     matmul_stream_start,
     vector_cycles,
-    _free,
+    free_cost,
 )

@@ -40,7 +40,14 @@ from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.mc import isa
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
+from tensorgen.schedule.cost import (
+    Candidate,
+    Footprint,
+    Probe,
+    cost,
+    loop_passes,
+    vector_cycles,
+)
 from tensorgen.schedule.fold import KFold, window_shape
 from tensorgen.schedule.kernel import MacMapping, mac_mapping, out_indices
 from tensorgen.schedule.layer import Geometry, Layer, Skeleton, _position, build_skeleton, recognise
@@ -560,6 +567,7 @@ def _probe(
         written,
         stored,
         first_reduction=first_reduction,
+        passes=loop_passes({i: stmt.extent(i) for i in stmt.indices}, blocks, order),
     )
 
 

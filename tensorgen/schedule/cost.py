@@ -80,6 +80,77 @@ class Probe:
     stored: set[str] = field(default_factory=set)  # written tensors whose buffers are stored
     first_reduction: int = 10**6  # position in `order` of the outermost reduction loop of >1 trips
     table: dict = field(default_factory=dict)  # (tensor, level) -> _Staged, filled by cost()
+    # loop -> ((trips, passes), ...): how often the loop runs with each trip count (loop_passes);
+    # a loop not in it runs trips[loop] times per iteration of the loops outside it
+    passes: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=1 << 10)
+def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
+    base = {i: i for i, _ in extents}
+    size = dict(extents)
+    splits = []
+    for name, block in blocks:
+        if size[name] <= block:
+            continue  # as Geometry.of: a split no larger than the extent is not made
+        size[f"{name}_o"], size[f"{name}_i"] = -(-size[name] // block), block
+        base[f"{name}_o"] = base[f"{name}_i"] = base[name]
+        splits.append((name, block))
+    values: dict[str, list[dict[str, int]]] = {}  # base index -> the loops' values at each point
+    for index, extent in extents:
+        points = []
+        for v in range(extent):
+            at = {index: v}
+            for name, block in splits:
+                if base[name] == index:
+                    at[f"{name}_o"], at[f"{name}_i"] = divmod(at[name], block)
+            points.append(at)
+        values[index] = points
+    out = {}
+    for k, loop in enumerate(order):
+        if loop not in base:
+            continue
+        mine = base[loop]
+        around = [x for x in order[:k] if base.get(x) == mine]
+        groups: dict[tuple, set[int]] = {}
+        for at in values[mine]:
+            groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
+        others = math.prod(
+            len({tuple(at[x] for x in order[:k] if base.get(x) == b) for at in values[b]})
+            for b in {base[x] for x in order[:k] if x in base} - {mine}
+        )
+        counted: dict[int, int] = {}
+        for trips in map(len, groups.values()):
+            counted[trips] = counted.get(trips, 0) + others
+        out[loop] = tuple(sorted(counted.items()))
+    return out
+
+
+def loop_passes(extents: dict[str, int], blocks, order) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per loop of `order` (outer loops, outermost first) after the splits `blocks` of the
+    indices of `extents`: ((trips, passes), ...), how many times the loop is entered with each
+    trip count over the whole program. A ragged split makes the loops inside it shorter in its
+    last iteration (96 columns in blocks of 64, then of 16: 4 blocks of 16, then 2)."""
+    return _loop_passes(tuple(extents.items()), tuple(map(tuple, blocks)), tuple(order))
+
+
+def _iterations(probe: Probe, level: str) -> int:
+    """Iterations of `level` over the whole program."""
+    if level in probe.passes:
+        return sum(trips * passes for trips, passes in probe.passes[level])
+    order = probe.order
+    return math.prod(probe.trips[o] for o in order[: order.index(level) + 1])
+
+
+def _band_cycles(probe: Probe) -> int:
+    """The band's cycles over the iterations the outer loops really run: the probe counts every
+    loop at its widest trip count, which a ragged split shortens for the loops inside it."""
+    if "band" not in probe.table:
+        order = probe.order
+        nominal = math.prod(probe.trips[o] for o in order)
+        real = _iterations(probe, order[-1]) if order else 1
+        probe.table["band"] = round(probe.band_cycles * real / nominal) if nominal else 0
+    return probe.table["band"]
 
 
 def vector_cycles(target: Target, elements: int) -> int:
@@ -123,7 +194,16 @@ def _merged(probe: Probe, stages) -> set[str]:
         outer = probe.sizes.get((tensor, probe.order[at - 1] if at else None))
         return here is not None and outer is not None and outer.nbytes == here.nbytes
 
-    levels = {lv for _, lv in stages if lv in probe.ragged and probe.trips[lv] == 2}
+    def peeled(level: str) -> bool:  # isl peels its partial iteration out of the loop only
+        # when the band inside needs constant bounds: no loop of its inner part is outside the band
+        inner = level[:-1] + "i"
+        return not any(x == inner or x.startswith(inner + "_") for x in probe.order)
+
+    levels = {
+        lv
+        for _, lv in stages
+        if lv in probe.ragged and probe.trips[lv] == 2 and lv.endswith("_o") and peeled(lv)
+    }
     return {lv for lv in levels if all(invariant(t, lv) for t, x in stages if x == lv)}
 
 
@@ -136,10 +216,7 @@ def _staged(
         if fp is None:
             probe.table[key] = None
         else:
-            order = probe.order
-            count = (
-                math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
-            )
+            count = _iterations(probe, level) if level else 1
             if merged:
                 count //= 2
             written = tensor in probe.written
@@ -173,9 +250,7 @@ def cost(
     """The cycles of the microcode the lowering emits for staging each tensor at its level in
     `choice`. Serialized: every DMA and every compute instruction adds up. With `pipeline`, the
     innermost staging loop has two buffers of each of its tensors, and its loads and stores
-    overlap its compute: per pass of the loop, l + e + s + (n - 1) * max(l, e, s) for loads l,
-    compute e and stores s per iteration over n iterations (a last, partial iteration that isl
-    peels off runs alone: l + e + s)."""
+    overlap its compute (_pipelined_total)."""
     order, trips = probe.order, probe.trips
     stages = tuple(zip(tensors, choice, strict=False))
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
@@ -183,6 +258,10 @@ def cost(
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
+        return refused
+    # a loop whose trip count differs between passes has bounds that vary (LOOPB): the lowering
+    # double-buffers only loops of constant bounds
+    if pipeline and len(probe.passes.get(inner, ())) > 1:
         return refused
     # a staging loop inside a reduction loop: its first writes are not whole iterations of it
     deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
@@ -229,29 +308,10 @@ def cost(
         return refused
     v, (tile, temps) = options[-1]
     spad += max(temps, probe.band_temps)
-    compute = probe.band_cycles + tile
+    compute = _band_cycles(probe) + tile
     if pipeline:
-        depth = order.index(inner)
-        outer = math.prod(trips[o] for o in order[:depth])
-        n = trips[inner]
-        in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
-        e = in_loop / (outer * n) + fill
-        # one pass of the loop timed as the lowering's tokens order it (_pipelined_pass); with
-        # two weight buffers, a compute that waits for its loads exposes the fill the
-        # band's cycles count hidden (not after the vector work of a fused tile: counted)
-        late = (
-            target.fill_cycles
-            if target.weight_buffers > 1
-            and "acc" in probe.memory.values()
-            and depth >= len(probe.fused)
-            else 0
-        )
-        steady = _pipelined_pass(
-            tuple(piped_loads), tuple(piped_stores), e, n - peeled, late, ahead
-        )
-        steady += late * (outer - 1) / outer  # each pass but the first starts waiting
-        total = outer * (steady + peeled * (overlapped + e + stored)) + (compute - in_loop)
-        dma += int(round(total - compute))
+        piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
+        dma += int(round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped)))
     return Candidate(
         order,
         stages,
@@ -270,6 +330,51 @@ def _transfers(target: Target, st: _Staged, share: float) -> tuple[float, float,
     """(setup, channel cycles, DMAs) of one transfer of a tensor in a pipelined loop, `share` of
     whose iterations move it (the first to touch their box load nothing)."""
     return (share * isa.dma_cycles(target, 0), share * st.channel, st.dmas)
+
+
+@dataclass(frozen=True)
+class _Piped:
+    """What the tensors of a double-buffered loop move per iteration, on average."""
+
+    loads: tuple  # (setup, channel cycles, DMAs) per loaded tensor
+    stores: tuple  # ... per stored tensor
+    load_cycles: float  # the loads' DMAs one after the other
+    store_cycles: float
+    fill: float  # zero fills on EX
+    ahead: bool  # a tensor is loaded and stored (scheduled._pipelined_ahead)
+
+
+def _pipelined_total(
+    probe: Probe, target: Target, inner: str, peeled: bool, compute: int, tile: int, p: _Piped
+) -> float:
+    """The exposed DMA cycles of a candidate whose loop `inner` double-buffers: each pass of the
+    loop timed as the lowering's tokens order it (_pipelined_pass), a last, partial iteration that
+    isl peels off running alone, passes of fewer than two iterations serial; with two weight
+    buffers, a compute that waits for its loads exposes the fill that the band's cycles count
+    hidden (not after the vector work of a fused tile, where it is counted)."""
+    order, trips = probe.order, probe.trips
+    depth = order.index(inner)
+    passes = probe.passes.get(inner) or (
+        (trips[inner], math.prod(trips[o] for o in order[:depth])),
+    )
+    in_loop = _band_cycles(probe) + (tile if depth < len(probe.fused) else 0)
+    e = in_loop / sum(n * times for n, times in passes) + p.fill
+    late = (
+        target.fill_cycles
+        if target.weight_buffers > 1
+        and "acc" in probe.memory.values()
+        and depth >= len(probe.fused)
+        else 0
+    )
+    alone = p.load_cycles + e + p.store_cycles
+    total = (compute - in_loop) + late * (sum(times for _, times in passes) - 1)
+    for n, times in passes:
+        if n - peeled < 2:
+            total += times * n * alone
+            continue
+        steady = _pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead)
+        total += times * (steady + peeled * alone)
+    return total - compute
 
 
 PASS_PREFIX = 12  # iterations of a pipelined loop timed one by one (even: periods of two repeat)
