@@ -23,7 +23,7 @@ from tensorgen.spec.loader import parse_program
 from tensorgen.target import load_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from layers import Conv2d, Matmul  # noqa: E402
+from layers import LAYERS  # noqa: E402
 
 
 def test_channel_takes_the_first_gap_that_fits() -> None:
@@ -68,20 +68,27 @@ def test_isa_doc_states_each_rule_from_its_function() -> None:
         assert f"`timing.{rule.__name__}`" in doc
 
 
-SPACES = [
-    ("tg1", "matmul", Matmul(64, 96, 48)),
-    ("tg1db", "matmul", Matmul(64, 96, 48)),
-    ("tg1", "pw", Conv2d(40, 24, 12, 1)),
-    ("tg1db", "pw", Conv2d(40, 24, 12, 1)),
-]
+def _program(name: str, target):
+    layer = next(x for x in LAYERS if x.name == name)
+    return parse_program(layer.op_yaml(), f"<{name}>", target.name)
 
 
-@pytest.mark.parametrize(("target_name", "name", "op"), SPACES)
-def test_model_within_two_percent_of_the_simulator_on_every_candidate(
-    target_name: str, name: str, op
-) -> None:
-    target = load_target(target_name)
-    program = parse_program(op.op_yaml(name), f"<{name}>", target.name)
+@pytest.mark.parametrize("name", ["mbv2_pw_96to24_56", "matmul_256"])
+def test_model_within_two_percent_of_the_simulator_with_two_weight_buffers(name: str) -> None:
+    # mbv2_pw_96to24_56 was 5.3% off: compute == DRAM per iteration of its double-buffered loop
+    target = load_target("tg1db")
+    program = _program(name, target)
+    inputs = random_inputs(program, 0)
+    plan = auto_schedule(program, target)
+    result = simulate(compile_scheduled(program, target, plan.schedule).binary, inputs, target)
+    assert compare(evaluate(program, inputs), result.outputs).exact
+    assert abs(plan.chosen.cycles / result.stats.cycles - 1) <= 0.02
+
+
+@pytest.mark.slow
+def test_model_within_two_percent_of_the_simulator_on_every_candidate() -> None:
+    target = load_target("tg1")
+    program = _program("matmul_256", target)
     inputs = random_inputs(program, 0)
     expected = evaluate(program, inputs)
     space = Space.of(program, target, recognise(program))
@@ -95,9 +102,9 @@ def test_model_within_two_percent_of_the_simulator_on_every_candidate(
             assert compare(expected, result.outputs).exact
             errors.append((abs(cand.cycles / result.stats.cycles - 1), cand))
             best = min(best or result.stats.cycles, result.stats.cycles)
-    assert len(errors) > 10
+    assert len(errors) > 100
     worst, cand = max(errors, key=lambda x: x[0])
     assert worst <= 0.02, (worst, cand.order, cand.stages, cand.pipelined)
     plan = auto_schedule(program, target)
     chosen = simulate(compile_scheduled(program, target, plan.schedule).binary, inputs, target)
-    assert chosen.stats.cycles <= best * 1.02
+    assert chosen.stats.cycles == best  # the automatic choice is the optimum
