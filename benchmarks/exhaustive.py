@@ -135,6 +135,11 @@ def enumerate_layer(layer: Layer, target: Target, seed: int = 0) -> dict:
         "max_model_error": max(
             model_errors
         ),  # |model / simulated - 1| over the simulated candidates
+        # the candidates the model is furthest from the simulator on: (simulated, model, candidate)
+        "worst_model_errors": [
+            {"simulated": c, "model": m, "error": m / c - 1, "candidate": d}
+            for c, m, d, _ in sorted(runs, key=lambda r: -abs(r[1] / r[0] - 1))[:10]
+        ],
         "exhaustive_s": exhaustive_s,
         "auto_search_s": plan.search_s,
         "auto_bit_exact": auto_exact,
@@ -264,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         if r["error"] is None:
             console.print(
                 escape(f"{r['name']}: best {r['best']}\n{' ' * len(r['name'])}  auto {r['auto']}")
+            )
+            worst = r["worst_model_errors"][0]
+            console.print(
+                escape(
+                    f"{' ' * len(r['name'])}  worst model error {worst['error']:+.1%} "
+                    f"(model {worst['model']:,} vs simulated {worst['simulated']:,}): {worst['candidate']}"
+                )
             )
             for example in r["inexact_examples"]:
                 console.print(f"{' ' * len(r['name'])}  [red]not bit-exact[/red] {escape(example)}")

@@ -44,7 +44,7 @@ from tensorgen.ir.queries import MacMapping, mac_mapping, out_indices
 from tensorgen.mc import isa
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.compaction import compacted_size, row_compaction
-from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, vector_cycles
+from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, loop_passes, vector_cycles
 from tensorgen.schedule.fold import KFold, window_shape
 from tensorgen.target import Target
 
@@ -576,6 +576,7 @@ def _probe(
         written,
         stored,
         first_reduction=first_reduction,
+        passes=loop_passes({i: stmt.extent(i) for i in stmt.indices}, blocks, order),
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tensorgen.mc import isa
+import textwrap
+
+from tensorgen.mc import isa, timing
 from tensorgen.mc.binary import _POOL_HEAD, HEADER, TENSOR_RECORD, VERSION
 
 _TYPES = {
@@ -16,6 +18,12 @@ _TYPES = {
     "box": "u16 operand-pool index of a box",
     "bound": "u16 operand-pool index of a bound",
 }
+
+
+def _rule(function) -> str:
+    """A timing function's docstring as one Markdown paragraph, wrapped at 100 columns."""
+    words = " ".join(function.__doc__.split()) + f" (`timing.{function.__name__}`)"
+    return textwrap.fill(words, 98, subsequent_indent="  ")
 
 
 def isa_markdown() -> str:
@@ -40,7 +48,8 @@ def isa_markdown() -> str:
         "  tensor T whose origin coordinates are affine in the loop counters. Loads read elements outside",
         "  the tensor as its pad value; stores drop elements outside it. A **bound** is",
         "  `B(a0/d0;a1/d1;...)`: terms floor(a_i / d_i) with a_i affine in the loop iterators.",
-        "- DMA timing: setup cycles, then bytes / DRAM bandwidth on one DRAM channel shared by all DMAs.",
+        "- DMA timing: setup cycles on the DMA's queue, then its bytes over the DRAM bandwidth on",
+        "  one DRAM channel that all DMAs share (see Costs).",
         "",
         "## Encoding",
         "",
@@ -73,16 +82,10 @@ def isa_markdown() -> str:
         "",
         "## Costs",
         "",
-        "- `LOAD`/`STORE`: `dma_setup_cycles` on the queue, then `ceil(bytes / dram.bytes_per_cycle)` on the",
-        "  shared DRAM channel.",
-        "- `MATMUL`: `M + fill_cycles` cycles; `M*N*K` MACs. With `mac_array.weight_buffers: 2` the",
-        "  array has a second weight buffer: when the instruction before a MATMUL on EX is a MATMUL",
-        "  (`SYNC`s between them aside), the new weights load while that one streams, starting no",
-        "  earlier than the tokens the new MATMUL and those SYNCs wait for, so the fill shows only as",
-        "  `max(0, fill_cycles - M_prev)` cycles when the tokens are in time: none",
-        "  once the previous MATMUL streamed at least `fill_cycles` rows (`isa.matmul_fill`).",
-        "- vector instructions: `setup_cycles + ceil(elements / lanes)` cycles.",
-        "- `SYNC`, `LOOP`, `LOOPB`, `IF`: free (zero-overhead loops, sequencer-evaluated bounds).",
+        "The timing rules of `tensorgen/mc/timing.py`, which the instructions' costs, the simulator",
+        "and the automatic scheduler's cost model all call (target keys in `code`):",
+        "",
+        *(f"- {_rule(rule)}" for rule in timing.COST_RULES),
         "- Energy (tensorgen/target/energy.py, docs/targets.md): per MAC, per vector element op, per",
         "  byte read and per byte written in each on-chip memory (a function of the memory's size),",
         "  per DRAM byte (by interface), plus leakage of the target's area over the cycles; the",

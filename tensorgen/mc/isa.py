@@ -22,6 +22,22 @@ import numpy as np
 
 from tensorgen.mc import arith
 from tensorgen.mc.operands import Box, View  # noqa: F401  (Bound operands are read by the sequencer)
+from tensorgen.mc.timing import (  # noqa: F401  (the cost of each instruction, re-exported)
+    Channel,
+    Cost,
+    dma_channel_cycles,
+    dma_cycles,
+    matmul_cycles,
+    matmul_fill,
+    matmul_run_cycles,
+    matmul_stream_start,
+    vector_cycles,
+)
+from tensorgen.mc.timing import dma_cost as _dma_cost
+from tensorgen.mc.timing import free_cost as _free
+from tensorgen.mc.timing import matmul_cost as _matmul_cost
+from tensorgen.mc.timing import vector_cost as _vector_cost
+from tensorgen.mc.timing import vmac_cost as _vmac_cost
 
 WORD_BYTES = 32
 HEADER = struct.Struct("<BBBx")
@@ -54,17 +70,6 @@ class MachineState(Protocol):
     def store_box(self, box: Box, values: np.ndarray) -> None: ...
 
     def read_loop(self, view: View) -> np.ndarray: ...  # values of all iterations of the loop nest
-
-
-@dataclass(frozen=True)
-class Cost:
-    cycles: int  # occupancy of the instruction's queue (for DMAs: the setup part)
-    dram_bytes: int = 0  # bytes over the shared DRAM channel
-    macs: int = 0
-    vector_ops: int = 0
-    bytes: tuple[tuple[str, int], ...] = ()  # (memory, bytes) read + written on chip
-    written: tuple[tuple[str, int], ...] = ()  # (memory, bytes) of `bytes` that are written
-    fill: int = 0  # of `cycles`, the MAC array's weight fill, which a second weight buffer can hide
 
 
 @dataclass(frozen=True)
@@ -221,90 +226,6 @@ def _shl(x, y):
 
 def _shr(x, y):
     return np.right_shift(x, np.clip(y, 0, 31))
-
-
-# --- costs ------------------------------------------------------------------------------
-
-
-def _view_bytes(*views: View | None) -> tuple[tuple[str, int], ...]:
-    out: dict[str, int] = {}
-    for v in views:
-        if isinstance(v, View):
-            out[v.mem] = out.get(v.mem, 0) + v.nbytes
-    return tuple(sorted(out.items()))
-
-
-def _on_chip(reads: list, writes: list) -> dict:
-    return {"bytes": _view_bytes(*reads, *writes), "written": _view_bytes(*writes)}
-
-
-def _dma_cost(target, a) -> Cost:
-    loads = isinstance(a["dst"], View)
-    view = a["dst"] if loads else a["src"]
-    return Cost(
-        target.dma_setup_cycles,
-        dram_bytes=view.nbytes,
-        **_on_chip([] if loads else [view], [view] if loads else []),
-    )
-
-
-def matmul_fill(target, previous_rows: int | None = None) -> int:
-    """The cycles of weight fill a MATMUL exposes: all `fill_cycles` with one weight buffer, or
-    when the instruction before it on EX is not a MATMUL (SYNCs, which take no time, aside: the
-    weights wait for their tokens too); with two (`mac_array.weight_buffers:
-    2`), its weights load into the second buffer while the MATMUL before it streams its
-    `previous_rows` rows, so only what those rows leave of the fill shows (none once
-    previous_rows >= fill_cycles)."""
-    if target.weight_buffers < 2 or previous_rows is None:
-        return target.fill_cycles
-    return max(0, target.fill_cycles - previous_rows)
-
-
-def matmul_cycles(target, rows: int, previous_rows: int | None = None) -> int:
-    """A MATMUL's cycles on EX: its M streamed rows plus the fill it exposes (`matmul_fill`)."""
-    return rows + matmul_fill(target, previous_rows)
-
-
-def matmul_run_cycles(target, rows: int, count: int) -> int:
-    """`count` MATMULs of `rows` rows each, back to back on EX: the first pays its whole fill,
-    the others what the one before leaves exposed."""
-    return (
-        matmul_cycles(target, rows) + (count - 1) * matmul_cycles(target, rows, rows)
-        if count
-        else 0
-    )
-
-
-def vector_cycles(target, elements: int) -> int:
-    """A vector instruction's cycles on EX: the unit's setup, then its elements over the lanes."""
-    return target.vector_setup_cycles + -(-elements // target.lanes)
-
-
-def _matmul_cost(target, a) -> Cost:
-    *ms, k = a["a"].shape
-    m = int(np.prod(ms))
-    n = a["b"].shape[1]
-    reads = [a["a"], a["b"]] + ([a["acc"]] if a["accumulate"] else [])
-    return Cost(
-        matmul_cycles(target, m),
-        macs=m * n * k,
-        fill=target.fill_cycles,
-        **_on_chip(reads, [a["acc"]]),
-    )
-
-
-def _vector_cost(target, a, reads_dst: bool = False) -> Cost:
-    n = a["dst"].size
-    reads = [v for k, v in a.items() if k != "dst"] + ([a["dst"]] if reads_dst else [])
-    return Cost(vector_cycles(target, n), vector_ops=n, **_on_chip(reads, [a["dst"]]))
-
-
-def _vmac_cost(target, a) -> Cost:
-    return _vector_cost(target, a, reads_dst=True)  # dst += a * b reads its destination
-
-
-def _free(target, a) -> Cost:
-    return Cost(0)
 
 
 # --- the instruction table ---------------------------------------------------------------

@@ -6,7 +6,9 @@ instruction the vector unit's setup plus its elements over the lanes (the instru
 are isa.py's definitions, `matmul_cycles` and `vector_cycles`; how many instructions a
 statement takes comes from the instruction selection itself).
 The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
-loads and stores overlap its compute. A buffer whose boxes meet across iterations (partial sums
+loads and stores overlap its compute: a pass of it is timed by the lowering's tokens on the
+simulator's own DRAM channel (`_pass`). Iterations are counted as the loops run them after
+ragged splits (`loop_passes`). A buffer whose boxes meet across iterations (partial sums
 of a chunk of the reduction) is loaded and stored, except that the iterations that are the first
 to touch their box zero it instead of loading it.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from tensorgen.mc import isa
 from tensorgen.target import Target
@@ -79,6 +82,77 @@ class Probe:
     stored: set[str] = field(default_factory=set)  # written tensors whose buffers are stored
     first_reduction: int = 10**6  # position in `order` of the outermost reduction loop of >1 trips
     table: dict = field(default_factory=dict)  # (tensor, level) -> _Staged, filled by cost()
+    # loop -> ((trips, passes), ...): how often the loop runs with each trip count (loop_passes);
+    # a loop not in it runs trips[loop] times per iteration of the loops outside it
+    passes: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=1 << 10)
+def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
+    base = {i: i for i, _ in extents}
+    size = dict(extents)
+    splits = []
+    for name, block in blocks:
+        if size[name] <= block:
+            continue  # as Geometry.of: a split no larger than the extent is not made
+        size[f"{name}_o"], size[f"{name}_i"] = -(-size[name] // block), block
+        base[f"{name}_o"] = base[f"{name}_i"] = base[name]
+        splits.append((name, block))
+    values: dict[str, list[dict[str, int]]] = {}  # base index -> the loops' values at each point
+    for index, extent in extents:
+        points = []
+        for v in range(extent):
+            at = {index: v}
+            for name, block in splits:
+                if base[name] == index:
+                    at[f"{name}_o"], at[f"{name}_i"] = divmod(at[name], block)
+            points.append(at)
+        values[index] = points
+    out = {}
+    for k, loop in enumerate(order):
+        if loop not in base:
+            continue
+        mine = base[loop]
+        around = [x for x in order[:k] if base.get(x) == mine]
+        groups: dict[tuple, set[int]] = {}
+        for at in values[mine]:
+            groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
+        others = math.prod(
+            len({tuple(at[x] for x in order[:k] if base.get(x) == b) for at in values[b]})
+            for b in {base[x] for x in order[:k] if x in base} - {mine}
+        )
+        counted: dict[int, int] = {}
+        for trips in map(len, groups.values()):
+            counted[trips] = counted.get(trips, 0) + others
+        out[loop] = tuple(sorted(counted.items()))
+    return out
+
+
+def loop_passes(extents: dict[str, int], blocks, order) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per loop of `order` (outer loops, outermost first) after the splits `blocks` of the
+    indices of `extents`: ((trips, passes), ...), how many times the loop is entered with each
+    trip count over the whole program. A ragged split makes the loops inside it shorter in its
+    last iteration (96 columns in blocks of 64, then of 16: 4 blocks of 16, then 2)."""
+    return _loop_passes(tuple(extents.items()), tuple(map(tuple, blocks)), tuple(order))
+
+
+def _iterations(probe: Probe, level: str) -> int:
+    """Iterations of `level` over the whole program."""
+    if level in probe.passes:
+        return sum(trips * passes for trips, passes in probe.passes[level])
+    order = probe.order
+    return math.prod(probe.trips[o] for o in order[: order.index(level) + 1])
+
+
+def _band_cycles(probe: Probe) -> int:
+    """The band's cycles over the iterations the outer loops really run: the probe counts every
+    loop at its widest trip count, which a ragged split shortens for the loops inside it."""
+    if "band" not in probe.table:
+        order = probe.order
+        nominal = math.prod(probe.trips[o] for o in order)
+        real = _iterations(probe, order[-1]) if order else 1
+        probe.table["band"] = round(probe.band_cycles * real / nominal) if nominal else 0
+    return probe.table["band"]
 
 
 def vector_cycles(target: Target, elements: int) -> int:
@@ -104,27 +178,54 @@ class _Staged:
     pipelinable: bool
     one: int  # cycles of one DMA
     channel: int  # cycles of one DMA's bytes on the DRAM channel
+    dmas: int  # DMAs per transfer
     nbytes: int
     footprint: int  # bytes taken in its memory
     in_acc: bool
 
 
-def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _Staged | None:
-    key = (tensor, level)
+def _merged(probe: Probe, stages) -> set[str]:
+    """The staging levels whose two iterations share one staging of their tensors: isl emits a
+    loop of two iterations whose last is partial as two siblings (no loop), and the lowering
+    stages them together when the boxes of every tensor staged there are the same in both
+    (scheduled._walk_nodes) -- a box is when it is as large as at the loop around."""
+
+    def invariant(tensor: str, level: str) -> bool:
+        at = probe.order.index(level)
+        here = probe.sizes.get((tensor, level))
+        outer = probe.sizes.get((tensor, probe.order[at - 1] if at else None))
+        return here is not None and outer is not None and outer.nbytes == here.nbytes
+
+    def peeled(level: str) -> bool:  # isl peels its partial iteration out of the loop only
+        # when the band inside needs constant bounds: no loop of its inner part is outside the band
+        inner = level[:-1] + "i"
+        return not any(x == inner or x.startswith(inner + "_") for x in probe.order)
+
+    levels = {
+        lv
+        for _, lv in stages
+        if lv in probe.ragged and probe.trips[lv] == 2 and lv.endswith("_o") and peeled(lv)
+    }
+    return {lv for lv in levels if all(invariant(t, lv) for t, x in stages if x == lv)}
+
+
+def _staged(
+    probe: Probe, target: Target, tensor: str, level: str | None, merged: bool = False
+) -> _Staged | None:
+    key = (tensor, level, merged)
     if key not in probe.table:
-        fp = probe.sizes[key]
+        fp = probe.sizes[(tensor, level)]
         if fp is None:
             probe.table[key] = None
         else:
-            order = probe.order
-            count = (
-                math.prod(probe.trips[o] for o in order[: order.index(level) + 1]) if level else 1
-            )
+            count = _iterations(probe, level) if level else 1
+            if merged:
+                count //= 2
             written = tensor in probe.written
             loads = 0 if written and fp.fresh else count - fp.skipped
             stores = count if written and tensor in probe.stored else 0
             fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
-            channel = -(-fp.nbytes // target.dram_bytes_per_cycle)
+            channel = isa.dma_channel_cycles(target, fp.nbytes)
             probe.table[key] = _Staged(
                 count,
                 written,
@@ -135,8 +236,9 @@ def _staged(probe: Probe, target: Target, tensor: str, level: str | None) -> _St
                 loads,
                 stores,
                 fp.pipelinable,
-                fp.dmas * target.dma_setup_cycles + channel,
+                isa.dma_cycles(target, fp.nbytes, fp.dmas),
                 channel,
+                fp.dmas,
                 fp.nbytes,
                 _align(fp.held or fp.nbytes),
                 probe.memory.get(tensor) == "acc",
@@ -150,9 +252,7 @@ def cost(
     """The cycles of the microcode the lowering emits for staging each tensor at its level in
     `choice`. Serialized: every DMA and every compute instruction adds up. With `pipeline`, the
     innermost staging loop has two buffers of each of its tensors, and its loads and stores
-    overlap its compute: per pass of the loop, l + e + s + (n - 1) * max(l, e, s) for loads l,
-    compute e and stores s per iteration over n iterations (a last, partial iteration that isl
-    peels off runs alone: l + e + s)."""
+    overlap its compute (_pipelined_total)."""
     order, trips = probe.order, probe.trips
     stages = tuple(zip(tensors, choice, strict=False))
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
@@ -161,13 +261,20 @@ def cost(
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
         return refused
+    # a loop whose trip count differs between passes has bounds that vary (LOOPB): the lowering
+    # double-buffers only loops of constant bounds
+    if pipeline and len(probe.passes.get(inner, ())) > 1:
+        return refused
     # a staging loop inside a reduction loop: its first writes are not whole iterations of it
     deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
     spad = acc = dma = dram = 0
-    overlapped = stored = fill = channel = 0  # per iteration of a pipelined loop
+    overlapped = stored = fill = 0  # per iteration of a pipelined loop
     ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
+    piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
+    piped_stores: list[tuple[float, float, int]] = []
+    merged = _merged(probe, stages)
     for tensor, level in stages:
-        st = _staged(probe, target, tensor, level)
+        st = _staged(probe, target, tensor, level, level in merged)
         if st is None:
             return refused
         piped = pipeline and level == inner
@@ -177,8 +284,11 @@ def cost(
         if piped:
             # per iteration, on average (the first to touch their box load nothing)
             fill += st.fill * st.fills / st.count + refill
+            if st.loads:
+                piped_loads.append(_transfers(target, st, st.loads / st.count))
+            if st.stores:
+                piped_stores.append(_transfers(target, st, st.stores / st.count))
             if st.loads or st.stores:
-                channel += st.channel
                 ahead = ahead or bool(st.loads and st.stores)
                 stored += st.one * st.stores / st.count
                 overlapped += st.one * st.loads / st.count
@@ -200,21 +310,10 @@ def cost(
         return refused
     v, (tile, temps) = options[-1]
     spad += max(temps, probe.band_temps)
-    compute = probe.band_cycles + tile
+    compute = _band_cycles(probe) + tile
     if pipeline:
-        depth = order.index(inner)
-        outer = math.prod(trips[o] for o in order[:depth])
-        n = trips[inner]
-        in_loop = probe.band_cycles + (tile if depth < len(probe.fused) else 0)
-        e = in_loop / (outer * n) + fill
-        # the loads of the next iteration and the stores of this one overlap the compute and share
-        # the DRAM channel, each queue's DMA setups overlapping the other's transfers; a tensor
-        # that is loaded and stored has its loads and stores take turns (tokens order them)
-        step = max(e, overlapped + stored) if ahead else max(e, channel, overlapped, stored)
-        total = outer * (
-            overlapped + e + stored + (n - 1 - peeled) * step + peeled * (overlapped + e + stored)
-        ) + (compute - in_loop)
-        dma += int(round(total - compute))
+        piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
+        dma += int(round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped)))
     return Candidate(
         order,
         stages,
@@ -227,3 +326,112 @@ def cost(
         vector_cycles=tile,
         vector_loops=v,
     )
+
+
+def _transfers(target: Target, st: _Staged, share: float) -> tuple[float, float, int]:
+    """(setup, channel cycles, DMAs) of one transfer of a tensor in a pipelined loop, `share` of
+    whose iterations move it (the first to touch their box load nothing)."""
+    return (share * isa.dma_cycles(target, 0), share * st.channel, st.dmas)
+
+
+@dataclass(frozen=True)
+class _Piped:
+    """What the tensors of a double-buffered loop move per iteration, on average."""
+
+    loads: tuple  # (setup, channel cycles, DMAs) per loaded tensor
+    stores: tuple  # ... per stored tensor
+    load_cycles: float  # the loads' DMAs one after the other
+    store_cycles: float
+    fill: float  # zero fills on EX
+    ahead: bool  # a tensor is loaded and stored (scheduled._pipelined_ahead)
+
+
+def _pipelined_total(
+    probe: Probe, target: Target, inner: str, peeled: bool, compute: int, tile: int, p: _Piped
+) -> float:
+    """The exposed DMA cycles of a candidate whose loop `inner` double-buffers: each pass of the
+    loop timed as the lowering's tokens order it (_pipelined_pass), a last, partial iteration that
+    isl peels off running alone, passes of fewer than two iterations serial; with two weight
+    buffers, a compute that waits for its loads exposes the fill that the band's cycles count
+    hidden (not after the vector work of a fused tile, where it is counted)."""
+    order, trips = probe.order, probe.trips
+    depth = order.index(inner)
+    passes = probe.passes.get(inner) or (
+        (trips[inner], math.prod(trips[o] for o in order[:depth])),
+    )
+    in_loop = _band_cycles(probe) + (tile if depth < len(probe.fused) else 0)
+    e = in_loop / sum(n * times for n, times in passes) + p.fill
+    late = (
+        target.fill_cycles
+        if target.weight_buffers > 1
+        and "acc" in probe.memory.values()
+        and depth >= len(probe.fused)
+        else 0
+    )
+    alone = p.load_cycles + e + p.store_cycles
+    total = (compute - in_loop) + late * (sum(times for _, times in passes) - 1)
+    for n, times in passes:
+        if n - peeled < 2:
+            total += times * n * alone
+            continue
+        steady = _pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead)
+        total += times * (steady + peeled * alone)
+    return total - compute
+
+
+PASS_PREFIX = 12  # iterations of a pipelined loop timed one by one (even: periods of two repeat)
+
+
+@lru_cache(maxsize=1 << 14)
+def _pipelined_pass(
+    loads: tuple, stores: tuple, e: float, n: int, late_fill: int, ahead: bool
+) -> float:
+    """The cycles of one pass of `n` iterations of a double-buffered loop (_pass); past
+    PASS_PREFIX iterations, the period of the last two (the lowering alternates two buffers)
+    repeats."""
+    if n <= PASS_PREFIX:
+        return _pass(loads, stores, e, n, late_fill, ahead)
+    whole = _pass(loads, stores, e, PASS_PREFIX, late_fill, ahead)
+    period = (whole - _pass(loads, stores, e, PASS_PREFIX - 2, late_fill, ahead)) / 2
+    return whole + (n - PASS_PREFIX) * period
+
+
+def _pass(loads: tuple, stores: tuple, e: float, n: int, late_fill: int, ahead: bool) -> float:
+    """The cycles of one pass of `n` iterations of a double-buffered loop, timed as the lowering
+    orders it: iteration i's compute (`e` cycles on EX) waits for its loads and for the stores
+    of iteration i - 2 (which used the same buffers); the loads of iteration i + 1 are issued
+    before it, once the compute of i - 1 has freed their buffers; its stores follow it. Each DMA
+    is its setup on its queue, then its bytes on the DRAM channel that both DMA queues share
+    (timing.Channel, the simulator's). `late_fill`: with two weight buffers, the MATMUL fill that
+    a compute whose tokens arrive after EX is free exposes (timing.matmul_stream_start); `e`
+    counts it hidden. `ahead`: a tensor is loaded and stored (scheduled._pipelined_ahead): a
+    buffer is loaded once the store of iteration i - 1 has emptied it, and the stores of
+    iteration i wait for the loads of i + 1."""
+    channel = isa.Channel()
+    ld = ex = st = 0.0
+    loaded = [0.0] * n
+    computed = [0.0] * n
+    stored = [0.0] * n
+
+    def load(i: int) -> None:
+        nonlocal ld
+        ld = max(ld, (stored if ahead else computed)[i - 2] if i >= 2 else 0.0)
+        for setup, cycles, dmas in loads:
+            for _ in range(dmas):
+                ld = channel.book(ld + setup, cycles / dmas)
+        loaded[i] = ld
+
+    load(0)
+    for i in range(n):
+        if i + 1 < n:
+            load(i + 1)
+        tokens = max(loaded[i], stored[i - 2] if i >= 2 else 0.0)
+        start = max(ex, tokens)
+        ex = start + e + min(late_fill, max(0.0, tokens + late_fill - ex)) if i else start + e
+        computed[i] = ex
+        st = max(st, ex, loaded[i + 1] if ahead and i + 1 < n else 0.0)
+        for setup, cycles, dmas in stores:
+            for _ in range(dmas):
+                st = channel.book(st + setup, cycles / dmas)
+        stored[i] = st
+    return max(ld, ex, st)

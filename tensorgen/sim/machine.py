@@ -57,7 +57,7 @@ class Simulator:
         self.machine = Machine(binary, target)
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
-        self.channel: list[tuple[int, int]] = []  # busy intervals of the DRAM channel, sorted
+        self.channel = isa.Channel()  # the DRAM channel's bookings
         self.tokens = {(a, b): deque() for a in isa.QUEUES for b in isa.QUEUES if a != b}
         self.inflight: dict[str, list[Access]] = {q: [] for q in isa.QUEUES}
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
@@ -314,7 +314,7 @@ class Simulator:
         reads_from = start
         if cost.dram_bytes:
             end = self._transfer(
-                start + cost.cycles, -(-cost.dram_bytes // self.target.dram_bytes_per_cycle)
+                start + cost.cycles, isa.dma_channel_cycles(self.target, cost.dram_bytes)
             )
             if ins.mnemonic == "LOAD":
                 st.dram_read_bytes += cost.dram_bytes
@@ -406,8 +406,9 @@ class Simulator:
             return start + cost.cycles, start
         rows = cost.cycles // reps - cost.fill
         previous = self.streaming if self.target.weight_buffers > 1 else None
-        begin = start if previous is None else max(previous[0], tokens)  # its weights start loading
-        stream = max(start, begin + cost.fill)
+        begin, stream = isa.matmul_stream_start(
+            self.target, start, tokens, previous and previous[0]
+        )
         end = stream + rows + (reps - 1) * isa.matmul_cycles(self.target, rows, rows)
         self.streaming = (end - rows, rows)
         return end, min(begin, start)
@@ -426,20 +427,12 @@ class Simulator:
     def _transfer(self, ready: int, cycles: int) -> int:
         """Give a DMA the DRAM channel at the first time >= `ready` when it is free for `cycles`
         (first come, first served in time, not in program order); returns the transfer's end."""
-        horizon = min(self.queue_time["LD"], self.queue_time["ST"])
-        while self.channel and self.channel[0][1] <= horizon:
-            self.channel.pop(0)  # no DMA can start before both DMA queues' current times
-        begin = ready
-        at = bisect.bisect_left(self.channel, (ready, ready))
-        if at and self.channel[at - 1][1] > begin:
-            begin = self.channel[at - 1][1]
-        while at < len(self.channel) and self.channel[at][0] < begin + cycles:
-            begin = max(begin, self.channel[at][1])
-            at += 1
-        self.channel.insert(at, (begin, begin + cycles))
+        # no DMA can start before both DMA queues' current times
+        self.channel.forget(min(self.queue_time["LD"], self.queue_time["ST"]))
+        end = self.channel.book(ready, cycles)
         if self.recorder is not None:
-            self.recorder.channel.append((begin, begin + cycles))
-        return begin + cycles
+            self.recorder.channel.append((end - cycles, end))
+        return end
 
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
         # Each queue's accesses end in nondecreasing time, so scanning another queue's list from
