@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorgen.autosched.search import auto_schedule
+from tensorgen.autosched.search import MAX_CANDIDATES, auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import Job, compile_auto, compile_default, random_inputs, run_and_compare
 from tensorgen.errors import CapacityError
@@ -54,8 +54,9 @@ def test_examples_on_tg1(name: str) -> None:
 @pytest.mark.parametrize("target", ["tg1", "tiny"])
 def test_strided_conv_with_partial_tiles(target: str) -> None:
     result = _check(parse_program(SMALL_CONV), target)
-    # the search stays well inside its budget
-    assert result.plan.search_s < 5
+    # the search stays well inside its budget, counted in candidates (never in seconds: the
+    # machine is shared, and the choice must not depend on its speed)
+    assert 0 < len(result.plan.considered) < MAX_CANDIDATES // 2
 
 
 def test_explanation_is_a_replayable_schedule_file() -> None:
