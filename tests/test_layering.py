@@ -163,7 +163,9 @@ def _edge_problem(module: str, target: str, names: list[str]) -> str | None:
     if src in ("sim", "mc") and dst in COMPILER:
         return f"{src} never imports the compiler"
     if src == "reference" and target not in REFERENCE_MAY_IMPORT:
-        return "the reference imports only the IR's data classes (ir.core), errors and inputs' limits"
+        return (
+            "the reference imports only the IR's data classes (ir.core), errors and inputs' limits"
+        )
     if src == "codegen" and target in SCHEDULE_CHOOSERS:
         return "codegen lowers the schedule it is given; it never imports a schedule chooser"
     if RANKS[dst] >= RANKS[src]:

@@ -21,7 +21,10 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("codegen/lower.py", "into"): (126, "the old lowering, removed with KernelLowering"),
     ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
     ("model.py", "compile_model"): (87, "onecomp's, being reshaped with the pipeline"),
-    ("autosched/search.py", None): (786, "the layer search: probe and explain to modules of their own"),
+    ("autosched/search.py", None): (
+        786,
+        "the layer search: probe and explain to modules of their own",
+    ),
     ("autosched/search.py", "_probe"): (111, "re-derives the lowering's facts: goes with item 4"),
     ("autosched/search.py", "explain"): (62, "the plan's explanation, one table"),
     ("autosched/search.py", "_shapes"): (103, "the layer search's enumeration of tile shapes"),
