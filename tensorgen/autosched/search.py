@@ -36,7 +36,14 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from tensorgen.autosched.layer import Geometry, Layer, Skeleton, build_skeleton, recognise
+from tensorgen.autosched.layer import (
+    Geometry,
+    Layer,
+    Skeleton,
+    accumulator_levels,
+    build_skeleton,
+    recognise,
+)
 from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
@@ -358,7 +365,7 @@ class Space:
             fold,
         )
         levels = [_levels(program, layer, sk, order, t, fold) for t in tensors]
-        levels = _accumulator_outside_reduction(program, layer, blocks_f, order, tensors, levels)
+        levels = accumulator_levels(program, layer, blocks_f, order, tensors, levels)
         return [
             cost(probe, target, tensors, choice, pipeline)
             for choice in itertools.product(*levels)
@@ -466,25 +473,6 @@ def _levels(
     if any(s is not layer.contraction for s in layer.accessing(tensor)):
         return [None] + list(sk.fused)
     return [None] + list(order)
-
-
-def _accumulator_outside_reduction(program, layer, blocks, order, tensors, levels):
-    """The contraction's accumulator staged only at loops outside its reduction loops. Staged
-    inside one, each of its footprints is loaded, updated and stored again per reduction step,
-    which the lowering and the cost model treat differently today (the model underestimates it
-    by up to 30 %, and the search then picks it: the stem on tiny, 41,310 modelled cycles for
-    53,910 simulated, against 42,050 for staging it at k_o). Until the model follows the
-    lowering there, the search does not consider them."""
-    acc = layer.contraction.lhs.tensor
-    if acc not in tensors:
-        return levels
-    base = Geometry.of(layer.contraction, blocks).base
-    out = out_indices(program, layer.contraction)
-    first = next((i for i, x in enumerate(order) if base[x] not in out), len(order))
-    allowed = {None, *order[:first]}
-    i = tensors.index(acc)
-    kept = [lv for lv in levels[i] if lv in allowed]
-    return [*levels[:i], kept or levels[i], *levels[i + 1 :]]
 
 
 def _probe(
