@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 from tensorgen.autosched.search import Plan, auto_schedule
 from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
-from tensorgen.errors import CapacityError, CodegenError, ScheduleError
+from tensorgen.errors import CapacityError, CodegenError, ScheduleError, SimulatorError
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
@@ -89,9 +90,24 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
 @dataclass(frozen=True)
 class _Measured:
     compiled: Compiled
-    cycles: int
+    cycles: float  # math.inf: past FALLBACK_STEPS
     schedule: Schedule | None  # None: the kernel default
     note: str = ""
+
+
+# Instructions a fallback candidate may run while it is measured: a count, so the choice is the
+# same on any machine, and small enough that a program asking for absurd work (a shared loop of
+# 100,000 steps) is not simulated at compile time.
+FALLBACK_STEPS = 1_000_000
+
+
+def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: Target) -> float:
+    """Simulated cycles, or infinity past FALLBACK_STEPS (then the primitive-built one wins)."""
+    try:
+        limits = SimLimits(max_steps=FALLBACK_STEPS)
+        return simulate(compiled.binary, zeros, target, limits=limits).stats.cycles
+    except SimulatorError:
+        return math.inf
 
 
 def _fastest_fallback(program: Program, target: Target) -> _Measured:
@@ -111,9 +127,9 @@ def _fastest_fallback(program: Program, target: Target) -> _Measured:
             continue  # over capacity even so, or a form the lowering does not take
         if any(str(s) == str(m.schedule) for m in found):
             continue
-        found.append(_Measured(compiled, simulate(compiled.binary, zeros, target).stats.cycles, s))
+        found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
     default = compile_default(program, target)
-    cycles = simulate(default.binary, zeros, target).stats.cycles
+    cycles = _measured_cycles(default, zeros, target)
     best = min(found, key=lambda m: m.cycles, default=None)
     if best is None or best.cycles > cycles:
         return _Measured(default, cycles, None)

@@ -175,7 +175,7 @@ def test_check_has_run_s_instruction_limit(capsys):
 
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(
-        "error: the program executes 59 instructions, over the simulator's limit of 10"
+        "error: the program executes 37 instructions, over the simulator's limit of 10"
     )
     assert "BIT-EXACT" not in out
     assert _cli(capsys, "check", ROOT / "examples" / "matmul_odd.yaml", "--max-steps", "0")[2] == [
