@@ -11,7 +11,13 @@ import numpy as np
 from tensorgen.autosched.search import Plan, auto_schedule
 from tensorgen.codegen.lower import Compiled, compile_program
 from tensorgen.codegen.scheduled import compile_scheduled
-from tensorgen.errors import CapacityError, CodegenError, ScheduleError, SimulatorError
+from tensorgen.errors import (
+    BinaryError,
+    CapacityError,
+    CodegenError,
+    ScheduleError,
+    SimulatorError,
+)
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
@@ -106,7 +112,7 @@ def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: T
     try:
         limits = SimLimits(max_steps=FALLBACK_STEPS)
         return simulate(compiled.binary, zeros, target, limits=limits).stats.cycles
-    except SimulatorError:
+    except (SimulatorError, BinaryError):  # BinaryError: over the limit, known before it runs
         return math.inf
 
 

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorgen.errors import SimulatorError
+from tensorgen.errors import BinaryError, SimulatorError
 from tensorgen.mc.binary import assemble
 from tensorgen.sim import batch, loops
 from tensorgen.sim.batch import exact_product
@@ -126,7 +126,7 @@ LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] {"" if c.drop == "ld" else "si
 def _outcome(binary, inputs, target, fast: bool):
     try:
         r = simulate(binary, inputs, target, vectorize_loops=fast, record=True)
-    except SimulatorError as err:
+    except (SimulatorError, BinaryError) as err:  # BinaryError: the verifier refuses it first
         return ("error", str(err))
     return (
         {k: v.tolist() for k, v in r.outputs.items()},

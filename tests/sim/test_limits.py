@@ -51,7 +51,7 @@ def test_the_default_limit_refuses_256_cubed_element_by_element_at_once(tmp_path
     )
     path = tmp_path / "neg256.yaml"
     path.write_text(text)
-    job = compile_file(path, "tiny")
+    job = compile_file(path, "tiny", "default")  # the element-by-element default lowering
     binary = decode(encode(job.compiled.binary))
     with pytest.raises(
         BinaryError,
@@ -63,7 +63,7 @@ def test_the_default_limit_refuses_256_cubed_element_by_element_at_once(tmp_path
 
 def test_an_inexact_count_is_enforced_while_running():
     """trmm's triangular LOOPB nest executes 2,182 instructions; the static bound says 4,102."""
-    job = compile_file(EXAMPLES / "trmm_triangular.yaml", "tiny")
+    job = compile_file(EXAMPLES / "trmm_triangular.yaml", "tiny", "default")
     b, inputs = job.compiled.binary, random_inputs(job.program, 0)
     assert verify_binary(b, TINY) == 4102
     assert simulate(b, inputs, TINY, limits=SimLimits(max_steps=2182)).stats.instructions == 2182
