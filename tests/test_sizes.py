@@ -22,7 +22,7 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
     ("model.py", "compile_model"): (87, "onecomp's, being reshaped with the pipeline"),
     ("autosched/search.py", None): (
-        786,
+        794,
         "the layer search: probe and explain to modules of their own",
     ),
     ("autosched/search.py", "_probe"): (111, "re-derives the lowering's facts: goes with item 4"),
