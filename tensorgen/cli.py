@@ -271,8 +271,8 @@ def cmd_check(args) -> int:
         choice, f"schedule {choice}"
     )
     if job.plan is not None:
-        if job.plan.schedule is None:
-            print(f"warning: {job.plan.explain(tgt)}", file=sys.stderr)
+        if job.plan.schedule is None:  # a note on stdout: stderr holds only an error's one line
+            which = f"default schedule, auto: {job.plan.reason}"
         if args.explain:
             print(job.plan.explain(tgt))
     print(
