@@ -279,7 +279,7 @@ def test_run_never_writes_outside_out(tmp_path, cli, matmul_binary, monkeypatch,
 
 @pytest.mark.parametrize("name", ["../escape", "/abs", "a/b", "C/../../x"])
 def test_output_paths_are_confined_to_out(tmp_path, name):
-    from tensorgen.cli import _output_path
+    from tensorgen.cli.ops import output_path as _output_path
     from tensorgen.errors import TensorgenError
 
     with pytest.raises(TensorgenError, match=r"would be written outside the directory$"):

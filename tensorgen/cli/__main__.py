@@ -1,0 +1,7 @@
+"""`python -m tensorgen.cli`."""
+
+import sys
+
+from tensorgen.cli import main
+
+sys.exit(main())
