@@ -1,6 +1,6 @@
 """Running fuzz cases through the CLI and classifying what happened against its contract.
 
-The contract (tensorgen/cli.py): exit 0 (or 1 for a check that found a mismatch) with valid output,
+The contract (tensorgen/cli/__init__.py): exit 0 (or 1 for a check that found a mismatch) with valid output,
 or exit 2 with exactly one `error: ...` line on stderr and no output file; never exit 3, a
 traceback, a hang, a signal or exhausted memory. argparse's usage lines above its own error line
 are the ecosystem's convention and count as one error.
