@@ -103,8 +103,9 @@ class _Measured:
 
 # Instructions a fallback candidate may run while it is measured: a count, so the choice is the
 # same on any machine, and small enough that a program asking for absurd work (a shared loop of
-# 100,000 steps) is not simulated at compile time.
-FALLBACK_STEPS = 1_000_000
+# 100,000 steps) is not simulated at compile time: a million MATMUL steps took minutes, and the
+# examples run at most 13,184 (rnn_cell on tiny).
+FALLBACK_STEPS = 30_000
 
 
 def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: Target) -> float:

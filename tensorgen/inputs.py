@@ -42,7 +42,8 @@ class InputLimits:
     reference_points: int = 1 << 24
     # statement runs of the reference: shared-loop steps times statements, each a Python step
     reference_steps: int = 1 << 14
-    statements: int = 256  # compile time grows with the square of the statement count
+    # compile time grows with the square of the statement count: 103 statements took 8 CPU-s
+    statements: int = 64
     statement_chars: int = 4096  # one statement, and one where: text
     expr_depth: int = 32  # nesting of a statement's expression (each operator or call is a level)
     expr_nodes: int = 512  # operators, calls, reads and constants of one statement

@@ -115,11 +115,23 @@ def test_run_wrong_shape(tmp_path, cli, matmul_tgb, operands, shape):
 
 
 def test_run_values_outside_the_dtype(tmp_path, cli, matmul_tgb, operands):
+    """A file of another width is refused by its dtype; an array given in-process may be any
+    integer type, and then its values are checked."""
+    from tensorgen.errors import SimulatorError
+    from tensorgen.mc.binary import decode
+    from tensorgen.sim.machine import simulate
+    from tensorgen.target import load_target
+
     np.save(tmp_path / "big.npy", np.full(A_SHAPE, 300, np.int32))
     out = tmp_path / "DIR"
     message = cli(*run_args(matmul_tgb, tmp_path / "big.npy", operands[3], out)).one_error()
-    assert message == "input 'A' has values outside int8"
+    assert message.startswith("input 'A' has dtype int32; expected int8 ")
     assert not out.exists()
+    binary = decode(Path(matmul_tgb).read_bytes())
+    with pytest.raises(SimulatorError, match="^input 'A' has values outside int8$"):
+        simulate(
+            binary, {"A": np.full(A_SHAPE, 300, np.int32), "B": operands[1]}, load_target("tiny")
+        )
 
 
 def test_run_unknown_input(tmp_path, cli, matmul_tgb, operands):
@@ -363,22 +375,30 @@ def test_run_npy_header_promising_huge_arrays(tmp_path, cli, matmul_tgb, operand
     [
         pytest.param(
             np.zeros((100, 37)),
-            r"^input 'A' has dtype float64; expected integers \(int8\)$",
+            r"^input 'A' has dtype float64; expected int8 \(convert it with a.astype\(np.int8\)\)$",
             id="float64",
         ),
         pytest.param(
             np.zeros((100, 37), bool),
-            r"^input 'A' has dtype bool; expected integers \(int8\)$",
+            r"^input 'A' has dtype bool; expected int8 ",
             id="bool",
+        ),
+        pytest.param(  # the fuzzer's suspicious accept: values in range, another width
+            np.zeros((100, 37), np.int64),
+            r"^input 'A' has dtype int64; expected int8 ",
+            id="int64",
+        ),
+        pytest.param(
+            np.zeros((100, 37), ">i1").astype(">i2"), r"^input 'A' has dtype >i2", id="big-endian"
         ),
         pytest.param(
             np.zeros((100, 37), "i1,i1"),
-            r"^input 'A' has dtype .*; expected integers",
+            r"^input 'A' has dtype .*; expected int8 ",
             id="structured",
         ),
         pytest.param(
             np.zeros((100, 37), object),
-            r"^input 'A' has dtype object; expected integers",
+            r"^input 'A' has dtype object; expected int8 ",
             id="pickled-object",
         ),
     ],
@@ -506,18 +526,14 @@ def test_outputs_are_written_with_the_umask_mode(tmp_path, cli, matmul_tgb, oper
 
 def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
     """The fuzzer's valid program that ran for minutes: refused before simulating, one line."""
-    import time
-
     op = tmp_path / "neg256.yaml"
     op.write_text(
         (MATMUL.parent / "matmul_256.yaml")
         .read_text()
         .replace("A[i, k] * B[k, j]", "A[i, k] * B[k, j] * -1")
     )
-    t0 = time.perf_counter()
     message = cli("check", op, "--target", "tiny").one_error()
     assert message.startswith(
         "the program executes 50,855,936 instructions, over the simulator's limit of "
-        "50,000,000 (SimLimits.max_steps"
+        "2,000,000 (SimLimits.max_steps"
     )
-    assert time.perf_counter() - t0 < 60

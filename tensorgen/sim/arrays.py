@@ -72,7 +72,8 @@ def _check_header(t: TensorEntry, shape: tuple[int, ...], dtype: np.dtype) -> No
             raise SimulatorError(
                 f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected float32"
             )
-    elif dtype.kind not in "iu" or dtype.fields is not None:
+    elif dtype != np.dtype(t.dtype):  # a file is typed: no silent conversion of another width
         raise SimulatorError(
-            f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected integers ({t.dtype})"
+            f"input '{t.name}' has dtype {one_line(dtype, 40)}; expected {t.dtype} "
+            f"(convert it with a.astype(np.{t.dtype}))"
         )

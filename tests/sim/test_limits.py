@@ -56,7 +56,7 @@ def test_the_default_limit_refuses_256_cubed_element_by_element_at_once(tmp_path
     with pytest.raises(
         BinaryError,
         match=rf"^the program executes 50,855,936 instructions, over the simulator's "
-        rf"limit of 50,000,000 {LIMIT}",
+        rf"limit of 2,000,000 {LIMIT}",
     ):
         simulate(binary, random_inputs(job.program, 0), TINY)
 

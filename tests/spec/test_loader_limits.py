@@ -178,7 +178,7 @@ CASES = {
     ),
     "statements-20000": (
         HEADER + f"  - {MATMUL}\n" * 20000,
-        r"20000 statements; at most 256 \(limit InputLimits.statements",
+        r"20000 statements; at most 64 \(limit InputLimits.statements",
     ),
     "expression-long": (
         stmt("C[i, j] = " + " + ".join(["A[i, 0]"] * 1000)),
