@@ -27,6 +27,7 @@ from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
+from tensorgen.sim import replay
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine
@@ -75,6 +76,7 @@ class Simulator:
         self.streaming: tuple[int, int] | None = None
         self.recorder = Recorder() if record else None  # None: no recording cost at all
         self.runs = MatmulRuns(self)  # runs of MATMULs executed at once (vectorize_loops)
+        self.replays: dict[tuple[int, int], replay.Form | None] = {}  # steady loops (replay)
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -190,9 +192,7 @@ class Simulator:
                     )
                     pc += 1 + body
                     continue
-                self._iterate(ins.arg("count"))
-                for c in range(ins.arg("count")):
-                    self._block(pc + 1, pc + 1 + body, counters + (c,))
+                self._loop(pc, ins.arg("count"), body, counters)
                 pc += 1 + body
             elif ins.mnemonic in ("LOOPB", "IF"):
                 body = ins.arg("body")
@@ -247,6 +247,21 @@ class Simulator:
         if not self.vectorize_loops:
             return False
         return self.runs.once(pc, self.machine) or self.runs.vector_once(pc, self.machine)
+
+    def _loop(self, pc: int, count: int, body: int, counters: tuple[int, ...]) -> None:
+        """The iterations of the LOOP at `pc`, one by one, or replayed once steady (`replay`)."""
+        self._iterate(count)
+        form = None
+        if self.vectorize_loops:
+            key = (pc, len(counters))
+            if key not in self.replays:
+                self.replays[key] = replay.form(self, pc, len(counters))
+            form = self.replays[key]
+        if form is not None:
+            replay.run_loop(self, pc, counters, form)
+            return
+        for c in range(count):
+            self._block(pc + 1, pc + 1 + body, counters + (c,))
 
     def _iterate(self, n: int) -> None:
         # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their

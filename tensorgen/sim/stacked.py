@@ -1,0 +1,475 @@
+"""The values of many iterations of a LOOP at once: each instruction of the body run for every
+iteration together, over a leading axis (`tensorgen.sim.replay` does the timing).
+
+A body of LOADs, STOREs, SYNCs, MATMULs and LOOP/LOOPB nests around a MATMUL (IFs whose
+outcome is fixed over the iterations) is run instruction by instruction, each for all the
+iterations at once. The on-chip bytes the body writes are privatised: every iteration writes
+its own row of a scratch copy, and the memory gets the last iteration's row at the end. That
+is the same as running the iterations one after the other only when no iteration reads what
+another wrote; everything else declines (None from `plan`, with nothing changed): an on-chip
+read of bytes the body writes that the same iteration has not written first, an operand
+overlapping its accumulator, DRAM boxes of one tensor that two iterations store to or one
+stores and another loads, an operand the fast kernels do not take.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.mc.operands import Box, View
+from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, MatmulOp, Nest, Piece, reduce_into
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An on-chip operand of every iteration: `shape`/`strides` (bytes) at byte `offset` of
+    `mem`, in the scratch rows ("cur": the iteration's own row, "prev": the row of the one
+    before) or in the memory itself ("shared": bytes the body does not write)."""
+
+    mem: str
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    mode: str = "cur"
+
+
+@dataclass(frozen=True)
+class Effect:
+    kind: str  # "load", "store" or "mm"
+    pc: int
+    refs: tuple  # load: (dst,); store: (src,); mm: (acc, (a, b, a_zp, b_zp, term)...)
+    box: tuple | None = None  # load/store: (tensor, origin at the first iteration, steps, shape)
+    accumulate: int = 0
+
+
+class Plan:
+    """The effects of the body for `count` iterations, checked and ordered; `run` computes
+    them. Row 0 of each memory's scratch holds the memory before the first iteration, row
+    i + 1 what iteration i leaves there."""
+
+    def __init__(self, effects, hulls, written, count) -> None:
+        self.effects, self.hulls, self.written, self.count = effects, hulls, written, count
+
+    def run(self, machine, binary) -> None:
+        k, mem = self.count, machine.mem
+        rows = {}
+        for m, (lo, hi) in self.hulls.items():
+            rows[m] = np.empty((k + 1, hi - lo), np.uint8)
+            rows[m][0] = mem[m][lo:hi]
+
+        def array(r: Ref, writeable=False) -> np.ndarray:
+            if r.mode == "shared":
+                buf, lead, off = mem[r.mem], 0, r.offset
+            else:
+                buf, lead = rows[r.mem], rows[r.mem].shape[1]
+                off = r.offset - self.hulls[r.mem][0] + (lead if r.mode == "cur" else 0)
+            a = np.ndarray(r.shape, r.dtype, buffer=buf, offset=off, strides=r.strides)
+            return np.lib.stride_tricks.as_strided(
+                a, (k, *r.shape), (lead, *r.strides), writeable=writeable
+            )
+
+        for e in self.effects:
+            if e.kind == "load":
+                _load(array(e.refs[0], True), _dram_boxes(binary, mem, e.box, k))
+            elif e.kind == "store":
+                _store(binary, mem, e.box, k, array(e.refs[0]))
+            else:
+                pieces = [
+                    Piece(array(a), array(b), azp, bzp, term) for a, b, azp, bzp, term in e.refs[1:]
+                ]
+                reduce_into(array(e.refs[0], True), pieces, e.accumulate, batch=k)
+        for m, ranges in self.written.items():
+            lo0 = self.hulls[m][0]
+            for lo, hi in ranges:
+                mem[m][lo:hi] = rows[m][-1, lo - lo0 : hi - lo0]
+
+
+def _load(dst: np.ndarray, values: np.ndarray) -> None:
+    """`Machine.write` of `load_box`'s values, for every iteration."""
+    if values.dtype == dst.dtype and values.shape == dst.shape:
+        dst[...] = values
+        return
+    values = np.broadcast_to(values, dst.shape)
+    dst[...] = (
+        values.astype(np.float32)
+        if dst.dtype.kind == "f"
+        else values.astype(np.int64).astype(dst.dtype)
+    )
+
+
+def _box_dtype(t) -> np.dtype:
+    dt = np.dtype(t.dtype)
+    if dt.kind == "f":
+        return np.dtype(np.float32)
+    if not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
+        return np.dtype(np.int64)
+    return dt
+
+
+def _extent(box, k: int):
+    """Per dimension, the least first and the greatest end of the box over the iterations."""
+    _, origin, steps, shape = box
+    los = [min(o, o + s * (k - 1)) for o, s in zip(origin, steps, strict=True)]
+    his = [max(o, o + s * (k - 1)) + n for o, s, n in zip(origin, steps, shape, strict=True)]
+    return los, his
+
+
+def _tensor(binary, mem, ti):
+    t = binary.tensors[ti]
+    return t, np.ndarray(t.shape, np.dtype(t.dtype), buffer=mem["dram"], offset=t.dram_offset)
+
+
+def _stack(arr: np.ndarray, los, box, k: int, writeable: bool) -> np.ndarray:
+    """Every iteration's box of `arr` (whose index 0 is coordinate `los`)."""
+    _, origin, steps, shape = box
+    at = tuple(o - lo for o, lo in zip(origin, los, strict=True))
+    first = arr[tuple(slice(a, a + n) for a, n in zip(at, shape, strict=True))]
+    lead = sum(s * st for s, st in zip(steps, arr.strides, strict=True))
+    return np.lib.stride_tricks.as_strided(
+        first, (k, *shape), (lead, *first.strides), writeable=writeable
+    )
+
+
+def _dram_boxes(binary, mem, box, k: int) -> np.ndarray:
+    """The values `load_box` gives for every iteration, (k, *shape)."""
+    t, arr = _tensor(binary, mem, box[0])
+    los, his = _extent(box, k)
+    if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
+        return _stack(arr, [0] * len(los), box, k, False)
+    padded = np.full([hi - lo for lo, hi in zip(los, his, strict=True)], t.pad, _box_dtype(t))
+    src, dst = _overlap(los, his, t.shape)
+    if src is not None:
+        padded[dst] = arr[src]
+    return _stack(padded, los, box, k, False)
+
+
+def _overlap(los, his, dims):
+    src, dst = [], []
+    for lo, hi, n in zip(los, his, dims, strict=True):
+        a, b = max(lo, 0), min(hi, n)
+        if a >= b:
+            return None, None
+        src.append(slice(a, b))
+        dst.append(slice(a - lo, b - lo))
+    return tuple(src), tuple(dst)
+
+
+def _store(binary, mem, box, k: int, values: np.ndarray) -> None:
+    """`store_box` of every iteration's values; the boxes are disjoint (checked)."""
+    t, arr = _tensor(binary, mem, box[0])
+    if values.dtype.kind == "f":
+        values = values.astype(np.float32)
+    los, his = _extent(box, k)
+    if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
+        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype)
+        return
+    src, dst = _overlap(los, his, t.shape)
+    if src is None:
+        return  # every box wholly outside the tensor: halos
+    scratch = np.empty([hi - lo for lo, hi in zip(los, his, strict=True)], arr.dtype)
+    scratch[dst] = arr[src]
+    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype)
+    arr[src] = scratch[dst]
+
+
+# --- planning ----------------------------------------------------------------------------
+
+
+def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]):
+    """The body's effects as (kind, pc, nest) in program order, IFs resolved at `counters`
+    (the first iteration's: the caller checks their outcomes do not change); None when an
+    instruction is not one this module runs."""
+    code, out, pc = runs.sim.binary.code, [], start
+    while pc < end:
+        ins = code[pc]
+        if ins.mnemonic == "IF":
+            body = ins.arg("body")
+            if all(v >= 0 for v in ins.arg("cond").values(counters)):
+                inner = effects_of(runs, pc + 1, pc + 1 + body, depth, counters)
+                if inner is None:
+                    return None
+                out += inner
+            pc += 1 + body
+        elif ins.mnemonic in ("LOOP", "LOOPB"):
+            nest = runs.nest(pc, depth)
+            if (
+                nest is None
+                or nest.body + 1 > end
+                or any(lv >= depth - 1 for lv in nest.outer_levels)
+            ):
+                return None
+            out.append(("mm", nest.body, nest))
+            pc = nest.body + 1
+        elif ins.mnemonic in ("LOAD", "STORE"):
+            out.append((ins.mnemonic.lower(), pc, None))
+            pc += 1
+        elif ins.mnemonic == "MATMUL":
+            out.append(("mm", pc, None))
+            pc += 1
+        elif ins.defn.execute is None:
+            pc += 1  # SYNC: no values
+        else:
+            return None
+    return out
+
+
+def plan(runs, items, counters: tuple[int, ...], level: int, count: int) -> Plan | None:
+    """The checked plan of `items` (`effects_of`) for `count` iterations of loop `level` from
+    outer `counters` (the first iteration's, included); None to decline."""
+    b = _Builder(runs, counters, level, count)
+    for kind, pc, nest in items:
+        if not b.add(kind, pc, nest):
+            return None
+    return b.finish()
+
+
+class _Builder:
+    """Effects with their on-chip accesses, in program order; `finish` checks and orders them."""
+
+    def __init__(self, runs, counters, level, count) -> None:
+        self.runs, self.counters, self.level, self.count = runs, counters, level, count
+        self.code = runs.sim.binary.code
+        self.mem = runs.sim.machine.mem
+        self.refs: list[Ref] = []
+        # per effect: (mem, lo, hi, written, ref index, how much earlier writes cover it)
+        self.accesses: list[list[tuple]] = []
+        self.done: dict[str, list[tuple[int, int]]] = {}  # written so far in an iteration
+        self.effects: list[Effect] = []  # refs as indices into self.refs
+        self.boxes: list[tuple[int, str, tuple]] = []  # (effect, kind, box)
+        self.group: tuple | None = None  # the accumulator of the MATMUL group being built
+        self.elements = 0
+
+    def ref(self, d: Decoded, base: int, shape, strides, write: bool) -> int | None:
+        r = Ref(d.mem, base, d.dtype, tuple(shape), tuple(strides))
+        lo, hi = _span(r)
+        if lo < 0 or hi > self.mem[d.mem].size:
+            return None
+        self.elements = max(self.elements, self.count * math.prod(shape))
+        done = self.done.setdefault(d.mem, [])
+        cov = "all" if _covered(done, lo, hi) else "none"
+        if cov == "none" and any(a < hi and lo < b for a, b in done):
+            cov = "some"
+        self.refs.append(r)
+        self.accesses[-1].append((d.mem, lo, hi, write, len(self.refs) - 1, cov))
+        if write:
+            done.append((lo, hi))
+        return len(self.refs) - 1
+
+    def add(self, kind: str, pc: int, nest) -> bool:
+        if kind == "mm":
+            return self.matmul(pc, nest)
+        self.group = None
+        ins = self.code[pc]
+        view = ins.arg("dst" if kind == "load" else "src")
+        box = ins.arg("src" if kind == "load" else "dst")
+        if not isinstance(view, View) or not isinstance(box, Box):
+            return False
+        if len(box.shape) != len(self.runs.sim.binary.tensors[box.tensor].shape):
+            return False
+        if kind == "store" and tuple(view.shape) != tuple(box.shape):
+            return False
+        d = Decoded.of(view)
+        self.accesses.append([])
+        r = self.ref(d, d.base(self.counters), d.shape, d.strides, kind == "load")
+        if r is None:
+            return False
+        origin = tuple(a.eval(self.counters) for a in box.origin)
+        steps = tuple(a.coefs[self.level] if self.level < len(a.coefs) else 0 for a in box.origin)
+        spec = (box.tensor, origin, steps, tuple(box.shape))
+        self.boxes.append((len(self.effects), kind, spec))
+        self.effects.append(Effect(kind, pc, (r,), spec))
+        return True
+
+    def matmul(self, pc: int, nest: Nest | None) -> bool:
+        op: MatmulOp | None = self.runs.op(pc)
+        if op is None:  # tokens are the timing's (`replay`): values do not depend on them
+            return False
+        at, dims, levels = self.counters, (), ()
+        if nest is not None:
+            shape = self.runs.shape(nest, self.counters)
+            if shape.box is None or shape.box[2] is not None or not len(shape.points):
+                return False  # not a whole box: left to the stepped path
+            corner, dims, _ = shape.box
+            at = self.counters + tuple(int(c) for c in corner)
+            levels = tuple(range(len(self.counters), len(self.counters) + len(dims)))
+        if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > len(at):
+            return False
+        acc_key = (op.acc.mem, op.acc.base(at), op.acc.shape, op.acc.strides)
+        new = not (self.group == acc_key and op.accumulate)
+        if new:
+            self.accesses.append([])
+        a = self._operand(op.a, at, dims, levels, split=len(op.a.shape) - 1)
+        b = self._operand(op.b, at, dims, levels, split=0)
+        if a is None or b is None:
+            return False
+        if new:
+            self.group = acc_key
+            base = acc_key[1]
+            if (
+                op.accumulate
+                and self.ref(op.acc, base, op.acc.shape, op.acc.strides, False) is None
+            ):
+                return False
+            acc = self.ref(op.acc, base, op.acc.shape, op.acc.strides, True)
+            if acc is None:
+                return False
+            self.effects.append(Effect("mm", pc, (acc,), None, op.accumulate))
+        lo, hi = _span(self.refs[self.effects[-1].refs[0]])
+        for r in (a, b):
+            r_lo, r_hi = _span(self.refs[r])
+            if self.refs[r].mem == op.acc.mem and r_lo < hi and lo < r_hi:
+                return False  # an operand overlapping the accumulator: stepped
+        e = self.effects[-1]
+        part = (a, b, op.a_zp, op.b_zp, op.term)
+        self.effects[-1] = Effect(e.kind, e.pc, (*e.refs, part), None, e.accumulate)
+        return True
+
+    def _operand(self, d: Decoded, at, dims, levels, split: int) -> int | None:
+        co = tuple(d.coefs[lv] if lv < len(d.coefs) else 0 for lv in levels)
+        shape = d.shape[:split] + tuple(dims) + d.shape[split:]
+        strides = d.strides[:split] + co + d.strides[split:]
+        return self.ref(d, d.base(at), shape, strides, False)
+
+    def finish(self) -> Plan | None:
+        if self.elements > MAX_BATCH_ELEMENTS or not self.effects:
+            return None
+        written = {m: _merge(r) for m, r in self.done.items() if r}
+        modes = self._modes(written)
+        if modes is None:
+            return None
+        hulls = {m: (r[0][0], r[-1][1]) for m, r in written.items()}
+        if sum(hi - lo for lo, hi in hulls.values()) * (self.count + 1) > MAX_BATCH_ELEMENTS:
+            return None
+        if not _disjoint([(k, b) for _, k, b in self.boxes], self.count, self.runs.sim.binary):
+            return None
+        order = self._order(modes)
+        if order is None:
+            return None
+
+        def ref(i: int) -> Ref:
+            r = self.refs[i]
+            return Ref(r.mem, r.offset, r.dtype, r.shape, r.strides, modes[i])
+
+        effects = []
+        for i in order:
+            e = self.effects[i]
+            if e.kind == "mm":
+                parts = tuple((ref(a), ref(b), *rest) for a, b, *rest in e.refs[1:])
+                effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]), *parts), None, e.accumulate))
+            else:
+                effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
+        return Plan(effects, hulls, written, self.count)
+
+    def _modes(self, written) -> list[str] | None:
+        """Per ref: "cur" (written, or read after this iteration wrote it), "prev" (read before
+        this iteration writes it: the last iteration's), "shared"; None for a mix."""
+        modes = ["cur"] * len(self.refs)
+        for acc in self.accesses:
+            for mem, lo, hi, write, i, cov in acc:
+                if write or cov == "all":
+                    continue
+                ranges = written.get(mem, [])
+                if cov == "none" and _covered(ranges, lo, hi):
+                    modes[i] = "prev"
+                elif cov == "none" and not any(a < hi and lo < b for a, b in ranges):
+                    modes[i] = "shared"
+                else:
+                    return None
+        return modes
+
+    def _order(self, modes) -> list[int] | None:
+        """The effects in an order every iteration's dependences allow (program order where
+        free), or None if there is none."""
+        n = len(self.effects)
+        after: list[set[int]] = [set() for _ in range(n)]
+        for acc in self.accesses:
+            for m1, lo1, hi1, w1, r1, _ in acc:
+                if (
+                    not w1
+                    and modes[r1] == "prev"
+                    and any(w and m == m1 and lo < hi1 and lo1 < hi for m, lo, hi, w, _, _ in acc)
+                ):
+                    return None  # a recurrence: it reads what it wrote the iteration before
+        for i in range(n):
+            for j in range(i + 1, n):
+                for m1, lo1, hi1, w1, r1, _ in self.accesses[i]:
+                    for m2, lo2, hi2, w2, r2, _ in self.accesses[j]:
+                        if m1 != m2 or not (lo1 < hi2 and lo2 < hi1) or not (w1 or w2):
+                            continue
+                        if "shared" in (modes[r1], modes[r2]):
+                            continue
+                        if not w1 and modes[r1] == "prev":
+                            after[j].add(i)  # i reads what j wrote the iteration before
+                        else:
+                            after[i].add(j)
+        for x, (i, _, bi) in enumerate(self.boxes):
+            for j, _, bj in self.boxes[x + 1 :]:
+                if bi[0] == bj[0] and i != j:
+                    after[i].add(j)  # DRAM accesses of one tensor keep their order
+        indegree = [0] * n
+        for i in range(n):
+            for j in after[i]:
+                indegree[j] += 1
+        order, ready = [], [i for i in range(n) if not indegree[i]]
+        while ready:
+            i = min(ready)
+            ready.remove(i)
+            order.append(i)
+            for j in after[i]:
+                indegree[j] -= 1
+                if not indegree[j]:
+                    ready.append(j)
+        return order if len(order) == n else None
+
+
+def _span(r: Ref) -> tuple[int, int]:
+    """The bytes [lo, hi) an operand touches."""
+    lo = r.offset + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
+    hi = r.offset + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
+    return lo, hi + r.dtype.itemsize
+
+
+def _merge(ranges):
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [tuple(r) for r in out]
+
+
+def _covered(ranges, lo: int, hi: int) -> bool:
+    at = lo
+    for a, b in _merge(ranges):
+        if a <= at < b:
+            at = b
+        if at >= hi:
+            return True
+    return at >= hi
+
+
+def _disjoint(boxes, k: int, binary) -> bool:
+    """No DRAM box a STORE writes in one iteration meets a box of the same tensor that a LOAD
+    or STORE touches in another (their order would differ from stepping's)."""
+    if k > 2048:
+        return False
+    cs = np.arange(k)
+    for i, (kind_i, bi) in enumerate(boxes):
+        for kind_j, bj in boxes[i:]:
+            if bi[0] != bj[0] or (kind_i == "load" and kind_j == "load"):
+                continue
+            meet = ~np.eye(k, dtype=bool)
+            for d, n in enumerate(binary.tensors[bi[0]].shape):
+                lo_i = np.clip(bi[1][d] + bi[2][d] * cs, 0, n)
+                hi_i = np.clip(bi[1][d] + bi[2][d] * cs + bi[3][d], 0, n)
+                lo_j = np.clip(bj[1][d] + bj[2][d] * cs, 0, n)
+                hi_j = np.clip(bj[1][d] + bj[2][d] * cs + bj[3][d], 0, n)
+                meet &= (lo_i[:, None] < hi_j[None, :]) & (lo_j[None, :] < hi_i[:, None])
+            if meet.any():
+                return False
+    return True

@@ -1,0 +1,201 @@
+"""Bulk replay of steady pipelined loops (`tensorgen.sim.replay`, values by
+`tensorgen.sim.stacked`) against stepping every instruction: over random double-buffered
+LOAD/MATMUL/STORE loops ordered by SYNC tokens, the same outputs, every counter, the trace
+events and the DRAM channel -- or the same error, hazards and limits included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorgen.errors import BinaryError, SimulatorError
+from tensorgen.mc.binary import assemble
+from tensorgen.mc.verify import SimLimits
+from tensorgen.sim import replay
+from tensorgen.sim.machine import simulate
+from tensorgen.target import ISA_DIR, target_from_dict
+
+
+def _tiny(buffers: int):
+    d = yaml.safe_load((ISA_DIR / "tiny.yaml").read_text())
+    d["mac_array"]["weight_buffers"] = buffers
+    return target_from_dict(d, "tiny.yaml")
+
+
+TARGETS = {n: _tiny(n) for n in (1, 2)}
+
+
+@dataclass(frozen=True)
+class Case:
+    buffers: int
+    xd: str
+    a_zp: int
+    b_zp: int
+    n: int  # loop iterations
+    slots: int  # 1, or 2: double buffered (the body unrolled twice, two buffers, two accs)
+    nest: str  # after the peeled MATMUL: loop | loopb | none
+    acc0: int  # the peeled MATMUL's accumulate (1: each iteration needs the one before)
+    extra: bool  # an IF-guarded STORE of acc into D, taken in every iteration but the last
+    drop: str  # none | ld (EX reads a buffer LD may still write) | st (the store races)
+    halo: bool  # the loads' boxes start a row early: the first one is padded
+
+
+ROWS = 4  # rows of X per iteration
+
+
+def _program(c: Case) -> str:
+    s = c.slots
+    w_ld = "" if c.drop == "ld" else "LD,"
+    lines = [
+        "LOAD dst=spad:int8@1024[16x4:4,1] src=W(0,0)[16x4]",
+        *["SYNC queue=1 signal=LD"] * s,  # the buffers start free
+        *["SYNC queue=2 signal=EX"] * s,  # and so do the accumulators
+    ]
+    body = []
+    for k in range(s):
+        off = ROWS * k - (1 if c.halo else 0)
+        r = f"{off}+{ROWS * s}*L0" if off >= 0 else f"{off}+{ROWS * s}*L0"
+        buf, acc = 128 * k, 64 * k
+        body += [
+            f"LOAD dst=spad:{c.xd}@{buf}[{ROWS}x16:16,1] src=X({r},0)[{ROWS}x16] wait=EX"
+            + ("" if c.drop == "ld" else " signal=EX"),
+            f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{buf}[4x4:16,1] "
+            f"b=spad:int8@1024[4x4:4,1] accumulate={c.acc0} a_zp={c.a_zp} b_zp={c.b_zp} "
+            f"wait={w_ld}ST",
+        ]
+        mm = (
+            f"acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{{a}}[4x4:16,1] "
+            f"b=spad:int8@{{b}}[4x4:4,1] accumulate=1 a_zp={c.a_zp} b_zp={c.b_zp}"
+        )
+        if c.nest == "loop":
+            body += [
+                "LOOP count=3 body=1",
+                "MATMUL " + mm.format(a=f"{buf + 4}+4*L1", b="1040+16*L1"),
+            ]
+        elif c.nest == "loopb":
+            body += [
+                "LOOP count=2 body=2",
+                "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
+                "MATMUL " + mm.format(a=f"{buf}+8*L1+4*L2", b="1024+32*L1+16*L2"),
+            ]
+        body += [
+            "SYNC queue=1 signal=LD" + ("" if c.drop == "st" else ",ST"),
+            f"STORE dst=C({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]"
+            + ("" if c.drop == "st" else " wait=EX"),
+        ]
+        if c.extra:
+            body += [
+                f"IF cond=B({c.n - 2}-L0/1) body=1",
+                f"STORE dst=D({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]",
+            ]
+        body += ["SYNC queue=2 signal=EX"]
+    lines += [f"LOOP count={c.n} body={len(body)}", *body]
+    lines += ["SYNC queue=0 wait=EX"] * s + ["SYNC queue=1 wait=ST"] * s
+    rows = ROWS * s * c.n
+    head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
+.dram {rows * 16 + 64 + rows * 32}
+.tensor X {c.xd} {rows}x16 input dram=0 pad=0
+.tensor W int8 16x4 input dram={rows * 16} pad=0
+.tensor C int32 {rows}x4 output dram={rows * 16 + 64} pad=0
+.tensor D int32 {rows}x4 output dram={rows * 32 + 64} pad=0
+"""
+    return head + "\n".join(lines) + "\n"
+
+
+def _outcome(binary, inputs, target, fast: bool, limits=None):
+    try:
+        r = simulate(binary, inputs, target, vectorize_loops=fast, record=True, limits=limits)
+    except (SimulatorError, BinaryError) as err:
+        return ("error", str(err))
+    return (
+        {k: v.tolist() for k, v in r.outputs.items()},
+        r.stats.as_dict(),
+        r.recorder.events,
+        r.recorder.channel,
+    )
+
+
+def _inputs(c: Case, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    lo, hi = (-128, 128) if c.xd == "int8" else (0, 256)
+    return {
+        "X": rng.integers(lo, hi, (ROWS * c.slots * c.n, 16)).astype(c.xd),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+
+
+CASES = st.builds(
+    Case,
+    buffers=st.sampled_from([1, 2]),
+    xd=st.sampled_from(["int8", "uint8"]),
+    a_zp=st.sampled_from([0, 3, 128]),
+    b_zp=st.sampled_from([0, -2]),
+    n=st.integers(4, 9),
+    slots=st.sampled_from([1, 2]),
+    nest=st.sampled_from(["loop", "loopb", "none"]),
+    acc0=st.sampled_from([0, 0, 0, 1]),
+    extra=st.booleans(),
+    drop=st.sampled_from(["none", "none", "none", "ld", "st"]),
+    halo=st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=CASES, seed=st.integers(0, 2**16))
+def test_replay_equals_stepping(case: Case, seed: int) -> None:
+    binary = assemble(_program(case))
+    inputs, target = _inputs(case, seed), TARGETS[case.buffers]
+    fast = _outcome(binary, inputs, target, True)
+    assert fast == _outcome(binary, inputs, target, False)
+    if fast[0] != "error" and case.drop == "none" and case.acc0 == 0:
+        x = inputs["X"].astype(np.int64) - case.a_zp
+        if case.halo:  # every box a row early: the first row is the pad, 0 before its zero point
+            x = np.concatenate([np.full((1, 16), -case.a_zp), x[:-1]])
+        w = inputs["W"].astype(np.int64) - case.b_zp
+        k = {"loop": 16, "loopb": 16, "none": 4}[case.nest]
+        blocks = [x[i : i + 4, :k] @ w[:k] for i in range(0, len(x), ROWS)]
+        np.testing.assert_array_equal(np.array(fast[0]["C"]), np.concatenate(blocks))
+
+
+def _counting(monkeypatch) -> list:
+    taken, real = [], replay._replay
+    monkeypatch.setattr(replay, "_replay", lambda *a: taken.append(real(*a)) or taken[-1])
+    return taken
+
+
+def test_a_steady_pipelined_loop_is_replayed(monkeypatch) -> None:
+    """The double-buffered loop reaches a steady state and is replayed up to its last
+    iteration, whose IF differs (stepped again); its outputs, counters and trace are
+    stepping's."""
+    taken = _counting(monkeypatch)
+    c = Case(2, "int8", 3, -2, 9, 2, "loop", 0, True, "none", True)
+    binary, inputs = assemble(_program(c)), _inputs(c, 1)
+    fast = _outcome(binary, inputs, TARGETS[2], True)
+    assert True in taken
+    assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
+
+
+def test_replay_declines_a_loop_carried_accumulator(monkeypatch) -> None:
+    """accumulate=1 on the peeled MATMUL: each iteration reads the accumulator the one before
+    left; the values cannot be computed at once, so the loop is stepped (same result)."""
+    taken = _counting(monkeypatch)
+    c = Case(1, "int8", 0, 0, 8, 1, "none", 1, False, "none", False)
+    binary, inputs = assemble(_program(c)), _inputs(c, 2)
+    fast = _outcome(binary, inputs, TARGETS[1], True)
+    assert taken and True not in taken
+    assert fast == _outcome(binary, inputs, TARGETS[1], False)
+
+
+def test_replay_stops_short_of_the_step_limit() -> None:
+    """A limit the replayed iterations would cross is reported as stepping reports it."""
+    c = Case(2, "int8", 0, 0, 9, 2, "loop", 0, False, "none", False)
+    binary, inputs = assemble(_program(c)), _inputs(c, 3)
+    full = _outcome(binary, inputs, TARGETS[2], True)
+    steps = full[1]["instructions"]
+    limits = SimLimits(max_steps=steps - 5)
+    fast = _outcome(binary, inputs, TARGETS[2], True, limits)
+    assert fast[0] == "error" and fast == _outcome(binary, inputs, TARGETS[2], False, limits)
