@@ -20,7 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.mc.operands import Box, View
-from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, MatmulOp, Nest, Piece, reduce_into
+from tensorgen.sim.batch import (
+    MAX_BATCH_ELEMENTS,
+    Decoded,
+    MatmulOp,
+    Nest,
+    Piece,
+    VectorOp,
+    reduce_into,
+)
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,12 @@ class Ref:
 
 @dataclass(frozen=True)
 class Effect:
-    kind: str  # "load", "store" or "mm"
+    kind: str  # "load", "store", "mm", "VMUL" or "VMAC"
     pc: int
     refs: tuple  # load: (dst,); store: (src,); mm: (acc, (a, b, a_zp, b_zp, term)...)
     box: tuple | None = None  # load/store: (tensor, origin at the first iteration, steps, shape)
     accumulate: int = 0
+    imm: int = 0  # a VMUL's immediate
 
 
 class Plan:
@@ -77,15 +86,32 @@ class Plan:
                 _load(array(e.refs[0], True), _dram_boxes(binary, mem, e.box, k))
             elif e.kind == "store":
                 _store(binary, mem, e.box, k, array(e.refs[0]))
-            else:
+            elif e.kind == "mm":
                 pieces = [
                     Piece(array(a), array(b), azp, bzp, term) for a, b, azp, bzp, term in e.refs[1:]
                 ]
                 reduce_into(array(e.refs[0], True), pieces, e.accumulate, batch=k)
+            else:
+                _vector(e, array)
         for m, ranges in self.written.items():
             lo0 = self.hulls[m][0]
             for lo, hi in ranges:
                 mem[m][lo:hi] = rows[m][-1, lo - lo0 : hi - lo0]
+
+
+def _vector(e: Effect, array) -> None:
+    """`batch.VectorOp.run` for every iteration: int32 in place."""
+    dst_ref, a_ref, b_ref = e.refs
+    a = array(a_ref).astype(np.int32)
+    if b_ref is not None:
+        a *= array(b_ref)  # wraps like int32
+    else:
+        a *= np.int32(np.int64(e.imm).astype(np.int32))
+    dst = array(dst_ref, True)
+    if e.kind == "VMAC":
+        dst += a
+    else:
+        dst[...] = a
 
 
 def _load(dst: np.ndarray, values: np.ndarray) -> None:
@@ -195,14 +221,14 @@ def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]
                 out += inner
             pc += 1 + body
         elif ins.mnemonic in ("LOOP", "LOOPB"):
-            nest = runs.nest(pc, depth)
+            nest = runs.nest(pc, depth) or _vector_nest(code, pc, depth)
             if (
                 nest is None
                 or nest.body + 1 > end
                 or any(lv >= depth - 1 for lv in nest.outer_levels)
             ):
                 return None
-            out.append(("mm", nest.body, nest))
+            out.append(("mm" if code[nest.body].mnemonic == "MATMUL" else "vec", nest.body, nest))
             pc = nest.body + 1
         elif ins.mnemonic in ("LOAD", "STORE"):
             out.append((ins.mnemonic.lower(), pc, None))
@@ -210,11 +236,19 @@ def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]
         elif ins.mnemonic == "MATMUL":
             out.append(("mm", pc, None))
             pc += 1
+        elif ins.mnemonic in ("VMUL", "VMAC"):
+            out.append(("vec", pc, None))
+            pc += 1
         elif ins.defn.execute is None:
             pc += 1  # SYNC: no values
         else:
             return None
     return out
+
+
+def _vector_nest(code, pc: int, depth: int) -> Nest | None:
+    nest = Nest.at(code, pc, depth)
+    return nest if nest is not None and code[nest.body].mnemonic in ("VMUL", "VMAC") else None
 
 
 def plan(runs, items, counters: tuple[int, ...], level: int, count: int) -> Plan | None:
@@ -241,6 +275,7 @@ class _Builder:
         self.effects: list[Effect] = []  # refs as indices into self.refs
         self.boxes: list[tuple[int, str, tuple]] = []  # (effect, kind, box)
         self.group: tuple | None = None  # the accumulator of the MATMUL group being built
+        self.single = None  # (op, counters) of the group's last piece if a lone MATMUL
         self.elements = 0
 
     def ref(self, d: Decoded, base: int, shape, strides, write: bool) -> int | None:
@@ -262,7 +297,9 @@ class _Builder:
     def add(self, kind: str, pc: int, nest) -> bool:
         if kind == "mm":
             return self.matmul(pc, nest)
-        self.group = None
+        self.group = self.single = None
+        if kind == "vec":
+            return self.vector(pc, nest)
         ins = self.code[pc]
         view = ins.arg("dst" if kind == "load" else "src")
         box = ins.arg("src" if kind == "load" else "dst")
@@ -288,14 +325,46 @@ class _Builder:
         op: MatmulOp | None = self.runs.op(pc)
         if op is None:  # tokens are the timing's (`replay`): values do not depend on them
             return False
-        at, dims, levels = self.counters, (), ()
+        pieces = [(self.counters, (), ())]
         if nest is not None:
             shape = self.runs.shape(nest, self.counters)
-            if shape.box is None or shape.box[2] is not None or not len(shape.points):
-                return False  # not a whole box: left to the stepped path
-            corner, dims, _ = shape.box
-            at = self.counters + tuple(int(c) for c in corner)
-            levels = tuple(range(len(self.counters), len(self.counters) + len(dims)))
+            if not len(shape.points):
+                return False
+            if shape.box is not None and (shape.box[2] is None or self._absorb(op, shape.box[2])):
+                corner, dims, _ = shape.box  # a box, or a box but the corner just computed
+                at = self.counters + tuple(int(c) for c in corner)
+                pieces = [(at, dims, tuple(range(len(self.counters), len(at))))]
+            elif len(shape.points) <= 256:  # a piece per iteration of the nest
+                pieces = [(self.counters + tuple(p), (), ()) for p in shape.points.tolist()]
+            else:
+                return False
+        return all(self._matmul(pc, op, at, dims, levels) for at, dims, levels in pieces)
+
+    def _absorb(self, op: MatmulOp, missing) -> bool:
+        """Whether the MATMUL just before the nest computed the nest's missing corner (the
+        compiler's peeled first product), into the same accumulator: its piece is then
+        dropped and the nest's box has it (`runs.MatmulRuns._box`)."""
+        last = self.single
+        if last is None or len(self.effects[-1].refs) < 2:
+            return False
+        first, at = last
+        gap = self.counters + tuple(int(c) for c in missing)
+        if (
+            self.group != (op.acc.mem, op.acc.base(gap), op.acc.shape, op.acc.strides)
+            or (first.a.shape, first.a.strides, first.a.dtype)
+            != (op.a.shape, op.a.strides, op.a.dtype)
+            or (first.b.shape, first.b.strides, first.b.dtype)
+            != (op.b.shape, op.b.strides, op.b.dtype)
+            or (first.a_zp, first.b_zp) != (op.a_zp, op.b_zp)
+            or (first.a.base(at), first.b.base(at)) != (op.a.base(gap), op.b.base(gap))
+        ):
+            return False
+        e = self.effects[-1]
+        self.effects[-1] = Effect(e.kind, e.pc, e.refs[:-1], None, e.accumulate)
+        self.single = None
+        return True
+
+    def _matmul(self, pc: int, op: MatmulOp, at, dims, levels) -> bool:
         if max(len(d.coefs) for d in (op.acc, op.a, op.b)) > len(at):
             return False
         acc_key = (op.acc.mem, op.acc.base(at), op.acc.shape, op.acc.strides)
@@ -325,7 +394,46 @@ class _Builder:
                 return False  # an operand overlapping the accumulator: stepped
         e = self.effects[-1]
         part = (a, b, op.a_zp, op.b_zp, op.term)
+        self.single = (op, at) if at == self.counters else None
         self.effects[-1] = Effect(e.kind, e.pc, (*e.refs, part), None, e.accumulate)
+        return True
+
+    def vector(self, pc: int, nest: Nest | None) -> bool:
+        """A VMUL or VMAC, or the nest around one: an effect per iteration of the nest."""
+        if pc not in self.runs.vectors:
+            self.runs.vectors[pc] = VectorOp.of(self.code[pc])
+        op: VectorOp | None = self.runs.vectors[pc]
+        if op is None:
+            return False
+        points = [()] if nest is None else self.runs.shape(nest, self.counters).points.tolist()
+        if len(points) > 64:
+            return False
+        for point in points:
+            at = self.counters + tuple(point)
+            if max(len(d.coefs) for d in (op.dst, op.a, op.b) if d is not None) > len(at):
+                return False
+            self.accesses.append([])
+            if op.mnemonic == "VMAC":
+                self.ref(op.dst, op.dst.base(at), op.dst.shape, op.dst.strides, False)
+            srcs = [
+                self.ref(d, d.base(at), d.shape, d.strides, False)
+                for d in (op.a, op.b)
+                if d is not None
+            ]
+            dst = self.ref(op.dst, op.dst.base(at), op.dst.shape, op.dst.strides, True)
+            if dst is None or None in srcs:
+                return False
+            d_ref = self.refs[dst]
+            lo, hi = _span(d_ref)
+            for r in srcs:
+                x = self.refs[r]
+                r_lo, r_hi = _span(x)
+                same = (x.offset, x.shape, x.strides) == (d_ref.offset, d_ref.shape, d_ref.strides)
+                if x.mem == d_ref.mem and r_lo < hi and lo < r_hi and not same:
+                    return False
+            if len(srcs) == 1:
+                srcs.append(None)
+            self.effects.append(Effect(op.mnemonic, pc, (dst, *srcs), None, 0, op.imm))
         return True
 
     def _operand(self, d: Decoded, at, dims, levels, split: int) -> int | None:
@@ -360,6 +468,9 @@ class _Builder:
             if e.kind == "mm":
                 parts = tuple((ref(a), ref(b), *rest) for a, b, *rest in e.refs[1:])
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]), *parts), None, e.accumulate))
+            elif e.kind in ("VMUL", "VMAC"):
+                refs = tuple(None if r is None else ref(r) for r in e.refs)
+                effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))
             else:
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
         return Plan(effects, hulls, written, self.count)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,6 +43,7 @@ class Case:
     extra: bool  # an IF-guarded STORE of acc into D, taken in every iteration but the last
     drop: str  # none | ld (EX reads a buffer LD may still write) | st (the store races)
     halo: bool  # the loads' boxes start a row early: the first one is padded
+    vec: bool = False  # a VMUL and a LOOPB nest of VMACs too, stored into E
 
 
 ROWS = 4  # rows of X per iteration
@@ -82,11 +84,23 @@ def _program(c: Case) -> str:
                 "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
                 "MATMUL " + mm.format(a=f"{buf}+8*L1+4*L2", b="1024+32*L1+16*L2"),
             ]
+        if c.vec:
+            v = f"acc:int32@{256 + acc}[4x4:4,1]"
+            body += [
+                f"VMUL dst={v} a=spad:{c.xd}@{buf}[4x4:16,1] b=- imm=-3",
+                "LOOP count=2 body=2",
+                "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
+                f"VMAC dst={v} a=spad:int8@{buf}+8*L1+4*L2[4x4:16,1] b=spad:int8@1024[4x4:0,0]",
+            ]
         body += [
             "SYNC queue=1 signal=LD" + ("" if c.drop == "st" else ",ST"),
             f"STORE dst=C({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]"
             + ("" if c.drop == "st" else " wait=EX"),
         ]
+        if c.vec:
+            body += [
+                f"STORE dst=E({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{256 + acc}[4x4:4,1]"
+            ]
         if c.extra:
             body += [
                 f"IF cond=B({c.n - 2}-L0/1) body=1",
@@ -97,11 +111,12 @@ def _program(c: Case) -> str:
     lines += ["SYNC queue=0 wait=EX"] * s + ["SYNC queue=1 wait=ST"] * s
     rows = ROWS * s * c.n
     head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
-.dram {rows * 16 + 64 + rows * 32}
+.dram {rows * 16 + 64 + rows * 48}
 .tensor X {c.xd} {rows}x16 input dram=0 pad=0
 .tensor W int8 16x4 input dram={rows * 16} pad=0
 .tensor C int32 {rows}x4 output dram={rows * 16 + 64} pad=0
 .tensor D int32 {rows}x4 output dram={rows * 32 + 64} pad=0
+.tensor E int32 {rows}x4 output dram={rows * 48 + 64} pad=0
 """
     return head + "\n".join(lines) + "\n"
 
@@ -141,6 +156,7 @@ CASES = st.builds(
     extra=st.booleans(),
     drop=st.sampled_from(["none", "none", "none", "ld", "st"]),
     halo=st.booleans(),
+    vec=st.booleans(),
 )
 
 
@@ -167,12 +183,14 @@ def _counting(monkeypatch) -> list:
     return taken
 
 
-def test_a_steady_pipelined_loop_is_replayed(monkeypatch) -> None:
+@pytest.mark.parametrize("vec", [False, True])
+@pytest.mark.parametrize("nest", ["loop", "loopb"])
+def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch) -> None:
     """The double-buffered loop reaches a steady state and is replayed up to its last
     iteration, whose IF differs (stepped again); its outputs, counters and trace are
     stepping's."""
     taken = _counting(monkeypatch)
-    c = Case(2, "int8", 3, -2, 9, 2, "loop", 0, True, "none", True)
+    c = Case(2, "int8", 3, -2, 9, 2, nest, 0, True, "none", True, vec)
     binary, inputs = assemble(_program(c)), _inputs(c, 1)
     fast = _outcome(binary, inputs, TARGETS[2], True)
     assert True in taken
