@@ -29,6 +29,7 @@ from tensorgen.sim.batch import (
     VectorOp,
     reduce_into,
 )
+from tensorgen.sim.boxes import disjoint, dram_boxes, store_boxes, write_loaded
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,17 @@ class Plan:
     them. Row 0 of each memory's scratch holds the memory before the first iteration, row
     i + 1 what iteration i leaves there."""
 
-    def __init__(self, effects, hulls, written, count) -> None:
+    def __init__(self, effects, hulls, written, count, chunk) -> None:
         self.effects, self.hulls, self.written, self.count = effects, hulls, written, count
+        self.chunk = chunk  # iterations computed together (bounded memory)
 
     def run(self, machine, binary) -> None:
-        k, mem = self.count, machine.mem
+        for c in range(0, self.count, self.chunk):
+            self._run(machine, binary, min(self.chunk, self.count - c), c)
+
+    def _run(self, machine, binary, k: int, first: int) -> None:
+        """Iterations [first, first + k) of the plan."""
+        mem = machine.mem
         rows = {}
         for m, (lo, hi) in self.hulls.items():
             rows[m] = np.empty((k + 1, hi - lo), np.uint8)
@@ -82,10 +89,19 @@ class Plan:
             )
 
         for e in self.effects:
+            box = None
+            if e.box is not None:
+                t, origin, steps, shape = e.box
+                box = (
+                    t,
+                    tuple(o + s * first for o, s in zip(origin, steps, strict=True)),
+                    steps,
+                    shape,
+                )
             if e.kind == "load":
-                _load(array(e.refs[0], True), _dram_boxes(binary, mem, e.box, k))
+                write_loaded(array(e.refs[0], True), dram_boxes(binary, mem, box, k))
             elif e.kind == "store":
-                _store(binary, mem, e.box, k, array(e.refs[0]))
+                store_boxes(binary, mem, box, k, array(e.refs[0]))
             elif e.kind == "mm":
                 pieces = [
                     Piece(array(a), array(b), azp, bzp, term) for a, b, azp, bzp, term in e.refs[1:]
@@ -114,101 +130,15 @@ def _vector(e: Effect, array) -> None:
         dst[...] = a
 
 
-def _load(dst: np.ndarray, values: np.ndarray) -> None:
-    """`Machine.write` of `load_box`'s values, for every iteration."""
-    if values.dtype == dst.dtype and values.shape == dst.shape:
-        dst[...] = values
-        return
-    values = np.broadcast_to(values, dst.shape)
-    dst[...] = (
-        values.astype(np.float32)
-        if dst.dtype.kind == "f"
-        else values.astype(np.int64).astype(dst.dtype)
-    )
-
-
-def _box_dtype(t) -> np.dtype:
-    dt = np.dtype(t.dtype)
-    if dt.kind == "f":
-        return np.dtype(np.float32)
-    if not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
-        return np.dtype(np.int64)
-    return dt
-
-
-def _extent(box, k: int):
-    """Per dimension, the least first and the greatest end of the box over the iterations."""
-    _, origin, steps, shape = box
-    los = [min(o, o + s * (k - 1)) for o, s in zip(origin, steps, strict=True)]
-    his = [max(o, o + s * (k - 1)) + n for o, s, n in zip(origin, steps, shape, strict=True)]
-    return los, his
-
-
-def _tensor(binary, mem, ti):
-    t = binary.tensors[ti]
-    return t, np.ndarray(t.shape, np.dtype(t.dtype), buffer=mem["dram"], offset=t.dram_offset)
-
-
-def _stack(arr: np.ndarray, los, box, k: int, writeable: bool) -> np.ndarray:
-    """Every iteration's box of `arr` (whose index 0 is coordinate `los`)."""
-    _, origin, steps, shape = box
-    at = tuple(o - lo for o, lo in zip(origin, los, strict=True))
-    first = arr[tuple(slice(a, a + n) for a, n in zip(at, shape, strict=True))]
-    lead = sum(s * st for s, st in zip(steps, arr.strides, strict=True))
-    return np.lib.stride_tricks.as_strided(
-        first, (k, *shape), (lead, *first.strides), writeable=writeable
-    )
-
-
-def _dram_boxes(binary, mem, box, k: int) -> np.ndarray:
-    """The values `load_box` gives for every iteration, (k, *shape)."""
-    t, arr = _tensor(binary, mem, box[0])
-    los, his = _extent(box, k)
-    if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
-        return _stack(arr, [0] * len(los), box, k, False)
-    padded = np.full([hi - lo for lo, hi in zip(los, his, strict=True)], t.pad, _box_dtype(t))
-    src, dst = _overlap(los, his, t.shape)
-    if src is not None:
-        padded[dst] = arr[src]
-    return _stack(padded, los, box, k, False)
-
-
-def _overlap(los, his, dims):
-    src, dst = [], []
-    for lo, hi, n in zip(los, his, dims, strict=True):
-        a, b = max(lo, 0), min(hi, n)
-        if a >= b:
-            return None, None
-        src.append(slice(a, b))
-        dst.append(slice(a - lo, b - lo))
-    return tuple(src), tuple(dst)
-
-
-def _store(binary, mem, box, k: int, values: np.ndarray) -> None:
-    """`store_box` of every iteration's values; the boxes are disjoint (checked)."""
-    t, arr = _tensor(binary, mem, box[0])
-    if values.dtype.kind == "f":
-        values = values.astype(np.float32)
-    los, his = _extent(box, k)
-    if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
-        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype)
-        return
-    src, dst = _overlap(los, his, t.shape)
-    if src is None:
-        return  # every box wholly outside the tensor: halos
-    scratch = np.empty([hi - lo for lo, hi in zip(los, his, strict=True)], arr.dtype)
-    scratch[dst] = arr[src]
-    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype)
-    arr[src] = scratch[dst]
-
-
 # --- planning ----------------------------------------------------------------------------
+
+MAX_UNROLL = 16  # inner LOOPs of at most this many iterations are unrolled into effects
 
 
 def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]):
-    """The body's effects as (kind, pc, nest) in program order, IFs resolved at `counters`
-    (the first iteration's: the caller checks their outcomes do not change); None when an
-    instruction is not one this module runs."""
+    """The body's effects as (kind, pc, nest, counters) in program order, IFs resolved at
+    `counters` (the first iteration's: the caller checks their outcomes do not change), short
+    inner LOOPs unrolled; None when an instruction is not one this module runs."""
     code, out, pc = runs.sim.binary.code, [], start
     while pc < end:
         ins = code[pc]
@@ -222,22 +152,32 @@ def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]
             pc += 1 + body
         elif ins.mnemonic in ("LOOP", "LOOPB"):
             nest = runs.nest(pc, depth) or _vector_nest(code, pc, depth)
+            if nest is None and ins.mnemonic == "LOOP" and ins.arg("count") <= MAX_UNROLL:
+                after = pc + 1 + ins.arg("body")
+                for j in range(ins.arg("count")):
+                    inner = effects_of(runs, pc + 1, after, depth + 1, counters + (j,))
+                    if inner is None or after > end:
+                        return None
+                    out += inner
+                pc = after
+                continue
             if (
                 nest is None
                 or nest.body + 1 > end
                 or any(lv >= depth - 1 for lv in nest.outer_levels)
             ):
                 return None
-            out.append(("mm" if code[nest.body].mnemonic == "MATMUL" else "vec", nest.body, nest))
+            kind = "mm" if code[nest.body].mnemonic == "MATMUL" else "vec"
+            out.append((kind, nest.body, nest, counters))
             pc = nest.body + 1
         elif ins.mnemonic in ("LOAD", "STORE"):
-            out.append((ins.mnemonic.lower(), pc, None))
+            out.append((ins.mnemonic.lower(), pc, None, counters))
             pc += 1
         elif ins.mnemonic == "MATMUL":
-            out.append(("mm", pc, None))
+            out.append(("mm", pc, None, counters))
             pc += 1
         elif ins.mnemonic in ("VMUL", "VMAC"):
-            out.append(("vec", pc, None))
+            out.append(("vec", pc, None, counters))
             pc += 1
         elif ins.defn.execute is None:
             pc += 1  # SYNC: no values
@@ -255,7 +195,8 @@ def plan(runs, items, counters: tuple[int, ...], level: int, count: int) -> Plan
     """The checked plan of `items` (`effects_of`) for `count` iterations of loop `level` from
     outer `counters` (the first iteration's, included); None to decline."""
     b = _Builder(runs, counters, level, count)
-    for kind, pc, nest in items:
+    for kind, pc, nest, at in items:
+        b.counters = at
         if not b.add(kind, pc, nest):
             return None
     return b.finish()
@@ -283,7 +224,7 @@ class _Builder:
         lo, hi = _span(r)
         if lo < 0 or hi > self.mem[d.mem].size:
             return None
-        self.elements = max(self.elements, self.count * math.prod(shape))
+        self.elements = max(self.elements, math.prod(shape))  # per iteration
         done = self.done.setdefault(d.mem, [])
         cov = "all" if _covered(done, lo, hi) else "none"
         if cov == "none" and any(a < hi and lo < b for a, b in done):
@@ -443,16 +384,18 @@ class _Builder:
         return self.ref(d, d.base(at), shape, strides, False)
 
     def finish(self) -> Plan | None:
-        if self.elements > MAX_BATCH_ELEMENTS or not self.effects:
+        if not self.effects:
             return None
         written = {m: _merge(r) for m, r in self.done.items() if r}
         modes = self._modes(written)
         if modes is None:
             return None
         hulls = {m: (r[0][0], r[-1][1]) for m, r in written.items()}
-        if sum(hi - lo for lo, hi in hulls.values()) * (self.count + 1) > MAX_BATCH_ELEMENTS:
+        per = max(self.elements, sum(hi - lo for lo, hi in hulls.values()), 1)
+        chunk = min(self.count, MAX_BATCH_ELEMENTS // per - 1)
+        if chunk < 2:
             return None
-        if not _disjoint([(k, b) for _, k, b in self.boxes], self.count, self.runs.sim.binary):
+        if not disjoint([(k, b) for _, k, b in self.boxes], self.count, self.runs.sim.binary):
             return None
         order = self._order(modes)
         if order is None:
@@ -473,7 +416,7 @@ class _Builder:
                 effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))
             else:
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
-        return Plan(effects, hulls, written, self.count)
+        return Plan(effects, hulls, written, self.count, chunk)
 
     def _modes(self, written) -> list[str] | None:
         """Per ref: "cur" (written, or read after this iteration wrote it), "prev" (read before
@@ -562,25 +505,3 @@ def _covered(ranges, lo: int, hi: int) -> bool:
         if at >= hi:
             return True
     return at >= hi
-
-
-def _disjoint(boxes, k: int, binary) -> bool:
-    """No DRAM box a STORE writes in one iteration meets a box of the same tensor that a LOAD
-    or STORE touches in another (their order would differ from stepping's)."""
-    if k > 2048:
-        return False
-    cs = np.arange(k)
-    for i, (kind_i, bi) in enumerate(boxes):
-        for kind_j, bj in boxes[i:]:
-            if bi[0] != bj[0] or (kind_i == "load" and kind_j == "load"):
-                continue
-            meet = ~np.eye(k, dtype=bool)
-            for d, n in enumerate(binary.tensors[bi[0]].shape):
-                lo_i = np.clip(bi[1][d] + bi[2][d] * cs, 0, n)
-                hi_i = np.clip(bi[1][d] + bi[2][d] * cs + bi[3][d], 0, n)
-                lo_j = np.clip(bj[1][d] + bj[2][d] * cs, 0, n)
-                hi_j = np.clip(bj[1][d] + bj[2][d] * cs + bj[3][d], 0, n)
-                meet &= (lo_i[:, None] < hi_j[None, :]) & (lo_j[None, :] < hi_i[:, None])
-            if meet.any():
-                return False
-    return True
