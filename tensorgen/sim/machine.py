@@ -26,11 +26,12 @@ from tensorgen.inputs import one_line
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import View
-from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
+from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message
 from tensorgen.sim import replay
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine
+from tensorgen.sim.static import static
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -52,10 +53,12 @@ class Simulator:
     ) -> None:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
-        verify_binary(binary, target, self.limits)  # before anything is allocated or run
+        known = static(binary, target, self.limits)  # verified, before anything is allocated
+        self.static = known
         self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
         self.machine = Machine(binary, target)
+        self.machine.decoded = known.decoded
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
         self.channel = isa.Channel()  # the DRAM channel's bookings
@@ -63,20 +66,15 @@ class Simulator:
         self.inflight: dict[str, list[Access]] = {q: [] for q in isa.QUEUES}
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
-        self.fields = [dict(ins.args) for ins in binary.code]
-        self.queues = [ins.queue for ins in binary.code]
-        self.costs = [
-            ins.defn.cost(target, f) if ins.defn.cost else None
-            for ins, f in zip(binary.code, self.fields, strict=False)
-        ]
-        self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        self.fields, self.queues, self.costs = known.fields, known.queues, known.costs
+        self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = known.nests
         self.vectorize_loops = vectorize_loops
         # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
         # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
         self.streaming: tuple[int, int] | None = None
         self.recorder = Recorder() if record else None  # None: no recording cost at all
         self.runs = MatmulRuns(self)  # runs of MATMULs executed at once (vectorize_loops)
-        self.replays: dict[tuple[int, int], replay.Form | None] = {}  # steady loops (replay)
+        self.replays: dict[tuple[int, int], replay.Form | None] = known.replays  # (replay)
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]

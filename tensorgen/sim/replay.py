@@ -25,7 +25,7 @@ from tensorgen.sim import stacked
 from tensorgen.sim.runs import Access, RunParts
 
 # replay is tried for loops of at least this many iterations
-MIN_COUNT = 4
+MIN_COUNT = 3
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,12 @@ def _record_marks(sim):
     return None if r is None else (len(r.events), len(r.channel))
 
 
+def _plan(sim, pc: int, at: tuple[int, ...], k: int):
+    end = pc + 1 + sim.binary.code[pc].arg("body")
+    items = stacked.effects_of(sim.runs, pc + 1, end, len(at), at)
+    return None if items is None else stacked.plan(sim.runs, items, at, len(at) - 1, k)
+
+
 def _replay(sim, pc, counters, c0, c1, before, marks, d) -> bool:
     """Iterations [c0, c1) as copies of the one just stepped (`before` its counters), `d`
     cycles apart; False, with nothing changed, when they must be stepped."""
@@ -194,12 +200,11 @@ def _replay(sim, pc, counters, c0, c1, before, marks, d) -> bool:
         return False
     if sim.iterations + inc[-1] * k > lim.max_iterations:
         return False
-    ins = sim.binary.code[pc]
     at = counters + (c0,)
-    items = stacked.effects_of(sim.runs, pc + 1, pc + 1 + ins.arg("body"), len(at), at)
-    if items is None:
-        return False
-    p = stacked.plan(sim.runs, items, at, len(counters), k)
+    key = (pc, at, k)
+    if key not in sim.static.plans:  # a pure function of the binary: kept across runs
+        sim.static.plans[key] = _plan(sim, pc, at, k)
+    p = sim.static.plans[key]
     if p is None:
         return False
     p.run(sim.machine, sim.binary)

@@ -217,3 +217,15 @@ def test_replay_stops_short_of_the_step_limit() -> None:
     limits = SimLimits(max_steps=steps - 5)
     fast = _outcome(binary, inputs, TARGETS[2], True, limits)
     assert fast[0] == "error" and fast == _outcome(binary, inputs, TARGETS[2], False, limits)
+
+
+def test_a_binary_run_again_is_the_same_and_verified_per_limits() -> None:
+    """The decode kept across runs of one binary (`sim.static`) changes nothing: a second run
+    is the first, and other limits are checked again (the step limit refuses it up front)."""
+    c = Case(2, "uint8", 128, -2, 7, 2, "loopb", 0, True, "none", True, True)
+    binary, inputs = assemble(_program(c)), _inputs(c, 4)
+    first = _outcome(binary, inputs, TARGETS[2], True)
+    assert first[0] != "error" and _outcome(binary, inputs, TARGETS[2], True) == first
+    tight = SimLimits(max_steps=10)
+    refused = _outcome(binary, inputs, TARGETS[2], True, tight)
+    assert refused[0] == "error" and refused == _outcome(binary, inputs, TARGETS[2], False, tight)
