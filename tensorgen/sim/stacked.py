@@ -44,6 +44,7 @@ class Ref:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     mode: str = "cur"
+    step: int = 0  # bytes it moves by from one iteration to the next (a shared source only)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Plan:
 
         def array(r: Ref, writeable=False) -> np.ndarray:
             if r.mode == "shared":
-                buf, lead, off = mem[r.mem], 0, r.offset
+                buf, lead, off = mem[r.mem], r.step, r.offset + r.step * first
             else:
                 buf, lead = rows[r.mem], rows[r.mem].shape[1]
                 off = r.offset - self.hulls[r.mem][0] + (lead if r.mode == "cur" else 0)
@@ -220,8 +221,12 @@ class _Builder:
         self.elements = 0
 
     def ref(self, d: Decoded, base: int, shape, strides, write: bool) -> int | None:
-        r = Ref(d.mem, base, d.dtype, tuple(shape), tuple(strides))
+        step = d.coefs[self.level] if self.level < len(d.coefs) else 0
+        if step and write:
+            return None
+        r = Ref(d.mem, base, d.dtype, tuple(shape), tuple(strides), "cur", step)
         lo, hi = _span(r)
+        lo, hi = lo + min(0, step * (self.count - 1)), hi + max(0, step * (self.count - 1))
         if lo < 0 or hi > self.mem[d.mem].size:
             return None
         self.elements = max(self.elements, math.prod(shape))  # per iteration
@@ -403,7 +408,7 @@ class _Builder:
 
         def ref(i: int) -> Ref:
             r = self.refs[i]
-            return Ref(r.mem, r.offset, r.dtype, r.shape, r.strides, modes[i])
+            return Ref(r.mem, r.offset, r.dtype, r.shape, r.strides, modes[i], r.step)
 
         effects = []
         for i in order:
@@ -424,12 +429,17 @@ class _Builder:
         modes = ["cur"] * len(self.refs)
         for acc in self.accesses:
             for mem, lo, hi, write, i, cov in acc:
-                if write or cov == "all":
+                if write:
                     continue
                 ranges = written.get(mem, [])
+                meets = any(a < hi and lo < b for a, b in ranges)
+                if self.refs[i].step and meets:
+                    return None  # a moving source must read bytes the body does not write
+                if cov == "all":
+                    continue
                 if cov == "none" and _covered(ranges, lo, hi):
                     modes[i] = "prev"
-                elif cov == "none" and not any(a < hi and lo < b for a, b in ranges):
+                elif cov == "none" and not meets:
                     modes[i] = "shared"
                 else:
                     return None

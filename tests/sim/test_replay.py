@@ -44,31 +44,47 @@ class Case:
     drop: str  # none | ld (EX reads a buffer LD may still write) | st (the store races)
     halo: bool  # the loads' boxes start a row early: the first one is padded
     vec: bool = False  # a VMUL and a LOOPB nest of VMACs too, stored into E
+    # no: X loaded per iteration; yes: loaded whole before the loop, read at moving addresses
+    # (LD idle in the loop); reload: and its last rows loaded again after it, racing the reads
+    resident: str = "no"
 
 
 ROWS = 4  # rows of X per iteration
 
 
 def _program(c: Case) -> str:
-    s = c.slots
-    w_ld = "" if c.drop == "ld" else "LD,"
-    lines = [
-        "LOAD dst=spad:int8@1024[16x4:4,1] src=W(0,0)[16x4]",
-        *["SYNC queue=1 signal=LD"] * s,  # the buffers start free
-        *["SYNC queue=2 signal=EX"] * s,  # and so do the accumulators
-    ]
+    s, res = c.slots, c.resident != "no"
+    wb = 1536 if res else 1024  # the weights' address
+    lines = [f"LOAD dst=spad:int8@{wb}[16x4:4,1] src=W(0,0)[16x4]"]
+    if res:  # X loaded whole before the loop, which reads it at addresses moving with L0
+        rows = ROWS * s * c.n
+        lines += [
+            f"LOAD dst=spad:{c.xd}@0[{rows}x16:16,1] src=X(0,0)[{rows}x16]"
+            + ("" if c.drop == "ld" else " signal=EX"),
+            *([] if c.drop == "ld" else ["SYNC queue=1 wait=LD"]),
+        ]
+    else:
+        lines += ["SYNC queue=1 signal=LD"] * s  # the buffers start free
+    lines += ["SYNC queue=2 signal=EX"] * s  # and so do the accumulators
     body = []
     for k in range(s):
         off = ROWS * k - (1 if c.halo else 0)
-        r = f"{off}+{ROWS * s}*L0" if off >= 0 else f"{off}+{ROWS * s}*L0"
-        buf, acc = 128 * k, 64 * k
-        body += [
-            f"LOAD dst=spad:{c.xd}@{buf}[{ROWS}x16:16,1] src=X({r},0)[{ROWS}x16] wait=EX"
-            + ("" if c.drop == "ld" else " signal=EX"),
-            f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{buf}[4x4:16,1] "
-            f"b=spad:int8@1024[4x4:4,1] accumulate={c.acc0} a_zp={c.a_zp} b_zp={c.b_zp} "
-            f"wait={w_ld}ST",
-        ]
+        r = f"{off}+{ROWS * s}*L0"
+        acc = 64 * k
+
+        def buf(extra: int, k=k) -> str:
+            return f"{16 * ROWS * k + extra}+{16 * ROWS * s}*L0" if res else f"{128 * k + extra}"
+
+        if not res:
+            body.append(
+                f"LOAD dst=spad:{c.xd}@{buf(0)}[{ROWS}x16:16,1] src=X({r},0)[{ROWS}x16] wait=EX"
+                + ("" if c.drop == "ld" else " signal=EX")
+            )
+        body.append(
+            f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{buf(0)}[4x4:16,1] "
+            f"b=spad:int8@{wb}[4x4:4,1] accumulate={c.acc0} a_zp={c.a_zp} b_zp={c.b_zp} "
+            f"wait={'' if c.drop == 'ld' or res else 'LD,'}ST"
+        )
         mm = (
             f"acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{{a}}[4x4:16,1] "
             f"b=spad:int8@{{b}}[4x4:4,1] accumulate=1 a_zp={c.a_zp} b_zp={c.b_zp}"
@@ -76,24 +92,25 @@ def _program(c: Case) -> str:
         if c.nest == "loop":
             body += [
                 "LOOP count=3 body=1",
-                "MATMUL " + mm.format(a=f"{buf + 4}+4*L1", b="1040+16*L1"),
+                "MATMUL " + mm.format(a=f"{buf(4)}+4*L1", b=f"{wb + 16}+16*L1"),
             ]
         elif c.nest == "loopb":
             body += [
                 "LOOP count=2 body=2",
                 "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
-                "MATMUL " + mm.format(a=f"{buf}+8*L1+4*L2", b="1024+32*L1+16*L2"),
+                "MATMUL " + mm.format(a=f"{buf(0)}+8*L1+4*L2", b=f"{wb}+32*L1+16*L2"),
             ]
         if c.vec:
             v = f"acc:int32@{256 + acc}[4x4:4,1]"
             body += [
-                f"VMUL dst={v} a=spad:{c.xd}@{buf}[4x4:16,1] b=- imm=-3",
+                f"VMUL dst={v} a=spad:{c.xd}@{buf(0)}[4x4:16,1] b=- imm=-3",
                 "LOOP count=2 body=2",
                 "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
-                f"VMAC dst={v} a=spad:int8@{buf}+8*L1+4*L2[4x4:16,1] b=spad:int8@1024[4x4:0,0]",
+                f"VMAC dst={v} a=spad:int8@{buf(0)}+8*L1+4*L2[4x4:16,1] b=spad:int8@{wb}[4x4:0,0]",
             ]
+        signal = ([] if res else ["LD"]) + ([] if c.drop == "st" else ["ST"])
         body += [
-            "SYNC queue=1 signal=LD" + ("" if c.drop == "st" else ",ST"),
+            "SYNC queue=1" + (f" signal={','.join(signal)}" if signal else ""),
             f"STORE dst=C({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]"
             + ("" if c.drop == "st" else " wait=EX"),
         ]
@@ -108,7 +125,10 @@ def _program(c: Case) -> str:
             ]
         body += ["SYNC queue=2 signal=EX"]
     lines += [f"LOOP count={c.n} body={len(body)}", *body]
-    lines += ["SYNC queue=0 wait=EX"] * s + ["SYNC queue=1 wait=ST"] * s
+    if c.resident == "reload":  # over the last rows the loop read, without a token: a race
+        last = ROWS * s * c.n - ROWS
+        lines.append(f"LOAD dst=spad:{c.xd}@{16 * last}[{ROWS}x16:16,1] src=X({last},0)[{ROWS}x16]")
+    lines += ([] if res else ["SYNC queue=0 wait=EX"] * s) + ["SYNC queue=1 wait=ST"] * s
     rows = ROWS * s * c.n
     head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
 .dram {rows * 16 + 64 + rows * 48}
@@ -157,6 +177,7 @@ CASES = st.builds(
     drop=st.sampled_from(["none", "none", "none", "ld", "st"]),
     halo=st.booleans(),
     vec=st.booleans(),
+    resident=st.sampled_from(["no", "no", "yes", "reload"]),
 )
 
 
@@ -169,7 +190,9 @@ def test_replay_equals_stepping(case: Case, seed: int) -> None:
     assert fast == _outcome(binary, inputs, target, False)
     if fast[0] != "error" and case.drop == "none" and case.acc0 == 0:
         x = inputs["X"].astype(np.int64) - case.a_zp
-        if case.halo:  # every box a row early: the first row is the pad, 0 before its zero point
+        if (
+            case.halo and case.resident == "no"
+        ):  # every box a row early: the first row is the pad, 0 before its zero point
             x = np.concatenate([np.full((1, 16), -case.a_zp), x[:-1]])
         w = inputs["W"].astype(np.int64) - case.b_zp
         k = {"loop": 16, "loopb": 16, "none": 4}[case.nest]
@@ -229,3 +252,21 @@ def test_a_binary_run_again_is_the_same_and_verified_per_limits() -> None:
     tight = SimLimits(max_steps=10)
     refused = _outcome(binary, inputs, TARGETS[2], True, tight)
     assert refused[0] == "error" and refused == _outcome(binary, inputs, TARGETS[2], False, tight)
+
+
+@pytest.mark.parametrize("resident", ["yes", "reload"])
+def test_sources_moving_with_the_loop_are_replayed_unless_a_load_may_meet_them(
+    resident: str, monkeypatch
+) -> None:
+    """X loaded whole before the loop, read at addresses that move with it, LD idle meanwhile
+    (its later LOADs may meet every access and DMA of the loop): replayed, unless a LOAD after
+    the loop may write what the loop read (then stepped: the race is reported as stepping
+    finds it, or not at all)."""
+    taken = _counting(monkeypatch)
+    c = Case(2, "int8", 3, -2, 9, 2, "loopb", 0, True, "none", False, True, resident)
+    binary, inputs = assemble(_program(c)), _inputs(c, 5)
+    fast = _outcome(binary, inputs, TARGETS[2], True)
+    assert (True in taken) == (resident == "yes")
+    assert fast == _outcome(binary, inputs, TARGETS[2], False)
+    if resident == "yes":
+        assert fast[0] != "error"
