@@ -119,16 +119,13 @@ class Plan:
 def _vector(e: Effect, array) -> None:
     """`batch.VectorOp.run` for every iteration: int32 in place."""
     dst_ref, a_ref, b_ref = e.refs
-    a = array(a_ref).astype(np.int32)
-    if b_ref is not None:
-        a *= array(b_ref)  # wraps like int32
-    else:
-        a *= np.int32(np.int64(e.imm).astype(np.int32))
+    b = array(b_ref) if b_ref is not None else np.int32(np.int64(e.imm).astype(np.int32))
+    prod = np.multiply(array(a_ref), b, dtype=np.int32)  # in int32: wraps as VectorOp.run
     dst = array(dst_ref, True)
     if e.kind == "VMAC":
-        dst += a
+        np.add(dst, prod, out=dst)
     else:
-        dst[...] = a
+        dst[...] = prod
 
 
 # --- planning ----------------------------------------------------------------------------
