@@ -395,7 +395,7 @@ class _Builder:
         hulls = {m: (r[0][0], r[-1][1]) for m, r in written.items()}
         per = max(self.elements, sum(hi - lo for lo, hi in hulls.values()), 1)
         chunk = min(self.count, MAX_BATCH_ELEMENTS // per - 1)
-        if chunk < 2:
+        if chunk < min(2, self.count):
             return None
         if not disjoint([(k, b) for _, k, b in self.boxes], self.count, self.runs.sim.binary):
             return None
