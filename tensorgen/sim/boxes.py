@@ -95,27 +95,34 @@ def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
     arr[src] = scratch[dst]
 
 
-def disjoint(boxes, k: int, binary) -> bool:
-    """Whether running each DRAM effect for every iteration, in program order, touches the
-    DRAM as stepping does: a box stored in one iteration must not meet a box of the same
-    tensor that a LOAD or STORE earlier in the body touches in a later iteration, or the same
-    STORE in another one."""
+def dram_order(boxes, k: int, binary) -> list[tuple[int, int]] | None:
+    """The order (effect, effect) pairs that running each DRAM effect for every iteration at
+    once must keep to touch the DRAM as stepping does, for `boxes` (effect, kind, box) in
+    program order; None if no order does. Stepping runs effect i of iteration a before
+    effect j > i of iteration b when a <= b, after it otherwise: boxes of one tensor that meet
+    (one of them stored) only for a <= b put i first, only for a > b put j first; a STORE
+    meeting itself in another iteration, or both cases at once, have no order."""
     if k > 2048:
-        return False
-    cs = np.arange(k)
-    for i, (kind_i, bi) in enumerate(boxes):
-        for j in range(i, len(boxes)):
-            kind_j, bj = boxes[j]
+        return None
+    cs, edges = np.arange(k), []
+    for x, (i, kind_i, bi) in enumerate(boxes):
+        for j, kind_j, bj in boxes[x:]:
             if bi[0] != bj[0] or (kind_i == "load" and kind_j == "load"):
                 continue
-            # i runs before j for every iteration: wrong where i's iteration is the later
-            meet = cs[:, None] != cs[None, :] if i == j else cs[:, None] > cs[None, :]
+            meet = np.ones((k, k), dtype=bool)
             for d, n in enumerate(binary.tensors[bi[0]].shape):
                 lo_i = np.clip(bi[1][d] + bi[2][d] * cs, 0, n)
                 hi_i = np.clip(bi[1][d] + bi[2][d] * cs + bi[3][d], 0, n)
                 lo_j = np.clip(bj[1][d] + bj[2][d] * cs, 0, n)
                 hi_j = np.clip(bj[1][d] + bj[2][d] * cs + bj[3][d], 0, n)
                 meet &= (lo_i[:, None] < hi_j[None, :]) & (lo_j[None, :] < hi_i[:, None])
+            later = np.tril(meet, -1).any()  # i's iteration after j's
+            if i == j:
+                if later or np.triu(meet, 1).any():
+                    return None
+                continue
+            if later and np.triu(meet).any():
+                return None
             if meet.any():
-                return False
-    return True
+                edges.append((j, i) if later else (i, j))
+    return edges

@@ -29,7 +29,7 @@ from tensorgen.sim.batch import (
     VectorOp,
     reduce_into,
 )
-from tensorgen.sim.boxes import disjoint, dram_boxes, store_boxes, write_loaded
+from tensorgen.sim.boxes import dram_boxes, dram_order, store_boxes, write_loaded
 
 
 @dataclass(frozen=True)
@@ -397,9 +397,10 @@ class _Builder:
         chunk = min(self.count, MAX_BATCH_ELEMENTS // per - 1)
         if chunk < min(2, self.count):
             return None
-        if not disjoint([(k, b) for _, k, b in self.boxes], self.count, self.runs.sim.binary):
+        dram = dram_order(self.boxes, self.count, self.runs.sim.binary)
+        if dram is None:
             return None
-        order = self._order(modes)
+        order = self._order(modes, dram)
         if order is None:
             return None
 
@@ -442,7 +443,7 @@ class _Builder:
                     return None
         return modes
 
-    def _order(self, modes) -> list[int] | None:
+    def _order(self, modes, dram) -> list[int] | None:
         """The effects in an order every iteration's dependences allow (program order where
         free), or None if there is none."""
         n = len(self.effects)
@@ -467,10 +468,8 @@ class _Builder:
                             after[j].add(i)  # i reads what j wrote the iteration before
                         else:
                             after[i].add(j)
-        for x, (i, _, bi) in enumerate(self.boxes):
-            for j, _, bj in self.boxes[x + 1 :]:
-                if bi[0] == bj[0] and i != j:
-                    after[i].add(j)  # DRAM accesses of one tensor keep their order
+        for i, j in dram:
+            after[i].add(j)
         indegree = [0] * n
         for i in range(n):
             for j in after[i]:
