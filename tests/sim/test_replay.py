@@ -270,3 +270,27 @@ def test_sources_moving_with_the_loop_are_replayed_unless_a_load_may_meet_them(
     assert fast == _outcome(binary, inputs, TARGETS[2], False)
     if resident == "yes":
         assert fast[0] != "error"
+
+
+def test_dram_effects_are_ordered_by_the_iterations_their_boxes_meet_in() -> None:
+    """boxes.dram_order: stepping runs effect i of iteration a before effect j > i of
+    iteration b iff a <= b; the batched order must agree wherever two boxes meet."""
+    from types import SimpleNamespace
+
+    from tensorgen.sim.boxes import dram_order
+
+    binary = SimpleNamespace(tensors=[SimpleNamespace(shape=(8, 64))])
+    store = (0, (0, 0), (0, 8), (8, 8))  # columns 8c .. 8c+8 of iteration c
+    ahead = (0, (0, 8), (0, 8), (8, 8))  # the box the store writes in the next iteration
+    # a load of the next iteration's box after the store: it must read it before the store
+    assert dram_order([(0, "store", store), (1, "load", ahead)], 5, binary) == [(1, 0)]
+    # a load of this iteration's box after the store reads what it stored: the store first
+    assert dram_order([(0, "store", store), (1, "load", store)], 5, binary) == [(0, 1)]
+    # a store that meets itself in another iteration (no step): no batched order exists
+    still = (0, (0, 0), (0, 0), (8, 8))
+    assert dram_order([(0, "store", still)], 5, binary) is None
+    # meeting both an earlier and a later iteration's box: none either
+    wide = (0, (0, 0), (0, 8), (8, 16))
+    assert dram_order([(0, "store", store), (1, "load", wide)], 5, binary) is None
+    # disjoint tensors or loads only: unordered
+    assert dram_order([(0, "load", still), (1, "load", still)], 5, binary) == []
