@@ -63,6 +63,8 @@ def form(sim, pc: int, depth: int) -> Form | None:
         if top and i.mnemonic in ("LOOP", "LOOPB"):
             inner_end = q + 1 + i.arg("body")
         q += 1
+    if not active:
+        return None  # nothing on any queue: nothing to replay
     return Form(tuple(ifs), tuple(moving), frozenset(active))
 
 
