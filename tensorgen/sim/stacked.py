@@ -108,12 +108,41 @@ class Plan:
                     Piece(array(a), array(b), azp, bzp, term) for a, b, azp, bzp, term in e.refs[1:]
                 ]
                 reduce_into(array(e.refs[0], True), pieces, e.accumulate, batch=k)
+            elif e.kind == "sem":
+                ins = binary.code[e.pc]
+                fields = dict(ins.args)
+                arrays = {id(fields[n]): array(r, n == "dst") for n, r in e.refs}
+                ins.defn.execute(_Stacked(arrays), fields)
             else:
                 _vector(e, array)
         for m, ranges in self.written.items():
             lo0 = self.hulls[m][0]
             for lo, hi in ranges:
                 mem[m][lo:hi] = rows[m][-1, lo - lo0 : hi - lo0]
+
+
+class _Stacked:
+    """`isa.MachineState` over every iteration's views of one instruction at once, converting
+    values as `state.Machine` does."""
+
+    def __init__(self, arrays: dict[int, np.ndarray]) -> None:
+        self.arrays = arrays
+
+    def read(self, view) -> np.ndarray:
+        arr = self.arrays[id(view)]
+        return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
+
+    def write(self, view, values: np.ndarray) -> None:
+        arr = self.arrays[id(view)]
+        if values.dtype == arr.dtype and values.shape == arr.shape:
+            arr[...] = values
+            return
+        values = np.broadcast_to(values, arr.shape)
+        arr[...] = (
+            values.astype(np.float32)
+            if arr.dtype.kind == "f"
+            else values.astype(np.int64).astype(arr.dtype)
+        )
 
 
 def _vector(e: Effect, array) -> None:
@@ -131,6 +160,25 @@ def _vector(e: Effect, array) -> None:
 # --- planning ----------------------------------------------------------------------------
 
 MAX_UNROLL = 16  # inner LOOPs of at most this many iterations are unrolled into effects
+# vector instructions whose semantics (`tensorgen.mc.isa`) are elementwise in their views and
+# scalar fields: run as they are on every iteration's views at once (`_Stacked`); VSHRR only
+# with an immediate shift (`arith.rounding_shift_right` takes one shift)
+ELEMENTWISE = frozenset(
+    [
+        "VADD",
+        "VSUB",
+        "VMAX",
+        "VMIN",
+        "VSHL",
+        "VSHR",
+        "VSHRR",
+        "VFILL",
+        "VCLAMP",
+        "VREQUANT",
+        "VQUANT",
+        "VDEQUANT",
+    ]
+)
 
 
 def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]):
@@ -176,6 +224,9 @@ def effects_of(runs, start: int, end: int, depth: int, counters: tuple[int, ...]
             pc += 1
         elif ins.mnemonic in ("VMUL", "VMAC"):
             out.append(("vec", pc, None, counters))
+            pc += 1
+        elif ins.mnemonic in ELEMENTWISE and (ins.mnemonic != "VSHRR" or ins.arg("b") is None):
+            out.append(("sem", pc, None, counters))  # its own semantics, over the leading axis
             pc += 1
         elif ins.defn.execute is None:
             pc += 1  # SYNC: no values
@@ -243,6 +294,8 @@ class _Builder:
         self.group = self.single = None
         if kind == "vec":
             return self.vector(pc, nest)
+        if kind == "sem":
+            return self.semantic(pc)
         ins = self.code[pc]
         view = ins.arg("dst" if kind == "load" else "src")
         box = ins.arg("src" if kind == "load" else "dst")
@@ -341,6 +394,23 @@ class _Builder:
         self.effects[-1] = Effect(e.kind, e.pc, (*e.refs, part), None, e.accumulate)
         return True
 
+    def semantic(self, pc: int) -> bool:
+        """An elementwise vector instruction: its sources read, then its destination written."""
+        views = [(n, v) for n, v in self.code[pc].args if isinstance(v, View)]
+        dst = dict(views).get("dst")
+        if dst is None or any(tuple(v.shape) != tuple(dst.shape) for _, v in views):
+            return False  # broadcasting between shapes would differ with a leading axis
+        self.accesses.append([])
+        refs = []
+        for name, v in [*[x for x in views if x[0] != "dst"], ("dst", dst)]:
+            d = Decoded.of(v)
+            r = self.ref(d, d.base(self.counters), d.shape, d.strides, name == "dst")
+            if r is None:
+                return False
+            refs.append((name, r))
+        self.effects.append(Effect("sem", pc, tuple(refs)))
+        return True
+
     def vector(self, pc: int, nest: Nest | None) -> bool:
         """A VMUL or VMAC, or the nest around one: an effect per iteration of the nest."""
         if pc not in self.runs.vectors:
@@ -414,6 +484,8 @@ class _Builder:
             if e.kind == "mm":
                 parts = tuple((ref(a), ref(b), *rest) for a, b, *rest in e.refs[1:])
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]), *parts), None, e.accumulate))
+            elif e.kind == "sem":
+                effects.append(Effect(e.kind, e.pc, tuple((n, ref(r)) for n, r in e.refs)))
             elif e.kind in ("VMUL", "VMAC"):
                 refs = tuple(None if r is None else ref(r) for r in e.refs)
                 effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))

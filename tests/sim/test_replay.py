@@ -47,6 +47,7 @@ class Case:
     # no: X loaded per iteration; yes: loaded whole before the loop, read at moving addresses
     # (LD idle in the loop); reload: and its last rows loaded again after it, racing the reads
     resident: str = "no"
+    epi: bool = False  # a VADD of 7 and a VMAX with -1000 on the accumulator before its STORE
 
 
 ROWS = 4  # rows of X per iteration
@@ -108,6 +109,9 @@ def _program(c: Case) -> str:
                 "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
                 f"VMAC dst={v} a=spad:int8@{buf(0)}+8*L1+4*L2[4x4:16,1] b=spad:int8@{wb}[4x4:0,0]",
             ]
+        if c.epi:
+            v = f"acc:int32@{acc}[4x4:4,1]"
+            body += [f"VADD dst={v} a={v} b=- imm=7", f"VMAX dst={v} a={v} b=- imm=-1000"]
         signal = ([] if res else ["LD"]) + ([] if c.drop == "st" else ["ST"])
         body += [
             "SYNC queue=1" + (f" signal={','.join(signal)}" if signal else ""),
@@ -178,6 +182,7 @@ CASES = st.builds(
     halo=st.booleans(),
     vec=st.booleans(),
     resident=st.sampled_from(["no", "no", "yes", "reload"]),
+    epi=st.booleans(),
 )
 
 
@@ -197,6 +202,8 @@ def test_replay_equals_stepping(case: Case, seed: int) -> None:
         w = inputs["W"].astype(np.int64) - case.b_zp
         k = {"loop": 16, "loopb": 16, "none": 4}[case.nest]
         blocks = [x[i : i + 4, :k] @ w[:k] for i in range(0, len(x), ROWS)]
+        if case.epi:
+            blocks = [np.maximum(b + 7, -1000) for b in blocks]
         np.testing.assert_array_equal(np.array(fast[0]["C"]), np.concatenate(blocks))
 
 
@@ -213,7 +220,7 @@ def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch) 
     iteration, whose IF differs (stepped again); its outputs, counters and trace are
     stepping's."""
     taken = _counting(monkeypatch)
-    c = Case(2, "int8", 3, -2, 9, 2, nest, 0, True, "none", True, vec)
+    c = Case(2, "int8", 3, -2, 9, 2, nest, 0, True, "none", True, vec, "no", vec)
     binary, inputs = assemble(_program(c)), _inputs(c, 1)
     fast = _outcome(binary, inputs, TARGETS[2], True)
     assert True in taken
