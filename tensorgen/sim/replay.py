@@ -11,9 +11,13 @@ iteration's, and the state after k of them is the state shifted k times. Their v
 computed at once (`tensorgen.sim.stacked`).
 
 Only loops whose on-chip operands do not move with the loop's counter are replayed (DRAM
-accesses are checked as whole tensors, so their boxes may move), whose inner control flow does
-not read the counter (top-level IFs may: their outcomes are evaluated per iteration), and
-only while the step and iteration limits are not reached: stepping then reports them.
+accesses are checked as whole tensors, so their boxes may move), except MATMUL/VMUL/VMAC
+sources that no LOAD during or after the loop may write (no hazard can ever involve them, so
+their addresses are left out of the state), whose inner control flow does not read the counter
+(top-level IFs may: their outcomes are evaluated per iteration), and only while the step and
+iteration limits are not reached: stepping then reports them. A queue the loop does not use
+keeps its time; its later instructions may still meet any access or DMA of the loop, so the
+replayed iterations' are added, shifted copies of the stepped one's (`replicate`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,20 @@
 """The values of many iterations of a LOOP at once: each instruction of the body run for every
 iteration together, over a leading axis (`tensorgen.sim.replay` does the timing).
 
-A body of LOADs, STOREs, SYNCs, MATMULs and LOOP/LOOPB nests around a MATMUL (IFs whose
-outcome is fixed over the iterations) is run instruction by instruction, each for all the
-iterations at once. The on-chip bytes the body writes are privatised: every iteration writes
-its own row of a scratch copy, and the memory gets the last iteration's row at the end. That
-is the same as running the iterations one after the other only when no iteration reads what
-another wrote; everything else declines (None from `plan`, with nothing changed): an on-chip
-read of bytes the body writes that the same iteration has not written first, an operand
-overlapping its accumulator, DRAM boxes of one tensor that two iterations store to or one
-stores and another loads, an operand the fast kernels do not take.
+A body of LOADs, STOREs, SYNCs, MATMULs, VMUL/VMACs, elementwise vector instructions
+(`ELEMENTWISE`, through their own semantics), LOOP/LOOPB nests around a MATMUL or a VMUL/VMAC,
+short inner LOOPs (unrolled) and IFs whose outcome is fixed over the iterations is run
+instruction by instruction, each for all the iterations at once. The on-chip bytes the body
+writes are privatised: row i + 1 of a scratch copy is what iteration i leaves there, row 0 the
+memory before the first, and the memory gets the last row at the end. A read of bytes the
+same iteration wrote before reads its own row ("cur"); one the body writes only later reads
+the row before ("prev": a software-pipelined buffer loaded for the next iteration); one of
+bytes the body never writes reads the memory itself ("shared", moving with the loop if its
+address does). The effects are then ordered so that every such dependence, and the order of
+DRAM boxes that meet (`boxes.dram_order`), holds. Everything else declines (None from
+`plan`, with nothing changed): a read of a mix of those, a recurrence (an instruction reading
+what it wrote the iteration before), an operand overlapping its accumulator, a STORE meeting
+itself in another iteration, no order satisfying all, an operand the fast kernels do not take.
 """
 
 from __future__ import annotations
