@@ -179,6 +179,9 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     if batch and all(p.a.strides[0] == 0 for p in pieces):
         _reduce_shared(acc, pieces, accumulate, batch)
         return
+    if batch and all(p.b.strides[0] == 0 for p in pieces):
+        _reduce_shared_b(acc, pieces, accumulate, batch)
+        return
     lead = (batch,) if batch else ()
     n = pieces[0].b.shape[-1]
     m = acc.size // n // (batch or 1)
@@ -224,6 +227,33 @@ def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch:
         at += k
     prod = exact_product(x, w.reshape(len(w), batch * n), max(p.term for p in pieces))
     prod = prod.reshape(m, batch, n).transpose(1, 0, 2).reshape(acc.shape)
+    if accumulate:
+        acc += prod
+    else:
+        acc[...] = prod
+
+
+def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
+    """`reduce_into` of a batch whose B operands are the same in every reduction (the
+    iterations of a loop over activations against the same weights): one product of the
+    batch's A stacked on M against B, (batch * M, K) @ (K, N)."""
+    n = pieces[0].b.shape[-1]
+    m = acc.size // n // batch
+    ks = [p.b.size // n // batch for p in pieces]
+    x = np.empty((batch, m, sum(ks)), np.float32)
+    w = np.empty((sum(ks), n), np.float32)
+    at = 0
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[..., at : at + k], w[at : at + k]
+        np.copyto(xs.reshape(p.a.shape), p.a, casting="unsafe")
+        np.copyto(ws.reshape(p.b.shape[1:]), p.b[0], casting="unsafe")
+        if p.a_zp:
+            xs -= np.float32(p.a_zp)
+        if p.b_zp:
+            ws -= np.float32(p.b_zp)
+        at += k
+    prod = exact_product(x.reshape(batch * m, -1), w, max(p.term for p in pieces))
+    prod = prod.reshape(acc.shape)
     if accumulate:
         acc += prod
     else:

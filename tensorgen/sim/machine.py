@@ -2,8 +2,9 @@
 
 Values are computed in program order with numpy, one numpy operation per
 instruction (a whole tile), or per run of MATMULs into one accumulator and per
-reduction nest (`tensorgen.sim.runs`; `vectorize_loops=False` steps every
-instruction instead, with the same values, counters, trace events and errors);
+reduction nest (`tensorgen.sim.runs`), and a steady pipelined loop's remaining iterations
+at once (`tensorgen.sim.replay`); `vectorize_loops=False` steps every
+instruction instead, with the same values, counters, trace events and errors;
 BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
 flight. Every access is bounds-checked, and an access that overlaps an
@@ -26,10 +27,12 @@ from tensorgen.inputs import one_line
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import View
-from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message, verify_binary
+from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message
+from tensorgen.sim import replay
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine
+from tensorgen.sim.static import static
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -51,10 +54,12 @@ class Simulator:
     ) -> None:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
-        verify_binary(binary, target, self.limits)  # before anything is allocated or run
+        known = static(binary, target, self.limits)  # verified, before anything is allocated
+        self.static = known
         self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
         self.machine = Machine(binary, target)
+        self.machine.decoded = known.decoded
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
         self.channel = isa.Channel()  # the DRAM channel's bookings
@@ -62,19 +67,15 @@ class Simulator:
         self.inflight: dict[str, list[Access]] = {q: [] for q in isa.QUEUES}
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
-        self.fields = [dict(ins.args) for ins in binary.code]
-        self.queues = [ins.queue for ins in binary.code]
-        self.costs = [
-            ins.defn.cost(target, f) if ins.defn.cost else None
-            for ins, f in zip(binary.code, self.fields, strict=False)
-        ]
-        self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        self.fields, self.queues, self.costs = known.fields, known.queues, known.costs
+        self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = known.nests
         self.vectorize_loops = vectorize_loops
         # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
         # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
         self.streaming: tuple[int, int] | None = None
         self.recorder = Recorder() if record else None  # None: no recording cost at all
         self.runs = MatmulRuns(self)  # runs of MATMULs executed at once (vectorize_loops)
+        self.replays: dict[tuple[int, int], replay.Form | None] = known.replays  # (replay)
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         dram = self.machine.mem["dram"]
@@ -190,9 +191,7 @@ class Simulator:
                     )
                     pc += 1 + body
                     continue
-                self._iterate(ins.arg("count"))
-                for c in range(ins.arg("count")):
-                    self._block(pc + 1, pc + 1 + body, counters + (c,))
+                self._loop(pc, ins.arg("count"), body, counters)
                 pc += 1 + body
             elif ins.mnemonic in ("LOOPB", "IF"):
                 body = ins.arg("body")
@@ -247,6 +246,21 @@ class Simulator:
         if not self.vectorize_loops:
             return False
         return self.runs.once(pc, self.machine) or self.runs.vector_once(pc, self.machine)
+
+    def _loop(self, pc: int, count: int, body: int, counters: tuple[int, ...]) -> None:
+        """The iterations of the LOOP at `pc`, one by one, or replayed once steady (`replay`)."""
+        self._iterate(count)
+        form = None
+        if self.vectorize_loops:
+            key = (pc, len(counters))
+            if key not in self.replays:
+                self.replays[key] = replay.form(self, pc, len(counters))
+            form = self.replays[key]
+        if form is not None:
+            replay.run_loop(self, pc, counters, form)
+            return
+        for c in range(count):
+            self._block(pc + 1, pc + 1 + body, counters + (c,))
 
     def _iterate(self, n: int) -> None:
         # Loops whose bodies execute nothing (an IF that is never taken) cost time too: their

@@ -107,12 +107,15 @@ def _same_view(x: Decoded, y: Decoded) -> bool:
 class MatmulRuns:
     def __init__(self, sim) -> None:
         self.sim = sim
-        self.ops: dict[int, MatmulOp | None] = {}
-        self.nests: dict[tuple[int, int], Nest | None] = {}
-        self.shapes: dict[tuple, Shape] = {}
-        self.vectors: dict[int, VectorOp | None] = {}
-        self.coefs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self.loops: dict[tuple[int, int], object] = {}  # loops.LoopForm or None, per (pc, depth)
+        known = sim.static.runs  # decoded once per binary (`static`), shared by its runs
+        for name in ("ops", "nests", "shapes", "vectors", "coefs", "loops"):
+            known.setdefault(name, {})
+        self.ops: dict[int, MatmulOp | None] = known["ops"]
+        self.nests: dict[tuple[int, int], Nest | None] = known["nests"]
+        self.shapes: dict[tuple, Shape] = known["shapes"]
+        self.vectors: dict[int, VectorOp | None] = known["vectors"]
+        self.coefs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = known["coefs"]
+        self.loops: dict[tuple[int, int], object] = known["loops"]  # loops.LoopForm or None
 
     def op(self, pc: int) -> MatmulOp | None:
         if pc not in self.ops:

@@ -1,0 +1,128 @@
+"""DRAM boxes of every iteration of a replayed loop at once (`tensorgen.sim.stacked`): what
+`Machine.load_box` / `store_box` do per iteration, over a leading axis, and the check that
+doing each box instruction for every iteration in a row touches the DRAM as stepping does."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def write_loaded(dst: np.ndarray, values: np.ndarray) -> None:
+    """`Machine.write` of `load_box`'s values, for every iteration."""
+    if values.dtype == dst.dtype and values.shape == dst.shape:
+        dst[...] = values
+        return
+    values = np.broadcast_to(values, dst.shape)
+    dst[...] = (
+        values.astype(np.float32)
+        if dst.dtype.kind == "f"
+        else values.astype(np.int64).astype(dst.dtype)
+    )
+
+
+def _box_dtype(t) -> np.dtype:
+    dt = np.dtype(t.dtype)
+    if dt.kind == "f":
+        return np.dtype(np.float32)
+    if not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
+        return np.dtype(np.int64)
+    return dt
+
+
+def _extent(box, k: int):
+    """Per dimension, the least first and the greatest end of the box over the iterations."""
+    _, origin, steps, shape = box
+    los = [min(o, o + s * (k - 1)) for o, s in zip(origin, steps, strict=True)]
+    his = [max(o, o + s * (k - 1)) + n for o, s, n in zip(origin, steps, shape, strict=True)]
+    return los, his
+
+
+def _tensor(binary, mem, ti):
+    t = binary.tensors[ti]
+    return t, np.ndarray(t.shape, np.dtype(t.dtype), buffer=mem["dram"], offset=t.dram_offset)
+
+
+def _stack(arr: np.ndarray, los, box, k: int, writeable: bool) -> np.ndarray:
+    """Every iteration's box of `arr` (whose index 0 is coordinate `los`)."""
+    _, origin, steps, shape = box
+    at = tuple(o - lo for o, lo in zip(origin, los, strict=True))
+    first = arr[tuple(slice(a, a + n) for a, n in zip(at, shape, strict=True))]
+    lead = sum(s * st for s, st in zip(steps, arr.strides, strict=True))
+    return np.lib.stride_tricks.as_strided(
+        first, (k, *shape), (lead, *first.strides), writeable=writeable
+    )
+
+
+def dram_boxes(binary, mem, box, k: int) -> np.ndarray:
+    """The values `load_box` gives for every iteration, (k, *shape)."""
+    t, arr = _tensor(binary, mem, box[0])
+    los, his = _extent(box, k)
+    if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
+        return _stack(arr, [0] * len(los), box, k, False)
+    padded = np.full([hi - lo for lo, hi in zip(los, his, strict=True)], t.pad, _box_dtype(t))
+    src, dst = _overlap(los, his, t.shape)
+    if src is not None:
+        padded[dst] = arr[src]
+    return _stack(padded, los, box, k, False)
+
+
+def _overlap(los, his, dims):
+    src, dst = [], []
+    for lo, hi, n in zip(los, his, dims, strict=True):
+        a, b = max(lo, 0), min(hi, n)
+        if a >= b:
+            return None, None
+        src.append(slice(a, b))
+        dst.append(slice(a - lo, b - lo))
+    return tuple(src), tuple(dst)
+
+
+def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
+    """`store_box` of every iteration's values; the boxes are disjoint (checked)."""
+    t, arr = _tensor(binary, mem, box[0])
+    if values.dtype.kind == "f":
+        values = values.astype(np.float32)
+    los, his = _extent(box, k)
+    if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
+        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype)
+        return
+    src, dst = _overlap(los, his, t.shape)
+    if src is None:
+        return  # every box wholly outside the tensor: halos
+    scratch = np.empty([hi - lo for lo, hi in zip(los, his, strict=True)], arr.dtype)
+    scratch[dst] = arr[src]
+    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype)
+    arr[src] = scratch[dst]
+
+
+def dram_order(boxes, k: int, binary) -> list[tuple[int, int]] | None:
+    """The order (effect, effect) pairs that running each DRAM effect for every iteration at
+    once must keep to touch the DRAM as stepping does, for `boxes` (effect, kind, box) in
+    program order; None if no order does. Stepping runs effect i of iteration a before
+    effect j > i of iteration b when a <= b, after it otherwise: boxes of one tensor that meet
+    (one of them stored) only for a <= b put i first, only for a > b put j first; a STORE
+    meeting itself in another iteration, or both cases at once, have no order."""
+    if k > 2048:
+        return None
+    cs, edges = np.arange(k), []
+    for x, (i, kind_i, bi) in enumerate(boxes):
+        for j, kind_j, bj in boxes[x:]:
+            if bi[0] != bj[0] or (kind_i == "load" and kind_j == "load"):
+                continue
+            meet = np.ones((k, k), dtype=bool)
+            for d, n in enumerate(binary.tensors[bi[0]].shape):
+                lo_i = np.clip(bi[1][d] + bi[2][d] * cs, 0, n)
+                hi_i = np.clip(bi[1][d] + bi[2][d] * cs + bi[3][d], 0, n)
+                lo_j = np.clip(bj[1][d] + bj[2][d] * cs, 0, n)
+                hi_j = np.clip(bj[1][d] + bj[2][d] * cs + bj[3][d], 0, n)
+                meet &= (lo_i[:, None] < hi_j[None, :]) & (lo_j[None, :] < hi_i[:, None])
+            later = np.tril(meet, -1).any()  # i's iteration after j's
+            if i == j:
+                if later or np.triu(meet, 1).any():
+                    return None
+                continue
+            if later and np.triu(meet).any():
+                return None
+            if meet.any():
+                edges.append((j, i) if later else (i, j))
+    return edges

@@ -1,0 +1,303 @@
+"""Bulk replay of steady pipelined loops (`tensorgen.sim.replay`, values by
+`tensorgen.sim.stacked`) against stepping every instruction: over random double-buffered
+LOAD/MATMUL/STORE loops ordered by SYNC tokens, the same outputs, every counter, the trace
+events and the DRAM channel -- or the same error, hazards and limits included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorgen.errors import BinaryError, SimulatorError
+from tensorgen.mc.binary import assemble
+from tensorgen.mc.verify import SimLimits
+from tensorgen.sim import replay
+from tensorgen.sim.machine import simulate
+from tensorgen.target import ISA_DIR, target_from_dict
+
+
+def _tiny(buffers: int):
+    d = yaml.safe_load((ISA_DIR / "tiny.yaml").read_text())
+    d["mac_array"]["weight_buffers"] = buffers
+    return target_from_dict(d, "tiny.yaml")
+
+
+TARGETS = {n: _tiny(n) for n in (1, 2)}
+
+
+@dataclass(frozen=True)
+class Case:
+    buffers: int
+    xd: str
+    a_zp: int
+    b_zp: int
+    n: int  # loop iterations
+    slots: int  # 1, or 2: double buffered (the body unrolled twice, two buffers, two accs)
+    nest: str  # after the peeled MATMUL: loop | loopb | none
+    acc0: int  # the peeled MATMUL's accumulate (1: each iteration needs the one before)
+    extra: bool  # an IF-guarded STORE of acc into D, taken in every iteration but the last
+    drop: str  # none | ld (EX reads a buffer LD may still write) | st (the store races)
+    halo: bool  # the loads' boxes start a row early: the first one is padded
+    vec: bool = False  # a VMUL and a LOOPB nest of VMACs too, stored into E
+    # no: X loaded per iteration; yes: loaded whole before the loop, read at moving addresses
+    # (LD idle in the loop); reload: and its last rows loaded again after it, racing the reads
+    resident: str = "no"
+    epi: bool = False  # a VADD of 7 and a VMAX with -1000 on the accumulator before its STORE
+
+
+ROWS = 4  # rows of X per iteration
+
+
+def _program(c: Case) -> str:
+    s, res = c.slots, c.resident != "no"
+    wb = 1536 if res else 1024  # the weights' address
+    lines = [f"LOAD dst=spad:int8@{wb}[16x4:4,1] src=W(0,0)[16x4]"]
+    if res:  # X loaded whole before the loop, which reads it at addresses moving with L0
+        rows = ROWS * s * c.n
+        lines += [
+            f"LOAD dst=spad:{c.xd}@0[{rows}x16:16,1] src=X(0,0)[{rows}x16]"
+            + ("" if c.drop == "ld" else " signal=EX"),
+            *([] if c.drop == "ld" else ["SYNC queue=1 wait=LD"]),
+        ]
+    else:
+        lines += ["SYNC queue=1 signal=LD"] * s  # the buffers start free
+    lines += ["SYNC queue=2 signal=EX"] * s  # and so do the accumulators
+    body = []
+    for k in range(s):
+        off = ROWS * k - (1 if c.halo else 0)
+        r = f"{off}+{ROWS * s}*L0"
+        acc = 64 * k
+
+        def buf(extra: int, k=k) -> str:
+            return f"{16 * ROWS * k + extra}+{16 * ROWS * s}*L0" if res else f"{128 * k + extra}"
+
+        if not res:
+            body.append(
+                f"LOAD dst=spad:{c.xd}@{buf(0)}[{ROWS}x16:16,1] src=X({r},0)[{ROWS}x16] wait=EX"
+                + ("" if c.drop == "ld" else " signal=EX")
+            )
+        body.append(
+            f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{buf(0)}[4x4:16,1] "
+            f"b=spad:int8@{wb}[4x4:4,1] accumulate={c.acc0} a_zp={c.a_zp} b_zp={c.b_zp} "
+            f"wait={'' if c.drop == 'ld' or res else 'LD,'}ST"
+        )
+        mm = (
+            f"acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{{a}}[4x4:16,1] "
+            f"b=spad:int8@{{b}}[4x4:4,1] accumulate=1 a_zp={c.a_zp} b_zp={c.b_zp}"
+        )
+        if c.nest == "loop":
+            body += [
+                "LOOP count=3 body=1",
+                "MATMUL " + mm.format(a=f"{buf(4)}+4*L1", b=f"{wb + 16}+16*L1"),
+            ]
+        elif c.nest == "loopb":
+            body += [
+                "LOOP count=2 body=2",
+                "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
+                "MATMUL " + mm.format(a=f"{buf(0)}+8*L1+4*L2", b=f"{wb}+32*L1+16*L2"),
+            ]
+        if c.vec:
+            v = f"acc:int32@{256 + acc}[4x4:4,1]"
+            body += [
+                f"VMUL dst={v} a=spad:{c.xd}@{buf(0)}[4x4:16,1] b=- imm=-3",
+                "LOOP count=2 body=2",
+                "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
+                f"VMAC dst={v} a=spad:int8@{buf(0)}+8*L1+4*L2[4x4:16,1] b=spad:int8@{wb}[4x4:0,0]",
+            ]
+        if c.epi:
+            v = f"acc:int32@{acc}[4x4:4,1]"
+            body += [f"VADD dst={v} a={v} b=- imm=7", f"VMAX dst={v} a={v} b=- imm=-1000"]
+        signal = ([] if res else ["LD"]) + ([] if c.drop == "st" else ["ST"])
+        body += [
+            "SYNC queue=1" + (f" signal={','.join(signal)}" if signal else ""),
+            f"STORE dst=C({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]"
+            + ("" if c.drop == "st" else " wait=EX"),
+        ]
+        if c.vec:
+            body += [
+                f"STORE dst=E({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{256 + acc}[4x4:4,1]"
+            ]
+        if c.extra:
+            body += [
+                f"IF cond=B({c.n - 2}-L0/1) body=1",
+                f"STORE dst=D({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]",
+            ]
+        body += ["SYNC queue=2 signal=EX"]
+    lines += [f"LOOP count={c.n} body={len(body)}", *body]
+    if c.resident == "reload":  # over the last rows the loop read, without a token: a race
+        last = ROWS * s * c.n - ROWS
+        lines.append(f"LOAD dst=spad:{c.xd}@{16 * last}[{ROWS}x16:16,1] src=X({last},0)[{ROWS}x16]")
+    lines += ([] if res else ["SYNC queue=0 wait=EX"] * s) + ["SYNC queue=1 wait=ST"] * s
+    rows = ROWS * s * c.n
+    head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
+.dram {rows * 16 + 64 + rows * 48}
+.tensor X {c.xd} {rows}x16 input dram=0 pad=0
+.tensor W int8 16x4 input dram={rows * 16} pad=0
+.tensor C int32 {rows}x4 output dram={rows * 16 + 64} pad=0
+.tensor D int32 {rows}x4 output dram={rows * 32 + 64} pad=0
+.tensor E int32 {rows}x4 output dram={rows * 48 + 64} pad=0
+"""
+    return head + "\n".join(lines) + "\n"
+
+
+def _outcome(binary, inputs, target, fast: bool, limits=None):
+    try:
+        r = simulate(binary, inputs, target, vectorize_loops=fast, record=True, limits=limits)
+    except (SimulatorError, BinaryError) as err:
+        return ("error", str(err))
+    return (
+        {k: v.tolist() for k, v in r.outputs.items()},
+        r.stats.as_dict(),
+        r.recorder.events,
+        r.recorder.channel,
+    )
+
+
+def _inputs(c: Case, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    lo, hi = (-128, 128) if c.xd == "int8" else (0, 256)
+    return {
+        "X": rng.integers(lo, hi, (ROWS * c.slots * c.n, 16)).astype(c.xd),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+
+
+CASES = st.builds(
+    Case,
+    buffers=st.sampled_from([1, 2]),
+    xd=st.sampled_from(["int8", "uint8"]),
+    a_zp=st.sampled_from([0, 3, 128]),
+    b_zp=st.sampled_from([0, -2]),
+    n=st.integers(4, 9),
+    slots=st.sampled_from([1, 2]),
+    nest=st.sampled_from(["loop", "loopb", "none"]),
+    acc0=st.sampled_from([0, 0, 0, 1]),
+    extra=st.booleans(),
+    drop=st.sampled_from(["none", "none", "none", "ld", "st"]),
+    halo=st.booleans(),
+    vec=st.booleans(),
+    resident=st.sampled_from(["no", "no", "yes", "reload"]),
+    epi=st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=CASES, seed=st.integers(0, 2**16))
+def test_replay_equals_stepping(case: Case, seed: int) -> None:
+    binary = assemble(_program(case))
+    inputs, target = _inputs(case, seed), TARGETS[case.buffers]
+    fast = _outcome(binary, inputs, target, True)
+    assert fast == _outcome(binary, inputs, target, False)
+    if fast[0] != "error" and case.drop == "none" and case.acc0 == 0:
+        x = inputs["X"].astype(np.int64) - case.a_zp
+        if (
+            case.halo and case.resident == "no"
+        ):  # every box a row early: the first row is the pad, 0 before its zero point
+            x = np.concatenate([np.full((1, 16), -case.a_zp), x[:-1]])
+        w = inputs["W"].astype(np.int64) - case.b_zp
+        k = {"loop": 16, "loopb": 16, "none": 4}[case.nest]
+        blocks = [x[i : i + 4, :k] @ w[:k] for i in range(0, len(x), ROWS)]
+        if case.epi:
+            blocks = [np.maximum(b + 7, -1000) for b in blocks]
+        np.testing.assert_array_equal(np.array(fast[0]["C"]), np.concatenate(blocks))
+
+
+def _counting(monkeypatch) -> list:
+    taken, real = [], replay._replay
+    monkeypatch.setattr(replay, "_replay", lambda *a: taken.append(real(*a)) or taken[-1])
+    return taken
+
+
+@pytest.mark.parametrize("vec", [False, True])
+@pytest.mark.parametrize("nest", ["loop", "loopb"])
+def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch) -> None:
+    """The double-buffered loop reaches a steady state and is replayed up to its last
+    iteration, whose IF differs (stepped again); its outputs, counters and trace are
+    stepping's."""
+    taken = _counting(monkeypatch)
+    c = Case(2, "int8", 3, -2, 9, 2, nest, 0, True, "none", True, vec, "no", vec)
+    binary, inputs = assemble(_program(c)), _inputs(c, 1)
+    fast = _outcome(binary, inputs, TARGETS[2], True)
+    assert True in taken
+    assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
+
+
+def test_replay_declines_a_loop_carried_accumulator(monkeypatch) -> None:
+    """accumulate=1 on the peeled MATMUL: each iteration reads the accumulator the one before
+    left; the values cannot be computed at once, so the loop is stepped (same result)."""
+    taken = _counting(monkeypatch)
+    c = Case(1, "int8", 0, 0, 8, 1, "none", 1, False, "none", False)
+    binary, inputs = assemble(_program(c)), _inputs(c, 2)
+    fast = _outcome(binary, inputs, TARGETS[1], True)
+    assert taken and True not in taken
+    assert fast == _outcome(binary, inputs, TARGETS[1], False)
+
+
+def test_replay_stops_short_of_the_step_limit() -> None:
+    """A limit the replayed iterations would cross is reported as stepping reports it."""
+    c = Case(2, "int8", 0, 0, 9, 2, "loop", 0, False, "none", False)
+    binary, inputs = assemble(_program(c)), _inputs(c, 3)
+    full = _outcome(binary, inputs, TARGETS[2], True)
+    steps = full[1]["instructions"]
+    limits = SimLimits(max_steps=steps - 5)
+    fast = _outcome(binary, inputs, TARGETS[2], True, limits)
+    assert fast[0] == "error" and fast == _outcome(binary, inputs, TARGETS[2], False, limits)
+
+
+def test_a_binary_run_again_is_the_same_and_verified_per_limits() -> None:
+    """The decode kept across runs of one binary (`sim.static`) changes nothing: a second run
+    is the first, and other limits are checked again (the step limit refuses it up front)."""
+    c = Case(2, "uint8", 128, -2, 7, 2, "loopb", 0, True, "none", True, True)
+    binary, inputs = assemble(_program(c)), _inputs(c, 4)
+    first = _outcome(binary, inputs, TARGETS[2], True)
+    assert first[0] != "error" and _outcome(binary, inputs, TARGETS[2], True) == first
+    tight = SimLimits(max_steps=10)
+    refused = _outcome(binary, inputs, TARGETS[2], True, tight)
+    assert refused[0] == "error" and refused == _outcome(binary, inputs, TARGETS[2], False, tight)
+
+
+@pytest.mark.parametrize("resident", ["yes", "reload"])
+def test_sources_moving_with_the_loop_are_replayed_unless_a_load_may_meet_them(
+    resident: str, monkeypatch
+) -> None:
+    """X loaded whole before the loop, read at addresses that move with it, LD idle meanwhile
+    (its later LOADs may meet every access and DMA of the loop): replayed, unless a LOAD after
+    the loop may write what the loop read (then stepped: the race is reported as stepping
+    finds it, or not at all)."""
+    taken = _counting(monkeypatch)
+    c = Case(2, "int8", 3, -2, 9, 2, "loopb", 0, True, "none", False, True, resident)
+    binary, inputs = assemble(_program(c)), _inputs(c, 5)
+    fast = _outcome(binary, inputs, TARGETS[2], True)
+    assert (True in taken) == (resident == "yes")
+    assert fast == _outcome(binary, inputs, TARGETS[2], False)
+    if resident == "yes":
+        assert fast[0] != "error"
+
+
+def test_dram_effects_are_ordered_by_the_iterations_their_boxes_meet_in() -> None:
+    """boxes.dram_order: stepping runs effect i of iteration a before effect j > i of
+    iteration b iff a <= b; the batched order must agree wherever two boxes meet."""
+    from types import SimpleNamespace
+
+    from tensorgen.sim.boxes import dram_order
+
+    binary = SimpleNamespace(tensors=[SimpleNamespace(shape=(8, 64))])
+    store = (0, (0, 0), (0, 8), (8, 8))  # columns 8c .. 8c+8 of iteration c
+    ahead = (0, (0, 8), (0, 8), (8, 8))  # the box the store writes in the next iteration
+    # a load of the next iteration's box after the store: it must read it before the store
+    assert dram_order([(0, "store", store), (1, "load", ahead)], 5, binary) == [(1, 0)]
+    # a load of this iteration's box after the store reads what it stored: the store first
+    assert dram_order([(0, "store", store), (1, "load", store)], 5, binary) == [(0, 1)]
+    # a store that meets itself in another iteration (no step): no batched order exists
+    still = (0, (0, 0), (0, 0), (8, 8))
+    assert dram_order([(0, "store", still)], 5, binary) is None
+    # meeting both an earlier and a later iteration's box: none either
+    wide = (0, (0, 0), (0, 8), (8, 16))
+    assert dram_order([(0, "store", store), (1, "load", wide)], 5, binary) is None
+    # disjoint tensors or loads only: unordered
+    assert dram_order([(0, "load", still), (1, "load", still)], 5, binary) == []
