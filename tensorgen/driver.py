@@ -122,18 +122,9 @@ def _fastest_fallback(program: Program, target: Target) -> _Measured:
     zeros = {t.name: np.zeros(t.shape, t.np_dtype) for t in program.inputs}
     found: list[_Measured] = []
     for tensorize in (True, False):
-        try:
-            try:
-                s = primitive_default(program, target, tensorize)
-                compiled = compile_scheduled(program, target, s)
-            except CapacityError:  # the tensors do not fit whole: stage them inside the loops
-                s = primitive_default(program, target, tensorize, stage=True)
-                compiled = compile_scheduled(program, target, s)
-        except (CodegenError, ScheduleError):
-            continue  # over capacity even so, or a form the lowering does not take
-        if any(str(s) == str(m.schedule) for m in found):
-            continue
-        found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
+        for s, compiled in _primitive_built(program, target, tensorize):
+            if all(str(s) != str(m.schedule) for m in found):
+                found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
     default = compile_default(program, target)
     cycles = _measured_cycles(default, zeros, target)
     best = min(found, key=lambda m: m.cycles, default=None)
@@ -144,6 +135,30 @@ def _fastest_fallback(program: Program, target: Target) -> _Measured:
         f"the kernel default {cycles}"
     )
     return _Measured(best.compiled, best.cycles, best.schedule, note)
+
+
+# Blocks of the streamed M (MAC array) and of the vectorized loop tried when the tensors do not
+# fit whole: staging inside a loop of blocks keeps the footprints small.
+FALLBACK_BLOCKS = ((None, None), (None, 256), (None, 64), (None, 16), (16, 64), (16, 16))
+
+
+def _primitive_built(program: Program, target: Target, tensorize: bool):
+    """The primitive-built schedules and their binaries: the tensors staged whole, else (over
+    capacity) staged inside loops of each size of FALLBACK_BLOCKS."""
+    try:
+        s = primitive_default(program, target, tensorize)
+        yield s, compile_scheduled(program, target, s)
+        return
+    except CapacityError:
+        pass
+    except (CodegenError, ScheduleError):
+        return  # a form the lowering does not take
+    for m_block, v_block in FALLBACK_BLOCKS:
+        try:
+            s = primitive_default(program, target, tensorize, True, m_block, v_block)
+            yield s, compile_scheduled(program, target, s)
+        except (CodegenError, ScheduleError):
+            continue  # over capacity even so, or a form the lowering does not take
 
 
 def compile_default(program: Program, target: Target) -> Compiled:

@@ -100,7 +100,12 @@ def _grow_vector_tile(
 
 
 def primitive_default(
-    program: Program, target: Target, tensorize: bool = True, stage: bool = False
+    program: Program,
+    target: Target,
+    tensorize: bool = True,
+    stage: bool = False,
+    m_block: int | None = None,
+    v_block: int | None = None,
 ) -> Schedule:
     """The simple default schedule built from the schedule primitives, statement by statement:
     a contraction of 8-bit operands runs on the MAC array in blocks of its shape (N and K split
@@ -113,21 +118,29 @@ def primitive_default(
     staged at the innermost loop that encloses every statement accessing it (outside the vector
     and MAC-array bands), for a target whose memories do not hold the tensors whole."""
     s = Schedule(program, target)
+    acc_at: dict[str, Loop | None] = {}  # per tensorized statement, its accumulator's loop
     for stmt in program.statements:
-        if not (tensorize and _tensorize(s, program, target, stmt)):
-            _vectorize(s, program, stmt)
+        if tensorize and _tensorize(s, program, target, stmt, m_block, acc_at):
+            continue
+        _vectorize(s, program, stmt, v_block)
     if stage:
-        _stage_innermost(s, program)
+        _stage_innermost(s, program, acc_at)
     return s
 
 
-def _stage_innermost(s: Schedule, program: Program) -> None:
+def _stage_innermost(s: Schedule, program: Program, acc_at: dict[str, Loop | None]) -> None:
     tensorized = {name for ms, n, ks in s.tensorized for name in (*ms, n, *ks)}
     banded = set(s.vectorized) | tensorized
     on_array = {  # what the MAC array accumulates lives in the accumulators
         st.lhs.tensor
         for st in program.statements
         if any(h.name in tensorized for h in s.loops(st.name))
+    }
+    acc_loops = {  # loops of the statements on the MAC array
+        h.name
+        for st in program.statements
+        if st.lhs.tensor in on_array and any(h.name in tensorized for h in s.loops(st.name))
+        for h in s.loops(st.name)
     }
     for t in program.tensors:
         users = [
@@ -139,12 +152,26 @@ def _stage_innermost(s: Schedule, program: Program) -> None:
         for st in users[1:]:
             ids = {h.id for h in s.loops(st.name)}
             common = [h for h in common if h.id in ids]
-        if not common:
-            continue
-        try:
-            s.stage(t.name, common[-1], "acc" if t.name in on_array else "spad")
-        except ScheduleError:
-            continue  # over capacity there too: staged whole by the lowering
+        if common:
+            at = [common[-1]]
+        else:  # no loop encloses every user: a stage at each user's innermost loop
+            at = [
+                acc_at[st.name] if st.name in acc_at and st.lhs.tensor == t.name else own[-1]
+                for st in users
+                if (own := _unbanded(s, st, banded))
+            ]
+            if None in at:  # an accumulator of the whole output
+                continue
+        for loop in dict.fromkeys(at):
+            memory = "acc" if t.name in on_array and loop.name in acc_loops else "spad"
+            try:
+                s.stage(t.name, loop, memory)
+            except ScheduleError:
+                break  # over capacity there too: staged whole by the lowering
+
+
+def _unbanded(s: Schedule, stmt: Statement, banded: set[str]) -> list[Loop]:
+    return [h for h in s.loops(stmt.name) if h.name not in banded]
 
 
 def _own_loops(s: Schedule, program: Program, stmt: Statement) -> dict[str, Loop]:
@@ -153,7 +180,14 @@ def _own_loops(s: Schedule, program: Program, stmt: Statement) -> dict[str, Loop
     return {i: h for i, h in loops.items() if i not in program.shared_names}
 
 
-def _tensorize(s: Schedule, program: Program, target: Target, stmt: Statement) -> bool:
+def _tensorize(
+    s: Schedule,
+    program: Program,
+    target: Target,
+    stmt: Statement,
+    m_block: int | None,
+    acc_at: dict[str, Loop | None],
+) -> bool:
     mac = mac_mapping(program, stmt)
     if mac is None or mac.m is None or mac.n is None:
         return False
@@ -162,28 +196,37 @@ def _tensorize(s: Schedule, program: Program, target: Target, stmt: Statement) -
     blocked = []
     inner = {}
     try:
-        for name, cap in ((mac.n, target.cols), (mac.k, target.rows)):
-            if stmt.extent(name) > cap:
+        for name, cap in ((mac.m, m_block), (mac.n, target.cols), (mac.k, target.rows)):
+            if cap is not None and stmt.extent(name) > cap:
                 o, inner[name] = s.split(own[name], cap)
                 blocked.append(o)
             else:
                 inner[name] = own[name]
-        order = [*outer, *blocked, own[mac.m], inner[mac.n], inner[mac.k]]
+        order = [*outer, *blocked, inner[mac.m], inner[mac.n], inner[mac.k]]
         if [h.name for h in order] != [h.name for h in s.loops(stmt.name)[-len(order) :]]:
             s.reorder(*order)
-        s.tensorize(own[mac.m], inner[mac.n], inner[mac.k])
+        s.tensorize(inner[mac.m], inner[mac.n], inner[mac.k])
     except ScheduleError:
         return False
+    k_at = len(outer) + len(blocked) - (1 if mac.k and stmt.extent(mac.k) > target.rows else 0)
+    acc_at[stmt.name] = order[k_at - 1] if k_at > 0 else None
     return True
 
 
-def _vectorize(s: Schedule, program: Program, stmt: Statement) -> None:
+def _vectorize_blocked(s: Schedule, loop: Loop, v_block: int | None) -> None:
+    """Vectorize `loop`, in blocks of `v_block` iterations (its inner loop) when it is longer."""
+    if v_block is not None and s.trips(loop) > v_block:
+        loop = s.split(loop, v_block)[1]
+    s.vectorize(loop)
+
+
+def _vectorize(s: Schedule, program: Program, stmt: Statement, v_block: int | None) -> None:
     shared = sum(1 for i in stmt.indices if i in program.shared_names)
     own = s.loops(stmt.name)[shared:]  # after any splits a failed tensorize left
     if not own:
         return
     try:
-        s.vectorize(own[-1])
+        _vectorize_blocked(s, own[-1], v_block)
         return
     except ScheduleError:
         pass
@@ -193,7 +236,7 @@ def _vectorize(s: Schedule, program: Program, stmt: Statement) -> None:
         except ScheduleError:
             continue
         try:
-            s.vectorize(pick)
+            _vectorize_blocked(s, pick, v_block)
             return
         except ScheduleError:
             s.reorder(*own)  # back to the original order: the move bought nothing
