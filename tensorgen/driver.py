@@ -23,7 +23,7 @@ from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
 from tensorgen.mc.verify import SimLimits, verify_compiled
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.default import primitive_default
+from tensorgen.schedule.default import fused_default, primitive_default
 from tensorgen.schedule.files import DEFAULT_TIME_LIMIT_S, compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
@@ -125,6 +125,13 @@ def _fastest_fallback(program: Program, target: Target) -> _Measured:
         for s, compiled in _primitive_built(program, target, tensorize):
             if all(str(s) != str(m.schedule) for m in found):
                 found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
+    for m_block in FUSED_BLOCKS:
+        try:
+            s = fused_default(program, target, m_block)
+            compiled = compile_scheduled(program, target, s)
+        except (CodegenError, ScheduleError):
+            continue
+        found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
     default = compile_default(program, target)
     cycles = _measured_cycles(default, zeros, target)
     best = min(found, key=lambda m: m.cycles, default=None)
@@ -139,6 +146,7 @@ def _fastest_fallback(program: Program, target: Target) -> _Measured:
 
 # Blocks of the streamed M (MAC array) and of the vectorized loop tried when the tensors do not
 # fit whole: staging inside a loop of blocks keeps the footprints small.
+FUSED_BLOCKS = (16, 32, 64)  # rows per block of schedule.default.fused_default
 FALLBACK_BLOCKS = ((None, None), (None, 256), (None, 64), (None, 16), (16, 64), (16, 16))
 
 

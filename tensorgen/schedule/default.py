@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tensorgen.errors import CapacityError, ScheduleError
 from tensorgen.ir.core import Program, Statement
-from tensorgen.ir.queries import mac_mapping
+from tensorgen.ir.queries import mac_mapping, out_indices
 from tensorgen.schedule.api import Loop, Schedule
 from tensorgen.schedule.kernel import Kernel, footprint_bytes, form_kernels
 from tensorgen.target import Target
@@ -187,17 +187,22 @@ def _tensorize(
     stmt: Statement,
     m_block: int | None,
     acc_at: dict[str, Loop | None],
+    own: dict[str, Loop] | None = None,
+    tile: Loop | None = None,
 ) -> bool:
+    """Put `stmt` on the MAC array; `own`: its loops inside the tile loops by index name (default:
+    all but the shared loops), `tile`: the innermost tile loop, where its accumulator lives
+    when no block loop of its own is outside the reduction."""
     mac = mac_mapping(program, stmt)
     if mac is None or mac.m is None or mac.n is None:
         return False
-    own = _own_loops(s, program, stmt)
+    own = own if own is not None else _own_loops(s, program, stmt)
     outer = [h for i, h in own.items() if i not in (mac.m, mac.n, mac.k)]
     blocked = []
     inner = {}
     try:
         for name, cap in ((mac.m, m_block), (mac.n, target.cols), (mac.k, target.rows)):
-            if cap is not None and stmt.extent(name) > cap:
+            if cap is not None and s.trips(own[name]) > cap:
                 o, inner[name] = s.split(own[name], cap)
                 blocked.append(o)
             else:
@@ -208,8 +213,8 @@ def _tensorize(
         s.tensorize(inner[mac.m], inner[mac.n], inner[mac.k])
     except ScheduleError:
         return False
-    k_at = len(outer) + len(blocked) - (1 if mac.k and stmt.extent(mac.k) > target.rows else 0)
-    acc_at[stmt.name] = order[k_at - 1] if k_at > 0 else None
+    k_at = len(outer) + len(blocked) - (1 if inner[mac.k] != own[mac.k] else 0)
+    acc_at[stmt.name] = order[k_at - 1] if k_at > 0 else tile
     return True
 
 
@@ -240,3 +245,99 @@ def _vectorize(s: Schedule, program: Program, stmt: Statement, v_block: int | No
             return
         except ScheduleError:
             s.reorder(*own)  # back to the original order: the move bought nothing
+
+
+def fused_default(program: Program, target: Target, m_block: int) -> Schedule:
+    """The statements fused over the first index of their outputs in blocks of `m_block`; in a
+    block, each run of consecutive statements over outputs of the same shape (a layer: init,
+    contraction, epilogue) fused again over the second output index, in blocks of the MAC
+    array's columns if one of them runs on it. Contractions on the MAC array, the rest as
+    vectors; each tensor staged at the innermost tile loop (or reduction block, for an operand)
+    that encloses every statement accessing it: an intermediate between two layers stays on
+    chip for a block of rows. Raises ScheduleError where the program does not take that form."""
+    s = Schedule(program, target)
+    stmts = program.statements
+    outs = {st.name: out_indices(program, st) for st in stmts}
+    if any(len(outs[st.name]) < 2 for st in stmts):
+        raise ScheduleError("fused default: every statement writes a matrix or more")
+    handles = {st.name: _own_loops(s, program, st) for st in stmts}
+    for st in stmts:
+        want = [*outs[st.name], *(i for i in handles[st.name] if i not in outs[st.name])]
+        if want != list(handles[st.name]):
+            s.reorder(*(handles[st.name][i] for i in want))
+    groups = _layers(program, stmts, outs)
+    cols = []
+    for g in groups:  # within a layer first: a chain of fusions orders its statements right
+        for depth in (0, 1):
+            loop = handles[g[0].name][outs[g[0].name][depth]]
+            for st in g[1:]:
+                loop = s.fuse(loop, handles[st.name][outs[st.name][depth]])
+        cols.append(loop)
+    row = handles[stmts[0].name][outs[stmts[0].name][0]]
+    for g in groups[1:]:
+        row = s.fuse(row, handles[g[0].name][outs[g[0].name][0]])
+    if s.trips(row) <= m_block:
+        raise ScheduleError("fused default: the rows fit one block")
+    tile, row = s.split(row, m_block)
+    tiles: dict[str, list[Loop]] = {st.name: [tile] for st in stmts}
+    acc_at: dict[str, Loop | None] = {}
+    rows = _distribute(s, row, [[st.name for st in g] for g in groups])
+    for g, grow, col in zip(groups, rows, cols, strict=True):
+        on_array = any(mac_mapping(program, st) for st in g)
+        if on_array and s.trips(col) > target.cols:
+            col_o, col = s.split(col, target.cols)
+            s.reorder(col_o, grow)
+            for st in g:
+                tiles[st.name].append(col_o)
+        inner = [[st.name] for st in g]
+        for loop in (col, grow):  # innermost first: each statement its own copy
+            _distribute(s, loop, inner)
+        for st in g:
+            own = dict(
+                zip(handles[st.name], s.loops(st.name)[-len(handles[st.name]) :], strict=True)
+            )
+            if not _tensorize(s, program, target, st, None, acc_at, own, tiles[st.name][-1]):
+                _vectorize(s, program, st, None)
+    _stage_tiles(s, program, tiles, acc_at)
+    return s
+
+
+def _layers(program: Program, stmts, outs) -> list[list[Statement]]:
+    """Runs of consecutive statements whose outputs have the same extents."""
+    groups: list[list[Statement]] = []
+    for st in stmts:
+        shape = [st.extent(i) for i in outs[st.name]]
+        if groups and shape == [groups[-1][0].extent(i) for i in outs[groups[-1][0].name]]:
+            groups[-1].append(st)
+        else:
+            groups.append([st])
+    return groups
+
+
+def _distribute(s: Schedule, loop: Loop, parts: list[list[str]]) -> list[Loop]:
+    """`loop` distributed into one copy per part (statement names, in order)."""
+    copies = [loop]
+    for j in range(1, len(parts)):
+        copies.append(s.distribute(copies[-1], *(n for p in parts[j:] for n in p)))
+    return copies
+
+
+def _stage_tiles(s: Schedule, program: Program, tiles, acc_at: dict[str, Loop | None]) -> None:
+    tensorized = {name for ms, n, ks in s.tensorized for name in (*ms, n, *ks)}
+    on_array = {st.lhs.tensor for st in program.statements if st.name in acc_at}
+    for t in program.tensors:
+        users = [
+            st for st in program.statements if t.name in {a.tensor for a in [st.lhs, *st.reads]}
+        ]
+        if not users:
+            continue
+        places = list(tiles[users[0].name])
+        if len(users) == 1 and users[0].name in acc_at and t.name != users[0].lhs.tensor:
+            k_blocks = [h for h in s.loops(users[0].name) if h.name not in tensorized]
+            places += k_blocks[len(places) :]  # an operand: at its reduction block
+        at = next(
+            (h for h in reversed(places) if all(u.name in s.statements_of(h) for u in users)),
+            None,
+        )
+        if at is not None:
+            s.stage(t.name, at, "acc" if t.name in on_array else "spad")
