@@ -33,16 +33,28 @@ def primitive_default(
     and MAC-array bands), for a target whose memories do not hold the tensors whole."""
     s = Schedule(program, target)
     acc_at: dict[str, Loop | None] = {}  # per tensorized statement, its accumulator's loop
+    red = {st.name: _reduction_loops(s, program, st) for st in program.statements}
     for stmt in program.statements:
         if tensorize and _tensorize(s, program, target, stmt, m_block, acc_at):
             continue
-        _vectorize(s, program, stmt, v_block)
+        _vectorize(s, program, stmt, v_block, red[stmt.name])
     if stage:
-        _stage_innermost(s, program, acc_at)
+        _stage_innermost(s, program, acc_at, red)
     return s
 
 
-def _stage_innermost(s: Schedule, program: Program, acc_at: dict[str, Loop | None]) -> None:
+def _reduction_loops(s: Schedule, program: Program, stmt: Statement) -> set[int]:
+    """Ids of the loops of `stmt` over indices its output does not have (its reductions)."""
+    out = set(out_indices(program, stmt)) | set(program.shared_names)
+    return {h.id for i, h in zip(stmt.indices, s.loops(stmt.name), strict=True) if i not in out}
+
+
+def _stage_innermost(
+    s: Schedule, program: Program, acc_at: dict[str, Loop | None], red: dict[str, set[int]]
+) -> None:
+    """Each tensor staged at the innermost loop outside the bands that encloses all statements
+    accessing it; for a reduction on the vector unit, outside its reduction loops too (its
+    accumulator then stays on chip while it reduces)."""
     tensorized = {name for ms, n, ks in s.tensorized for name in (*ms, n, *ks)}
     banded = set(s.vectorized) | tensorized
     on_array = {  # what the MAC array accumulates lives in the accumulators
@@ -62,9 +74,9 @@ def _stage_innermost(s: Schedule, program: Program, acc_at: dict[str, Loop | Non
         ]
         if not users:
             continue
-        common = [h for h in s.loops(users[0].name) if h.name not in banded]
+        common = _outside(s, users[0], banded, acc_at, red)
         for st in users[1:]:
-            ids = {h.id for h in s.loops(st.name)}
+            ids = {h.id for h in _outside(s, st, banded, acc_at, red)}
             common = [h for h in common if h.id in ids]
         if common:
             at = [common[-1]]
@@ -82,6 +94,16 @@ def _stage_innermost(s: Schedule, program: Program, acc_at: dict[str, Loop | Non
                 s.stage(t.name, loop, memory)
             except ScheduleError:
                 break  # over capacity there too: staged whole by the lowering
+
+
+def _outside(s: Schedule, stmt: Statement, banded, acc_at, red) -> list[Loop]:
+    """The loops of `stmt` a stage may sit at: outside its bands and, on the vector unit,
+    outside its reductions."""
+    loops = _unbanded(s, stmt, banded)
+    if stmt.name in acc_at:
+        return loops
+    first = next((n for n, h in enumerate(loops) if h.id in red[stmt.name]), len(loops))
+    return loops[:first]
 
 
 def _unbanded(s: Schedule, stmt: Statement, banded: set[str]) -> list[Loop]:
@@ -139,17 +161,22 @@ def _vectorize_blocked(s: Schedule, loop: Loop, v_block: int | None) -> None:
     s.vectorize(loop)
 
 
-def _vectorize(s: Schedule, program: Program, stmt: Statement, v_block: int | None) -> None:
+def _vectorize(
+    s: Schedule, program: Program, stmt: Statement, v_block: int | None, red: set[int] = frozenset()
+) -> None:
+    """Vectorize a loop of `stmt` over its output (not one of the reductions `red`): the
+    innermost, else the innermost that can be moved inside."""
     shared = sum(1 for i in stmt.indices if i in program.shared_names)
     own = s.loops(stmt.name)[shared:]  # after any splits a failed tensorize left
     if not own:
         return
-    try:
-        _vectorize_blocked(s, own[-1], v_block)
-        return
-    except ScheduleError:
-        pass
-    for pick in reversed(own[:-1]):
+    if own[-1].id not in red:
+        try:
+            _vectorize_blocked(s, own[-1], v_block)
+            return
+        except ScheduleError:
+            pass
+    for pick in reversed([h for h in own[:-1] if h.id not in red]):
         try:
             s.reorder(*[h for h in own if h != pick], pick)
         except ScheduleError:
