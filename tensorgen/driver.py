@@ -127,11 +127,16 @@ def _fastest_default(program: Program, target: Target) -> _Measured:
         if all(str(s) != str(m.schedule) for m in found):
             found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
     if not found:
+        if isinstance(errors[0], CapacityError):
+            raise CapacityError(
+                f"the program does not fit target {target.name}, whole or staged in blocks: "
+                f"{errors[0]}"
+            ) from errors[0]
         raise errors[0]
     best = min(found, key=lambda m: m.cycles)
     verify_compiled(best.compiled.binary, target)
     note = (
-        f"the fastest of {len(found)} schedules built from the primitives, "
+        f"the fastest of {len(found)} schedules built from the primitives: "
         f"{best.cycles} cycles on the simulator"
     )
     return _Measured(best.compiled, best.cycles, best.schedule, note)
