@@ -21,7 +21,7 @@ from tensorgen.errors import (
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
-from tensorgen.mc.verify import SimLimits, verify_compiled
+from tensorgen.mc.verify import COMPILE_LIMITS, SimLimits, verify_binary, verify_compiled
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.default import fused_default, primitive_default
 from tensorgen.schedule.files import DEFAULT_TIME_LIMIT_S, compile_schedule_file
@@ -98,6 +98,7 @@ class _Measured:
     cycles: float  # math.inf: past FALLBACK_STEPS
     schedule: Schedule
     note: str = ""
+    steps: int = 0  # an upper bound of the instructions it executes (mc.verify): breaks ties
 
 
 # Instructions a candidate default may run while it is measured: a count, so the choice is the
@@ -107,7 +108,7 @@ FALLBACK_STEPS = 1_000_000
 
 
 def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: Target) -> float:
-    """Simulated cycles, or infinity past FALLBACK_STEPS (then the first candidate wins)."""
+    """Simulated cycles, or infinity past FALLBACK_STEPS (then the fewest instructions win)."""
     try:
         limits = SimLimits(max_steps=FALLBACK_STEPS)
         return simulate(compiled.binary, zeros, target, limits=limits).stats.cycles
@@ -118,14 +119,16 @@ def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: T
 def _fastest_default(program: Program, target: Target) -> _Measured:
     """The fastest on the simulator of the schedules built from the primitives: statement by
     statement (MAC array and vectors, vectors alone; staged whole, else in blocks) and fused
-    over blocks of rows; the earlier candidate wins a tie. Raises the first candidate's error
-    if none lowers."""
+    over blocks of rows. A tie (both past FALLBACK_STEPS, say) goes to the one that executes
+    fewer instructions, then to the earlier. Raises the first candidate's error if none lowers."""
     zeros = {t.name: np.zeros(t.shape, t.np_dtype) for t in program.inputs}
     found: list[_Measured] = []
     errors: list[Exception] = []
     for s, compiled in _candidates(program, target, errors):
         if all(str(s) != str(m.schedule) for m in found):
-            found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
+            steps = verify_binary(compiled.binary, target, COMPILE_LIMITS)
+            cycles = _measured_cycles(compiled, zeros, target)
+            found.append(_Measured(compiled, cycles, s, steps=steps))
     if not found:
         if isinstance(errors[0], CapacityError):
             raise CapacityError(
@@ -133,8 +136,7 @@ def _fastest_default(program: Program, target: Target) -> _Measured:
                 f"{errors[0]}"
             ) from errors[0]
         raise errors[0]
-    best = min(found, key=lambda m: m.cycles)
-    verify_compiled(best.compiled.binary, target)
+    best = min(found, key=lambda m: (m.cycles, m.steps))
     note = (
         f"the fastest of {len(found)} schedules built from the primitives: "
         f"{best.cycles} cycles on the simulator"

@@ -6,11 +6,17 @@ of each (blocks, staging) on the simulator and keeps the fastest.
 
 from __future__ import annotations
 
+import contextlib
+
 from tensorgen.errors import ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.ir.queries import mac_mapping, out_indices
 from tensorgen.schedule.api import Loop, Schedule
 from tensorgen.target import Target
+
+# per vector reduction blocked by `_block_reductions`: the loop its accumulator is staged at and
+# the one its operands are
+VecAt = dict[str, tuple[Loop | None, Loop | None]]
 
 
 def primitive_default(
@@ -34,12 +40,13 @@ def primitive_default(
     s = Schedule(program, target)
     acc_at: dict[str, Loop | None] = {}  # per tensorized statement, its accumulator's loop
     red = {st.name: _reduction_loops(s, program, st) for st in program.statements}
+    vec_at: VecAt = {}
     for stmt in program.statements:
         if tensorize and _tensorize(s, program, target, stmt, m_block, acc_at):
             continue
-        _vectorize(s, program, stmt, v_block, red[stmt.name])
+        _vectorize(s, program, stmt, v_block, red[stmt.name], vec_at)
     if stage:
-        _stage_innermost(s, program, acc_at, red)
+        _stage_innermost(s, program, acc_at, red, vec_at)
     return s
 
 
@@ -50,7 +57,11 @@ def _reduction_loops(s: Schedule, program: Program, stmt: Statement) -> set[int]
 
 
 def _stage_innermost(
-    s: Schedule, program: Program, acc_at: dict[str, Loop | None], red: dict[str, set[int]]
+    s: Schedule,
+    program: Program,
+    acc_at: dict[str, Loop | None],
+    red: dict[str, set[int]],
+    vec_at: VecAt,
 ) -> None:
     """Each tensor staged at the innermost loop outside the bands that encloses all statements
     accessing it; for a reduction on the vector unit, outside its reduction loops too (its
@@ -74,9 +85,9 @@ def _stage_innermost(
         ]
         if not users:
             continue
-        common = _outside(s, users[0], banded, acc_at, red)
+        common = _outside(s, users[0], t.name, banded, acc_at, (red, vec_at))
         for st in users[1:]:
-            ids = {h.id for h in _outside(s, st, banded, acc_at, red)}
+            ids = {h.id for h in _outside(s, st, t.name, banded, acc_at, (red, vec_at))}
             common = [h for h in common if h.id in ids]
         if common:
             at = [common[-1]]
@@ -96,12 +107,18 @@ def _stage_innermost(
                 break  # over capacity there too: staged whole by the lowering
 
 
-def _outside(s: Schedule, stmt: Statement, banded, acc_at, red) -> list[Loop]:
-    """The loops of `stmt` a stage may sit at: outside its bands and, on the vector unit,
-    outside its reductions."""
+def _outside(s: Schedule, stmt: Statement, tensor: str, banded, acc_at, blocks) -> list[Loop]:
+    """The loops of `stmt` a stage of `tensor` may sit at: outside its bands and, on the vector
+    unit, outside its reductions (or their blocks, for an operand of blocked reductions)."""
+    red, vec_at = blocks
     loops = _unbanded(s, stmt, banded)
     if stmt.name in acc_at:
         return loops
+    if stmt.name in vec_at:
+        acc, op = vec_at[stmt.name]
+        limit = acc if tensor == stmt.lhs.tensor else op
+        ids = [h.id for h in loops]
+        return loops[: ids.index(limit.id) + 1] if limit is not None and limit.id in ids else []
     first = next((n for n, h in enumerate(loops) if h.id in red[stmt.name]), len(loops))
     return loops[:first]
 
@@ -154,15 +171,51 @@ def _tensorize(
     return True
 
 
-def _vectorize_blocked(s: Schedule, loop: Loop, v_block: int | None) -> None:
-    """Vectorize `loop`, in blocks of `v_block` iterations (its inner loop) when it is longer."""
+def _vectorize_blocked(
+    s: Schedule, loop: Loop, v_block: int | None, stmt=None, red=(), vec_at=None
+) -> None:
+    """Vectorize `loop`, in blocks of `v_block` iterations (its inner loop) when it is longer;
+    with blocks, the reductions `red` of `stmt` are blocked too (`_block_reductions`)."""
     if v_block is not None and s.trips(loop) > v_block:
         loop = s.split(loop, v_block)[1]
+    if v_block is not None and red:
+        # an order the dependences forbid leaves the reductions where they are
+        with contextlib.suppress(ScheduleError):
+            vec_at[stmt.name] = _block_reductions(s, stmt, loop, red, v_block)
     s.vectorize(loop)
 
 
+def _block_reductions(
+    s: Schedule, stmt: Statement, vec: Loop, red: set[int], block: int
+) -> tuple[Loop | None, Loop | None]:
+    """Split the reduction loops of a vector statement into blocks of `block` and order its
+    loops (outer output loops, reduction blocks, reductions in a block, the vector loop), so
+    that its accumulator is staged outside the reductions (a block of the output) and its
+    operands at a block of the reductions: both fit small memories."""
+    own = [h for h in s.loops(stmt.name) if h.name not in set(s.program.shared_names)]
+    outer = [h for h in own if h.id not in red and h != vec]
+    blocks, inner = [], []
+    for h in (h for h in own if h.id in red):
+        if s.trips(h) > block:
+            o, i = s.split(h, block)
+            blocks.append(o)
+            inner.append(i)
+        else:
+            inner.append(h)
+    want = [*outer, *blocks, *inner, vec]
+    if [h.name for h in want] != [h.name for h in s.loops(stmt.name)[-len(want) :]]:
+        s.reorder(*want)
+    acc = outer[-1] if outer else None
+    return acc, (blocks[-1] if blocks else acc)
+
+
 def _vectorize(
-    s: Schedule, program: Program, stmt: Statement, v_block: int | None, red: set[int] = frozenset()
+    s: Schedule,
+    program: Program,
+    stmt: Statement,
+    v_block: int | None,
+    red: set[int] = frozenset(),
+    vec_at: VecAt | None = None,
 ) -> None:
     """Vectorize a loop of `stmt` over its output (not one of the reductions `red`): the
     innermost, else the innermost that can be moved inside."""
@@ -172,7 +225,7 @@ def _vectorize(
         return
     if own[-1].id not in red:
         try:
-            _vectorize_blocked(s, own[-1], v_block)
+            _vectorize_blocked(s, own[-1], v_block, stmt, red, vec_at)
             return
         except ScheduleError:
             pass
@@ -182,7 +235,7 @@ def _vectorize(
         except ScheduleError:
             continue
         try:
-            _vectorize_blocked(s, pick, v_block)
+            _vectorize_blocked(s, pick, v_block, stmt, red, vec_at)
             return
         except ScheduleError:
             s.reorder(*own)  # back to the original order: the move bought nothing
