@@ -36,7 +36,9 @@ def primitive_default(
     `tensorize=False`: every statement on the vector unit (a triangular or short contraction
     can run faster as vectors over its output than as small MATMULs). `stage`: each tensor
     staged at the innermost loop that encloses every statement accessing it (outside the vector
-    and MAC-array bands), for a target whose memories do not hold the tensors whole."""
+    and MAC-array bands), for a target whose memories do not hold the tensors whole.
+    `m_block`: the streamed M split into blocks of that many rows; `v_block`: the vectorized
+    loop split into blocks of that many lanes, and a vector reduction's loops too."""
     s = Schedule(program, target)
     acc_at: dict[str, Loop | None] = {}  # per tensorized statement, its accumulator's loop
     red = {st.name: _reduction_loops(s, program, st) for st in program.statements}
