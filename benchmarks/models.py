@@ -55,7 +55,6 @@ PHASES = {
     (tensorgen.model, "lower_graph"): "lowering",
     (tensorgen.driver, "auto_schedule"): "schedule",
     (tensorgen.driver, "compile_scheduled"): "lowering",
-    (tensorgen.driver, "compile_program"): "lowering",
     (tensorgen.model, "link"): "link",
     (tensorgen.model, "run_model"): "simulate",
 }

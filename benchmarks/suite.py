@@ -82,8 +82,7 @@ from rich.table import Table
 
 from tensorgen.autosched.layer import recognise
 from tensorgen.autosched.search import Space
-from tensorgen.codegen.lower import compile_program
-from tensorgen.driver import compare, compile_auto, random_inputs
+from tensorgen.driver import compare, compile_auto, compile_default, random_inputs
 from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import Access, Affine, Program, Statement
 from tensorgen.mc.binary import decode, encode
@@ -168,7 +167,7 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         else:
             reason = auto.plan.reason
     else:
-        compiled = compile_program(program, target)
+        compiled = compile_default(program, target)
     data = encode(compiled.binary)
     compile_s = time.perf_counter() - t0
 
@@ -198,7 +197,6 @@ def run_layer(layer: Layer, target: Target, options: Options = Options()) -> dic
         "schedule_fallback": reason,  # with --schedule auto: why the default schedule was used instead
         "model_cycles": model_cycles,
         "model_over_sim": model_cycles / result.stats.cycles if model_cycles else None,
-        "kernels": len(compiled.kernels),
         "instructions": len(compiled.binary.code),
         "binary_bytes": len(data),
         "compile_s": compile_s,

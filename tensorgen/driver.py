@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.autosched.search import Plan, auto_schedule
-from tensorgen.codegen.lower import Compiled, compile_program
+from tensorgen.codegen.compiled import Compiled
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import (
     BinaryError,
@@ -21,9 +21,9 @@ from tensorgen.errors import (
 from tensorgen.ir.core import Program, Tensor
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import decode, encode
-from tensorgen.mc.verify import SimLimits, verify_compiled
+from tensorgen.mc.verify import COMPILE_LIMITS, SimLimits, verify_binary, verify_compiled
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.default import primitive_default
+from tensorgen.schedule.default import fused_default, primitive_default
 from tensorgen.schedule.files import DEFAULT_TIME_LIMIT_S, compile_schedule_file
 from tensorgen.sim.machine import SimResult, simulate
 from tensorgen.spec.loader import load_program
@@ -47,7 +47,8 @@ def compile_file(
     """op.yaml -> IR -> schedule -> microcode.
 
     The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
-    relative to the op.yaml), else the automatic one; `default` names the kernel default.
+    relative to the op.yaml), else the automatic one; `default` names the fastest of the
+    schedules built from the primitives (`compile_default`).
     """
     program = verify_program(load_program(path, target))
     tgt = load_target(program.target)
@@ -72,10 +73,10 @@ class AutoResult:
 
 
 def compile_auto(program: Program, target: Target) -> AutoResult:
-    """The automatic scheduler's choice. Outside its search space (recurrences under shared
-    loops, chained reductions, ...) the candidates are the schedules built from the primitives
-    (schedule.default.primitive_default) and the kernel default, and the fastest on the
-    simulator wins: their cycles do not depend on the data, so the choice is deterministic."""
+    """The automatic scheduler's choice. Outside its layer search (recurrences under shared
+    loops, chained reductions, ...) its choice is the fastest on the simulator of the schedules
+    built from the primitives (`compile_default`): their cycles do not depend on the data, so
+    the choice is deterministic."""
     plan = auto_schedule(program, target)
     if plan.schedule is not None:
         try:
@@ -85,11 +86,9 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
         except (CodegenError, ScheduleError) as err:  # a gap in the general backend
             plan.reason = f"the chosen schedule did not lower ({err})"
             plan.schedule = None
-    best = _fastest_fallback(program, target)
-    if best.schedule is not None:
-        plan.schedule = best.schedule
-        plan.reason = f"outside the layer search ({plan.reason}): {best.note}"
-    verify_compiled(best.compiled.binary, target)
+    best = _fastest_default(program, target)
+    plan.schedule = best.schedule
+    plan.reason = f"outside the layer search ({plan.reason}): {best.note}"
     return AutoResult(best.compiled, plan)
 
 
@@ -97,11 +96,12 @@ def compile_auto(program: Program, target: Target) -> AutoResult:
 class _Measured:
     compiled: Compiled
     cycles: float  # math.inf: past FALLBACK_STEPS
-    schedule: Schedule | None  # None: the kernel default
+    schedule: Schedule
     note: str = ""
+    steps: int = 0  # an upper bound of the instructions it executes (mc.verify): breaks ties
 
 
-# Instructions a fallback candidate may run while it is measured: a count, so the choice is the
+# Instructions a candidate default may run while it is measured: a count, so the choice is the
 # same on any machine, and small enough that a program asking for absurd work (a shared loop of
 # 100,000 steps) is not simulated at compile time: a million MATMUL steps took minutes, and the
 # examples run at most 13,184 (rnn_cell on tiny).
@@ -109,7 +109,7 @@ FALLBACK_STEPS = 30_000
 
 
 def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: Target) -> float:
-    """Simulated cycles, or infinity past FALLBACK_STEPS (then the primitive-built one wins)."""
+    """Simulated cycles, or infinity past FALLBACK_STEPS (then the fewest instructions win)."""
     try:
         limits = SimLimits(max_steps=FALLBACK_STEPS)
         return simulate(compiled.binary, zeros, target, limits=limits).stats.cycles
@@ -117,45 +117,78 @@ def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: T
         return math.inf
 
 
-def _fastest_fallback(program: Program, target: Target) -> _Measured:
-    """The fastest on the simulator of the primitive-built schedules (MAC array and vectors,
-    vectors alone) and the kernel default; the primitive-built ones win ties."""
+def _fastest_default(program: Program, target: Target) -> _Measured:
+    """The fastest on the simulator of the schedules built from the primitives: statement by
+    statement (MAC array and vectors, vectors alone; staged whole, else in blocks) and fused
+    over blocks of rows. A tie (both past FALLBACK_STEPS, say) goes to the one that executes
+    fewer instructions, then to the earlier. Raises the first candidate's error if none lowers."""
     zeros = {t.name: np.zeros(t.shape, t.np_dtype) for t in program.inputs}
     found: list[_Measured] = []
-    for tensorize in (True, False):
-        try:
-            try:
-                s = primitive_default(program, target, tensorize)
-                compiled = compile_scheduled(program, target, s)
-            except CapacityError:  # the tensors do not fit whole: stage them inside the loops
-                s = primitive_default(program, target, tensorize, stage=True)
-                compiled = compile_scheduled(program, target, s)
-        except (CodegenError, ScheduleError):
-            continue  # over capacity even so, or a form the lowering does not take
-        if any(str(s) == str(m.schedule) for m in found):
-            continue
-        found.append(_Measured(compiled, _measured_cycles(compiled, zeros, target), s))
-    default = compile_default(program, target)
-    cycles = _measured_cycles(default, zeros, target)
-    best = min(found, key=lambda m: m.cycles, default=None)
-    if best is None or best.cycles > cycles:
-        return _Measured(default, cycles, None)
+    errors: list[Exception] = []
+    for s, compiled in _candidates(program, target, errors):
+        if all(str(s) != str(m.schedule) for m in found):
+            steps = verify_binary(compiled.binary, target, COMPILE_LIMITS)
+            cycles = _measured_cycles(compiled, zeros, target)
+            found.append(_Measured(compiled, cycles, s, steps=steps))
+    if not found:
+        if isinstance(errors[0], CapacityError):
+            raise CapacityError(
+                f"the program does not fit target {target.name}, whole or staged in blocks: "
+                f"{errors[0]}"
+            ) from errors[0]
+        raise errors[0]
+    best = min(found, key=lambda m: (m.cycles, m.steps))
     note = (
-        f"the schedule built from the primitives takes {best.cycles} cycles on the simulator, "
-        f"the kernel default {cycles}"
+        f"the fastest of {len(found)} schedules built from the primitives: "
+        f"{best.cycles} cycles on the simulator"
     )
     return _Measured(best.compiled, best.cycles, best.schedule, note)
 
 
+# Blocks of the streamed M (MAC array) and of the vectorized loop tried when the tensors do not
+# fit whole: staging inside a loop of blocks keeps the footprints small.
+FALLBACK_BLOCKS = ((None, None), (None, 256), (None, 64), (None, 16), (16, 64), (16, 16))
+FUSED_BLOCKS = (16, 32, 64)  # rows per block of schedule.default.fused_default
+
+
+def _candidates(program: Program, target: Target, errors: list[Exception]):
+    """The primitive-built schedules and their binaries, in order of preference: statement by
+    statement with the tensors staged whole, else (over capacity) staged inside loops of each
+    size of FALLBACK_BLOCKS; then fused over blocks of rows. A candidate that does not build or
+    lower is skipped, its error kept in `errors`."""
+
+    def lowered(build):
+        try:
+            s = build()
+            return s, compile_scheduled(program, target, s)
+        except (CodegenError, ScheduleError) as err:
+            errors.append(err)
+            return None
+
+    for tensorize in (True, False):
+        whole = lowered(lambda t=tensorize: primitive_default(program, target, t))
+        if whole is not None:
+            yield whole
+            continue
+        if not isinstance(errors[-1], CapacityError):
+            continue  # a form the lowering does not take
+        for m_block, v_block in FALLBACK_BLOCKS:
+            got = lowered(
+                lambda t=tensorize, m=m_block, v=v_block: primitive_default(
+                    program, target, t, True, m, v
+                )
+            )
+            if got is not None:
+                yield got
+    for m_block in FUSED_BLOCKS:
+        got = lowered(lambda m=m_block: fused_default(program, target, m))
+        if got is not None:
+            yield got
+
+
 def compile_default(program: Program, target: Target) -> Compiled:
-    """The default schedule: fused kernels tiled for the target; programs the kernel lowering
-    cannot take (scans, triangular domains) run in their original order on the general backend."""
-    try:
-        compiled = compile_program(program, target)
-    except CodegenError:
-        compiled = compile_scheduled(program, target, Schedule(program, target))
-    verify_compiled(compiled.binary, target)
-    return compiled
+    """The default schedule: the fastest of the schedules built from the primitives."""
+    return _fastest_default(program, target).compiled
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:

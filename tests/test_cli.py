@@ -525,7 +525,9 @@ def test_outputs_are_written_with_the_umask_mode(tmp_path, cli, matmul_tgb, oper
 
 
 def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
-    """The fuzzer's valid program that ran for minutes: refused before simulating, one line."""
+    """The fuzzer's valid program that ran for minutes: refused before simulating, one line.
+    (The removed kernel default ran it in 50,855,936 instructions; the primitive-built default
+    in 5,586,945, still over the default limit.)"""
     op = tmp_path / "neg256.yaml"
     op.write_text(
         (MATMUL.parent / "matmul_256.yaml")
@@ -533,7 +535,6 @@ def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
         .replace("A[i, k] * B[k, j]", "A[i, k] * B[k, j] * -1")
     )
     message = cli("check", op, "--target", "tiny").one_error()
-    assert message.startswith(
-        "the program executes 50,855,936 instructions, over the simulator's limit of "
-        "2,000,000 (SimLimits.max_steps"
+    assert message.startswith("the program executes ") and (
+        " instructions, over the simulator's limit of 2,000,000 (SimLimits.max_steps" in message
     )

@@ -82,8 +82,6 @@ SCHEDULE_CHOOSERS = {
 # Today's violations, each in a file another helper is rewriting this session; the lead empties
 # this list at merge. (importer, imported or "attr:<name>", why it is still here)
 KNOWN = {
-    # the old lowering calls the old default schedule; onecomp removes both
-    ("tensorgen.codegen.lower", "tensorgen.schedule.default"),
     # the reference enumerates `where:` domains with the compiler's isl code (fuzz2 rewrites it)
     ("tensorgen.reference.torch_ref", "tensorgen.ir.poly"),
 }

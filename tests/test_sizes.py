@@ -18,7 +18,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("codegen/lowering/pipeline.py", "_pipelined_ahead"): (93, "double buffering: split per stage"),
     ("codegen/lowering/plan.py", "_layout"): (67, "buffer layout: one record per buffer next"),
     ("codegen/lowering/select.py", "_matmul"): (86, "MATMUL selection: split operand building"),
-    ("codegen/lower.py", "into"): (126, "the old lowering, removed with KernelLowering"),
     ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
     ("model.py", "compile_model"): (87, "onecomp's, being reshaped with the pipeline"),
     ("autosched/search.py", None): (

@@ -1,6 +1,7 @@
-"""Instruction stream builder: hardware loops from isl's AST, and dependency tokens.
+"""Instruction stream builder: hardware loops, isl AST expressions as affine forms, and
+dependency tokens.
 
-Token discipline of the default lowering: every change of queue in dynamic
+Token discipline of the lowering: every change of queue in dynamic
 program order is a token (the earlier instruction signals, the later waits).
 Each loop body starts and ends on the queue that was current when the loop
 was entered, so every iteration pushes and pops the same tokens and none
@@ -10,9 +11,7 @@ compute (double buffering) relaxes it where the schedule asks for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import islpy as isl
 
@@ -80,60 +79,6 @@ class Emitter:
 
     def finish(self) -> list[isa.Instruction]:
         return list(self.code)
-
-
-@dataclass(frozen=True)
-class Dim:
-    """One dimension of a loop nest: index `name` over [lo, lo + extent) in tiles of `tile`."""
-
-    name: str
-    lo: int
-    extent: int
-    tile: int
-
-
-def tile_nest(
-    em: Emitter,
-    dims: list[Dim],
-    body: Callable[[dict[str, tuple[LoopAffine, int]]], None],
-    queue: str | None = None,
-) -> None:
-    """Emit the loops over the tiles of `dims`, full tiles and partial ones separated.
-
-    The loop structure comes from isl's AST generator: each combination of full
-    and partial tiles is one isl statement over tile counters, so isl emits the
-    loops over full tiles and the partial tiles after them, with no guards.
-    `body` gets, per index, the tile origin (affine in loop counters) and size.
-    """
-    if not dims:
-        body({})
-        return
-    if queue is not None and em.queue != queue:
-        # enter the nest on the queue its body runs on, so iterations need no token round trip
-        em.emit(isa.make("SYNC", queue=QUEUE_INDEX[queue]))
-    variants = _variants(dims)
-    names = [f"c{i}" for i in range(len(dims))]
-    parts = []
-    for key, cons in variants.items():
-        parts.append(f"{key}[{', '.join(names)}] -> [{', '.join(names)}] : {' and '.join(cons)}")
-    build = isl.AstBuild.from_context(isl.Set("{ : }"))
-    ast = build.node_from_schedule_map(isl.UnionMap("{ " + "; ".join(parts) + " }"))
-    _walk(em, ast, {}, dims, body)
-
-
-def _variants(dims: list[Dim]) -> dict[str, list[str]]:
-    """isl statement name (one letter per dim: f = full tile, r = remainder) -> constraints."""
-    out: dict[str, list[str]] = {"V": []}
-    for i, d in enumerate(dims):
-        full, rem = d.extent // d.tile, d.extent % d.tile
-        nxt: dict[str, list[str]] = {}
-        for key, cons in out.items():
-            if full:
-                nxt[key + "f"] = cons + [f"0 <= c{i} < {full}"]
-            if rem:
-                nxt[key + "r"] = cons + [f"c{i} = {full}"]
-        out = nxt
-    return out
 
 
 def _expr(e: isl.AstExpr, env: dict[str, LoopAffine]) -> LoopAffine:
@@ -222,51 +167,3 @@ def _sum(x: Term, y: Term, e: isl.AstExpr) -> Term:
         f"the schedule's loop nest has a bound '{e.to_C_str()}' that the hardware loops cannot "
         f"take (a sum of two divisions); choose other split factors or skews"
     )
-
-
-def _const(e: isl.AstExpr) -> int:
-    if e.get_type() != isl.ast_expr_type.int:
-        raise CodegenError(
-            f"loop bound '{e.to_C_str()}' is not a constant; only rectangular nests are supported"
-        )
-    return int(e.get_val().to_python())
-
-
-def _walk(
-    em: Emitter, node: isl.AstNode, env: dict[str, LoopAffine], dims: list[Dim], body
-) -> None:
-    t = node.get_type()
-    if t == isl.ast_node_type.block:
-        children = node.block_get_children()
-        for i in range(children.n_ast_node()):
-            _walk(em, children.get_at(i), env, dims, body)
-    elif t == isl.ast_node_type.for_:
-        name = node.for_get_iterator().get_id().get_name()
-        init = _const(node.for_get_init())
-        cond = node.for_get_cond()
-        if _const(node.for_get_inc()) != 1 or cond.get_op_type() not in (
-            isl.ast_expr_op_type.le,
-            isl.ast_expr_op_type.lt,
-        ):
-            raise CodegenError(f"unexpected loop in the generated nest: {node.to_C_str()}")
-        bound = _const(cond.get_op_arg(1))
-        count = bound - init + (1 if cond.get_op_type() == isl.ast_expr_op_type.le else 0)
-        with em.loop(count) as level:
-            _walk(
-                em,
-                node.for_get_body(),
-                {**env, name: LoopAffine.make(init, {level: 1})},
-                dims,
-                body,
-            )
-    elif t == isl.ast_node_type.user:
-        call = node.user_get_expr()
-        key = call.get_op_arg(0).get_id().get_name()
-        tiles = {}
-        for i, d in enumerate(dims):
-            counter = _expr(call.get_op_arg(i + 1), env)
-            size = d.tile if key[1 + i] == "f" else d.extent % d.tile
-            tiles[d.name] = (counter.scale(d.tile) + d.lo, size)
-        body(tiles)
-    else:
-        raise CodegenError(f"unexpected node in the generated loop nest: {node.to_C_str()}")

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import islpy as isl
 
+from tensorgen.codegen.compiled import Compiled, useful_macs
 from tensorgen.codegen.emitter import Emitter
-from tensorgen.codegen.lower import Compiled, VectorExpr, useful_macs
 from tensorgen.codegen.lowering.bands import _BandPieces
 from tensorgen.codegen.lowering.dma import _DmaGuards
 from tensorgen.codegen.lowering.pipeline import _DoubleBuffering
 from tensorgen.codegen.lowering.plan import _BufferPlan
 from tensorgen.codegen.lowering.select import _InstructionSelection
 from tensorgen.codegen.lowering.walk import _AstWalk
+from tensorgen.codegen.vector import VectorExpr
 from tensorgen.ir.core import Program, Statement
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import LoopAffine, View
@@ -35,7 +36,7 @@ def compile_scheduled(program: Program, target: Target, schedule: Schedule) -> C
     low = _Lowering(program, target, schedule)
     low.emit()
     binary = Binary(target.name, target.hash, tuple(low.entries), tuple(low.em.finish()), low.dram)
-    return Compiled(binary, (), useful_macs(program))
+    return Compiled(binary, useful_macs(program))
 
 
 def vector_profile(program: Program, stmt: Statement) -> tuple[int, int]:

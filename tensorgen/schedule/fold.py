@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from tensorgen.ir.core import Program, Statement
-from tensorgen.schedule.kernel import MacMapping, out_indices
+from tensorgen.ir.queries import MacMapping, out_indices
 from tensorgen.target import Target
 
 

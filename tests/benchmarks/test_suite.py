@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorgen.codegen.lower import useful_macs
+from tensorgen.codegen.compiled import useful_macs
 from tensorgen.spec.loader import load_program, parse_program
 from tensorgen.target import load_target
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tensorgen.codegen.lower import compile_program
+from tensorgen.driver import compile_default
 from tensorgen.mc.binary import decode, encode
 from tensorgen.reference.torch_ref import evaluate
 from tensorgen.sim.machine import simulate
@@ -25,7 +25,7 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 
 def _run(text: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     program = parse_program(text, "<random>")
-    binary = decode(encode(compile_program(program, TINY).binary))
+    binary = decode(encode(compile_default(program, TINY).binary))
     out = simulate(binary, inputs, TINY).outputs
     ref = evaluate(program, inputs)
     for name in ref:

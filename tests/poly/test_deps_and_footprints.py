@@ -1,15 +1,13 @@
-"""isl-level stages: domains, original order, dependences, footprints, kernel formation."""
+"""isl-level stages: domains, original order, dependences, footprints, point-wise fusion."""
 
 from __future__ import annotations
 
 import islpy as isl
-import pytest
 
-from tensorgen.errors import CodegenError
 from tensorgen.ir import poly
-from tensorgen.poly.deps import dependences
+from tensorgen.ir.queries import mac_mapping
+from tensorgen.poly.deps import dependences, pointwise
 from tensorgen.poly.footprint import footprint
-from tensorgen.schedule.kernel import form_kernels, mac_mapping
 from tensorgen.spec.loader import parse_program
 
 RNN = """tensorgen: 1
@@ -73,11 +71,15 @@ def test_rnn_flow_dependence_is_carried_by_time() -> None:
     assert init.is_subset(isl.Map("{ S0[t, b, j] -> S1[t, b, j, 0] }"))
 
 
-def test_rnn_fuses_into_one_kernel_over_batch_and_units() -> None:
+def test_rnn_statements_depend_point_wise_over_batch_and_units() -> None:
+    """Within one step of the shared loop, init, contraction and epilogue link equal (b, j):
+    they may run fused, tile by tile, over the output."""
     p = parse_program(RNN)
-    kernels = form_kernels(p)
-    assert len(kernels) == 1
-    assert kernels[0].out == ("b", "j") and kernels[0].shared == ("t",)
+    deps = dependences(p).all
+    names = [s.name for s in p.statements]
+    for a, b in zip(names, names[1:], strict=False):
+        assert pointwise(p, deps, a, b, ("t",), ("b", "j"))
+    assert not pointwise(p, deps, names[1], names[1], ("t",), ("b", "j", "i"))
 
 
 def test_conv_footprint_of_a_tile_has_the_halo() -> None:
@@ -101,7 +103,8 @@ def test_mac_mapping_of_conv_reduces_over_channels() -> None:
     assert any(sub.coef(m.n) for sub in m.b.index) and not any(sub.coef(m.n) for sub in m.a.index)
 
 
-def test_scan_is_refused_by_the_default_lowering() -> None:
+def test_scan_depends_on_itself_across_its_output() -> None:
+    """A scan's element i reads element i - 1 of the same statement: not point-wise."""
     p = parse_program("""tensorgen: 1
 tensors:
   X: {shape: [8], dtype: int32, role: input}
@@ -110,5 +113,6 @@ statements:
   - S[i] = X[i]
   - {stmt: "S[i] = S[i - 1] + X[i]", where: "1 <= i < 8"}
 """)
-    with pytest.raises(CodegenError, match="depends on itself"):
-        form_kernels(p)
+    deps = dependences(p).all
+    assert not pointwise(p, deps, "S1", "S1", (), ("i",))
+    assert pointwise(p, deps, "S0", "S1", (), ("i",)) is False  # S1 reads S0's S[i - 1]

@@ -287,7 +287,9 @@ SLOW_SCHEDULES = {"conv3x3_resnet18", "conv3x3_stride2", "matmul_256"}
         for p in sorted((ROOT / "examples").glob("*.yaml"))
     ],
 )
-def test_example_schedules_are_exact_and_faster_than_default(name: str) -> None:
+def test_example_schedules_are_exact_and_no_slower_than_default(name: str) -> None:
+    """Each hand-written schedule is bit-exact and at least as fast as the default (several of
+    them are what the primitive-built default now finds by itself)."""
     from tensorgen.driver import compile_default
     from tensorgen.sim.machine import simulate
 
@@ -298,7 +300,7 @@ def test_example_schedules_are_exact_and_faster_than_default(name: str) -> None:
     cmp, result = run_and_compare(job, inputs)
     assert cmp.exact, cmp.message
     default = simulate(compile_default(program, TG1).binary, inputs, TG1).stats.cycles
-    assert result.stats.cycles < default
+    assert result.stats.cycles <= default
 
 
 def test_stage_at_a_loop_is_exact() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorgen.codegen.lower import _align
+from tensorgen.codegen.compiled import align
 from tensorgen.codegen.lowering.walk import _statements_under
 from tensorgen.errors import CodegenError
 from tensorgen.mc import isa
@@ -56,7 +56,7 @@ class _DoubleBuffering:
             saved = {t: self.active.get(t) for t in here}
             for t in here:
                 _, _, mem, base, _, size = self.loop_stages[t]
-                nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
+                nbytes = align(int(np.prod(size)) * self.program.tensor(t).itemsize)
                 self.active[t] = (
                     mem,
                     base + parity * nbytes,
@@ -152,7 +152,7 @@ class _DoubleBuffering:
             at = {**env, name: value}
             for t in here:
                 _, _, mem, base, _, size = self.loop_stages[t]
-                nbytes = _align(int(np.prod(size)) * self.program.tensor(t).itemsize)
+                nbytes = align(int(np.prod(size)) * self.program.tensor(t).itemsize)
                 self.active[t] = (
                     mem,
                     base + parity * nbytes,

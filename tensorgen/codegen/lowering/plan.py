@@ -6,7 +6,7 @@ from __future__ import annotations
 import islpy as isl
 import numpy as np
 
-from tensorgen.codegen.lower import _align
+from tensorgen.codegen.compiled import align
 from tensorgen.codegen.lowering.bands import _uniform_pieces
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir.queries import mac_mapping
@@ -70,7 +70,7 @@ class _BufferPlan:
             )
             size = self._compaction(t, box)
             self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), size)
-            top[mem] += _align(int(np.prod(size)) * t.itemsize)
+            top[mem] += align(int(np.prod(size)) * t.itemsize)
             self._note_fresh(t, box)
         self.temp_base = top["spad"]
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
@@ -112,7 +112,7 @@ class _BufferPlan:
         self._note_fresh(t, box)
         if box.disjoint_in_loop:
             self.disjoint.add(t.name)
-        top[st.memory] += _align(int(np.prod(size)) * t.itemsize) * (2 if st.double_buffered else 1)
+        top[st.memory] += align(int(np.prod(size)) * t.itemsize) * (2 if st.double_buffered else 1)
         if st.double_buffered:
             self.double.add(t.name)
 

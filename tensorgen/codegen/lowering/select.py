@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorgen.codegen.compiled import align, row_major
 from tensorgen.codegen.emitter import _expr
-from tensorgen.codegen.lower import VectorExpr, _align, _row_major
 from tensorgen.codegen.lowering.walk import BAND_LEVEL
+from tensorgen.codegen.vector import VectorExpr
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir.core import Access, Statement
 from tensorgen.ir.queries import mac_mapping
@@ -39,13 +40,13 @@ class _InstructionSelection:
             return self._view(acc, values, band)
 
         def temp(slot: int) -> View:
-            nbytes = _align(4 * int(np.prod(shape)))
+            nbytes = align(4 * int(np.prod(shape)))
             base = self.temp_base + slot * nbytes
             if base + nbytes > self.target.spad.bytes:
                 raise CapacityError(
                     f"vector temporaries overflow the scratchpad of {self.target.name}"
                 )
-            return View("spad", "int32", LoopAffine.make(base), shape, _row_major(shape))
+            return View("spad", "int32", LoopAffine.make(base), shape, row_major(shape))
 
         if band:
             lhs = self._view(stmt.lhs, values, band)
