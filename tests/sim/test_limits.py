@@ -62,17 +62,22 @@ def test_the_default_limit_refuses_256_cubed_element_by_element_at_once(tmp_path
 
 
 def test_an_inexact_count_is_enforced_while_running():
-    """trmm's triangular LOOPB nest executes 2,182 instructions; the static bound says 4,102."""
-    job = compile_file(EXAMPLES / "trmm_triangular.yaml", "tiny", "default")
+    """trmm's hand schedule keeps a triangular LOOPB nest: it executes 142 instructions; the
+    static bound says 262."""
+    job = compile_file(
+        EXAMPLES / "trmm_triangular.yaml",
+        "tiny",
+        str(EXAMPLES.parent / "schedules" / "trmm_triangular.py"),
+    )
     b, inputs = job.compiled.binary, random_inputs(job.program, 0)
-    assert verify_binary(b, TINY) == 4102
-    assert simulate(b, inputs, TINY, limits=SimLimits(max_steps=2182)).stats.instructions == 2182
+    assert verify_binary(b, TINY) == 262
+    assert simulate(b, inputs, TINY, limits=SimLimits(max_steps=142)).stats.instructions == 142
     with pytest.raises(
         SimulatorError,
-        match=rf"^the program executes more than 2,181 instructions, the "
+        match=rf"^the program executes more than 141 instructions, the "
         rf"simulator's limit {LIMIT}",
     ):
-        simulate(b, inputs, TINY, limits=SimLimits(max_steps=2181))
+        simulate(b, inputs, TINY, limits=SimLimits(max_steps=141))
 
 
 NEST = (
