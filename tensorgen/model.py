@@ -91,42 +91,12 @@ def compile_model(
         graph = lower_graph(qmodel, example_inputs, engine)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
-    link_layers, binaries, macs, schedules = [], [], [], []
     buffers: dict[str, Buffer] = {}
     for v in graph.values.values():
         if v.buffer == v.name:  # the value that owns its storage; aliases share it
             role = "input" if v in graph.inputs else "output" if v in graph.outputs else "temp"
             buffers[v.name] = Buffer(v.name, v.nbytes, role)
-    programs = [verify_program(layer.program(target.name)) for layer in graph.layers]
-
-    finished = []
-
-    def done(i: int) -> None:
-        finished.append(i)
-        if progress:
-            progress(len(finished), len(graph.layers), graph.layers[i])
-
-    for layer, compiled in zip(
-        graph.layers, compile_layers(programs, target, jobs, done), strict=True
-    ):
-        binary = decode(compiled.binary)
-        bindings = {}
-        for port in layer.ports:
-            if port.const is not None:
-                name = f"{layer.name}/{port.name}"
-                buffers[name] = Buffer(
-                    name,
-                    port.const.nbytes,
-                    "const",
-                    np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes(),
-                )
-                bindings[port.name] = name
-            elif port.value is not None:
-                bindings[port.name] = port.value
-        link_layers.append(LinkLayer(layer.name, binary, bindings))
-        macs.append(compiled.macs)
-        schedules.append("auto" if compiled.auto else "default")
-        binaries.append(binary)
+    link_layers, binaries, macs, schedules = _compile_graph(graph, target, jobs, progress, buffers)
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
     linked = link(link_layers, buffers, public, target.name, target.hash)
     verify_compiled(linked.binary, target)
@@ -166,6 +136,48 @@ def compile_model(
         before = mark
     cm.compile_s = time.perf_counter() - t0
     return cm
+
+
+def _compile_graph(
+    graph: Graph,
+    target: Target,
+    jobs: int,
+    progress: Callable[[int, int, Layer], None] | None,
+    buffers: dict[str, Buffer],
+) -> tuple[list[LinkLayer], list[Binary], list[int], list[str]]:
+    """Every layer of `graph` compiled (compile_layers) and bound to its buffers, its constants
+    added to `buffers`: the layers to link, their binaries, MACs and schedule kinds."""
+    link_layers, binaries, macs, schedules = [], [], [], []
+    programs = [verify_program(layer.program(target.name)) for layer in graph.layers]
+    finished = []
+
+    def done(i: int) -> None:
+        finished.append(i)
+        if progress:
+            progress(len(finished), len(graph.layers), graph.layers[i])
+
+    for layer, compiled in zip(
+        graph.layers, compile_layers(programs, target, jobs, done), strict=True
+    ):
+        binary = decode(compiled.binary)
+        bindings = {}
+        for port in layer.ports:
+            if port.const is not None:
+                name = f"{layer.name}/{port.name}"
+                buffers[name] = Buffer(
+                    name,
+                    port.const.nbytes,
+                    "const",
+                    np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes(),
+                )
+                bindings[port.name] = name
+            elif port.value is not None:
+                bindings[port.name] = port.value
+        link_layers.append(LinkLayer(layer.name, binary, bindings))
+        macs.append(compiled.macs)
+        schedules.append("auto" if compiled.auto else "default")
+        binaries.append(binary)
+    return link_layers, binaries, macs, schedules
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,37 @@ def staged_box(
     temporary), so a buffer needs no load: zeros are its correct initial contents. Boxes that
     meet are analysed further (`first`, `disjoint_in_loop`) unless `overlaps` is False.
     """
-    t = program.tensor(tensor)
     pos, stmts = -1, frozenset(state.maps)
     if loop:
         _, pos, stmts = resolve(state, find(state, loop), "stage", False)
+    # the box is a function of the program, the schedule of its statements up to `pos` and the
+    # arguments: keyed by their text, so that the search's probe, the schedule it builds and
+    # each capacity check (which measures every staged buffer again) compute it once
+    key = (
+        id(program),
+        tensor,
+        pos,
+        overlaps,
+        tuple((s, str(state.maps[s])) for s in sorted(stmts)),
+    )
+    hit = _BOXES.get(key)
+    if hit is not None and hit[0] is program:  # the entry holds the program: its id is not reused
+        return hit[1]
+    box = _staged_box(program, state, tensor, pos, stmts, overlaps)
+    if len(_BOXES) >= BOX_CACHE:
+        del _BOXES[next(iter(_BOXES))]
+    _BOXES[key] = (program, box)
+    return box
+
+
+BOX_CACHE = 4096  # staged boxes remembered (the oldest forgotten first)
+_BOXES: dict[tuple, tuple[Program, StagedBox | None]] = {}
+
+
+def _staged_box(
+    program: Program, state: State, tensor: str, pos: int, stmts, overlaps: bool
+) -> StagedBox | None:
+    t = program.tensor(tensor)
     image = written = None
     for st in program.statements:
         if st.name not in stmts:

@@ -15,6 +15,7 @@ to touch their box zero it instead of loading it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -184,6 +185,17 @@ class _Staged:
     in_acc: bool
 
 
+def _mergeable(probe: Probe, level: str) -> bool:
+    """Whether isl may emit `level` as two siblings (see _merged): a ragged loop of two
+    iterations, outer part of a split, peeled."""
+    if not (level in probe.ragged and probe.trips[level] == 2 and level.endswith("_o")):
+        return False
+    # isl peels its partial iteration out of the loop only when the band inside needs constant
+    # bounds: no loop of its inner part is outside the band
+    inner = level[:-1] + "i"
+    return not any(x == inner or x.startswith(inner + "_") for x in probe.order)
+
+
 def _merged(probe: Probe, stages) -> set[str]:
     """The staging levels whose two iterations share one staging of their tensors: isl emits a
     loop of two iterations whose last is partial as two siblings (no loop), and the lowering
@@ -196,16 +208,7 @@ def _merged(probe: Probe, stages) -> set[str]:
         outer = probe.sizes.get((tensor, probe.order[at - 1] if at else None))
         return here is not None and outer is not None and outer.nbytes == here.nbytes
 
-    def peeled(level: str) -> bool:  # isl peels its partial iteration out of the loop only
-        # when the band inside needs constant bounds: no loop of its inner part is outside the band
-        inner = level[:-1] + "i"
-        return not any(x == inner or x.startswith(inner + "_") for x in probe.order)
-
-    levels = {
-        lv
-        for _, lv in stages
-        if lv in probe.ragged and probe.trips[lv] == 2 and lv.endswith("_o") and peeled(lv)
-    }
+    levels = {lv for _, lv in stages if lv is not None and _mergeable(probe, lv)}
     return {lv for lv in levels if all(invariant(t, lv) for t, x in stages if x == lv)}
 
 
@@ -253,9 +256,48 @@ def cost(
     `choice`. Serialized: every DMA and every compute instruction adds up. With `pipeline`, the
     innermost staging loop has two buffers of each of its tensors, and its loads and stores
     overlap its compute (_pipelined_total)."""
-    order, trips = probe.order, probe.trips
+    order = probe.order
     stages = tuple(zip(tensors, choice, strict=False))
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
+    merged = _merged(probe, stages)
+    staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+    return _candidate(probe, target, stages, staged, inner, pipeline)
+
+
+def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> list[Candidate]:
+    """`cost` of every choice of `itertools.product(*levels)`, single- then double-buffered,
+    in that order: the same candidates, with what the two share (the staged tensors, the
+    innermost level, the merged levels) worked out once, and levels that cannot merge
+    skipped without asking."""
+    order = probe.order
+    rank = {lv: order.index(lv) for lvs in levels for lv in lvs if lv}
+    mergeable = {lv for lv in rank if _mergeable(probe, lv)}
+    out = []
+    for choice in itertools.product(*levels):
+        stages = tuple(zip(tensors, choice, strict=True))
+        inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
+        merged = _merged(probe, stages) if mergeable.intersection(choice) else ()
+        staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+        out.append(_candidate(probe, target, stages, staged, inner, False))
+        out.append(_candidate(probe, target, stages, staged, inner, True))
+    return out
+
+
+def _footprints(probe: Probe, staged, stages, inner, pipeline: bool) -> tuple[int, int]:
+    """(scratchpad, accumulator) bytes of the staged buffers, two of each at a pipelined level."""
+    spad = acc = 0
+    for st, (_, level) in zip(staged, stages, strict=True):
+        n = st.footprint * (2 if pipeline and level == inner else 1)
+        if st.in_acc:
+            acc += n
+        else:
+            spad += n
+    return spad, acc
+
+
+def _candidate(probe: Probe, target: Target, stages, staged, inner, pipeline: bool) -> Candidate:
+    """`cost` of `stages`, whose tensors' _Staged are `staged` and innermost level `inner`."""
+    order, trips = probe.order, probe.trips
     refused = Candidate(order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
     peeled = pipeline and inner in probe.ragged
@@ -265,22 +307,57 @@ def cost(
     # double-buffers only loops of constant bounds
     if pipeline and len(probe.passes.get(inner, ())) > 1:
         return refused
+    if None in staged:
+        return refused
+    # over capacity, whatever else: refused before it is costed
+    spad, acc = _footprints(probe, staged, stages, inner, pipeline)
+    if acc > target.acc.bytes or spad + _least_temps(probe) > target.spad.bytes:
+        return refused
+    moved = _moved(probe, target, stages, staged, inner, pipeline)
+    if moved is None:
+        return refused
+    dma, dram, piped = moved
+    # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
+    room = target.spad.bytes - spad
+    options = [
+        (v, work)
+        for v, work in enumerate(probe.tile_work)
+        if max(work[1], probe.band_temps) <= room
+    ]
+    v, (tile, temps) = options[-1]
+    spad += max(temps, probe.band_temps)
+    compute = _band_cycles(probe) + tile
+    if pipeline:
+        dma += int(round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped)))
+    return Candidate(
+        order,
+        stages,
+        dma,
+        compute,
+        dram,
+        spad,
+        acc,
+        pipelined=pipeline,
+        vector_cycles=tile,
+        vector_loops=v,
+    )
+
+
+def _moved(probe: Probe, target: Target, stages, staged, inner, pipeline: bool):
+    """(serial DMA and fill cycles, DRAM bytes, what the pipelined level moves) of `stages`,
+    or None when a pipelined buffer cannot be double-buffered."""
     # a staging loop inside a reduction loop: its first writes are not whole iterations of it
-    deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
-    spad = acc = dma = dram = 0
+    deep = inner is not None and probe.order.index(inner) >= probe.first_reduction
+    dma = dram = 0
     overlapped = stored = fill = 0  # per iteration of a pipelined loop
     ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
     piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
     piped_stores: list[tuple[float, float, int]] = []
-    merged = _merged(probe, stages)
-    for tensor, level in stages:
-        st = _staged(probe, target, tensor, level, level in merged)
-        if st is None:
-            return refused
+    for st, (_, level) in zip(staged, stages, strict=True):
         piped = pipeline and level == inner
         refill = st.refill if deep else 0
         if piped and st.written and not st.fresh and not st.pipelinable:
-            return refused
+            return None
         if piped:
             # per iteration, on average (the first to touch their box load nothing)
             fill += st.fill * st.fills / st.count + refill
@@ -295,37 +372,15 @@ def cost(
         else:
             dma += st.fills * st.fill + st.count * refill + (st.loads + st.stores) * st.one
         dram += (st.loads + st.stores) * st.nbytes
-        if st.in_acc:
-            acc += st.footprint * (2 if piped else 1)
-        else:
-            spad += st.footprint * (2 if piped else 1)
-    # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
-    room = target.spad.bytes - spad
-    options = [
-        (v, work)
-        for v, work in enumerate(probe.tile_work)
-        if max(work[1], probe.band_temps) <= room
-    ]
-    if not options or acc > target.acc.bytes:
-        return refused
-    v, (tile, temps) = options[-1]
-    spad += max(temps, probe.band_temps)
-    compute = _band_cycles(probe) + tile
-    if pipeline:
-        piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
-        dma += int(round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped)))
-    return Candidate(
-        order,
-        stages,
-        dma,
-        compute,
-        dram,
-        spad,
-        acc,
-        pipelined=pipeline,
-        vector_cycles=tile,
-        vector_loops=v,
-    )
+    piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
+    return dma, dram, piped
+
+
+def _least_temps(probe: Probe) -> int:
+    """The fewest bytes of temporaries the init, epilogue and band need in the scratchpad."""
+    if "temps" not in probe.table:
+        probe.table["temps"] = min(max(w[1], probe.band_temps) for w in probe.tile_work)
+    return probe.table["temps"]
 
 
 def _transfers(target: Target, st: _Staged, share: float) -> tuple[float, float, int]:
