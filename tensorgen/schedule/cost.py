@@ -261,7 +261,9 @@ def cost(
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
     merged = _merged(probe, stages)
     staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
-    return _candidate(probe, target, stages, staged, inner, pipeline)
+    return _candidate(
+        probe, target, stages, staged, inner, pipeline, _footprints(staged, stages, inner)
+    )
 
 
 def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> list[Candidate]:
@@ -278,25 +280,33 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> li
         inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
         merged = _merged(probe, stages) if mergeable.intersection(choice) else ()
         staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
-        out.append(_candidate(probe, target, stages, staged, inner, False))
-        out.append(_candidate(probe, target, stages, staged, inner, True))
+        memory = _footprints(staged, stages, inner)
+        out.append(_candidate(probe, target, stages, staged, inner, False, memory))
+        out.append(_candidate(probe, target, stages, staged, inner, True, memory))
     return out
 
 
-def _footprints(probe: Probe, staged, stages, inner, pipeline: bool) -> tuple[int, int]:
-    """(scratchpad, accumulator) bytes of the staged buffers, two of each at a pipelined level."""
-    spad = acc = 0
+def _footprints(staged, stages, inner) -> tuple[int, int, int, int] | None:
+    """(scratchpad, accumulator) bytes of the staged buffers, and what a second buffer of each
+    at the innermost level adds to them; None if a tensor cannot be staged where `stages` say."""
+    spad = acc = spad_inner = acc_inner = 0
     for st, (_, level) in zip(staged, stages, strict=True):
-        n = st.footprint * (2 if pipeline and level == inner else 1)
+        if st is None:
+            return None
         if st.in_acc:
-            acc += n
+            acc += st.footprint
+            acc_inner += st.footprint if level == inner else 0
         else:
-            spad += n
-    return spad, acc
+            spad += st.footprint
+            spad_inner += st.footprint if level == inner else 0
+    return spad, acc, spad_inner, acc_inner
 
 
-def _candidate(probe: Probe, target: Target, stages, staged, inner, pipeline: bool) -> Candidate:
-    """`cost` of `stages`, whose tensors' _Staged are `staged` and innermost level `inner`."""
+def _candidate(
+    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory
+) -> Candidate:
+    """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner` and
+    buffers `memory` (_footprints)."""
     order, trips = probe.order, probe.trips
     refused = Candidate(order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
@@ -307,10 +317,10 @@ def _candidate(probe: Probe, target: Target, stages, staged, inner, pipeline: bo
     # double-buffers only loops of constant bounds
     if pipeline and len(probe.passes.get(inner, ())) > 1:
         return refused
-    if None in staged:
+    if memory is None:
         return refused
     # over capacity, whatever else: refused before it is costed
-    spad, acc = _footprints(probe, staged, stages, inner, pipeline)
+    spad, acc = memory[0] + memory[2] * pipeline, memory[1] + memory[3] * pipeline
     if acc > target.acc.bytes or spad + _least_temps(probe) > target.spad.bytes:
         return refused
     moved = _moved(probe, target, stages, staged, inner, pipeline)
