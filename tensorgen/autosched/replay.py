@@ -6,9 +6,10 @@ from the search, since the search reads no constant's value -- only what the ins
 selection makes of the statements, their vector profile, which is part of the key. The key is
 the program with every constant in a statement's right-hand side abstracted (its type kept),
 a tensor's padding value dropped too (only the lowering's tensor entries read it, from the
-program compiled), its name dropped, and the target's identity. A hit replays the cached schedule's trace onto the
-new program through the primitives (each checked again) and checks its legality once more; the
-lowering then checks the capacities. A replay that fails is a miss: only slower, never wrong.
+program compiled), its name dropped, and the target's identity. A hit replays the cached
+schedule's trace onto the new program through the primitives (the memory primitives check the
+capacities) and checks its legality against the new program's dependences; the lowering then
+checks what it emits. A replay that fails is a miss: only slower, never wrong.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import TensorgenError
 from tensorgen.ir.core import BinOp, Call, Const, Expr, Program, Read
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.steps import Step, replay
+from tensorgen.schedule.steps import Step, apply
 from tensorgen.target import Target
 
 __all__ = ["replay_schedule", "structure_key"]
@@ -60,7 +61,11 @@ def structure_key(program: Program, target: Target) -> tuple:
 
 
 def replay_schedule(program: Program, target: Target, trace: tuple[Step, ...]) -> Schedule:
-    """The schedule `trace` builds on `program`, checked against its dependences."""
-    s = replay(program, trace, target)
+    """The schedule `trace` builds on `program`, checked against its dependences once at the
+    end, as the search checks the schedules it builds (Space.schedule), and against the
+    capacities by each memory primitive."""
+    s = Schedule(program, target, checked=False)
+    for step in trace:
+        apply(s, step)
     s.check()
     return s
