@@ -183,6 +183,8 @@ class _Staged:
     nbytes: int
     footprint: int  # bytes taken in its memory
     in_acc: bool
+    serial: int = 0  # cycles of its fills and transfers when they do not overlap compute
+    traffic: int = 0  # DRAM bytes its transfers move
 
 
 def _mergeable(probe: Probe, level: str) -> bool:
@@ -229,22 +231,26 @@ def _staged(
             stores = count if written and tensor in probe.stored else 0
             fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
             channel = isa.dma_channel_cycles(target, fp.nbytes)
+            fill = vector_cycles(target, fp.elements) if fp.fill else 0
+            one = isa.dma_cycles(target, fp.nbytes, fp.dmas)
             probe.table[key] = _Staged(
                 count,
                 written,
                 fp.fresh,
-                vector_cycles(target, fp.elements) if fp.fill else 0,
+                fill,
                 vector_cycles(target, fp.elements) if fp.refill else 0,
                 fills,
                 loads,
                 stores,
                 fp.pipelinable,
-                isa.dma_cycles(target, fp.nbytes, fp.dmas),
+                one,
                 channel,
                 fp.dmas,
                 fp.nbytes,
                 _align(fp.held or fp.nbytes),
                 probe.memory.get(tensor) == "acc",
+                fills * fill + (loads + stores) * one,
+                (loads + stores) * fp.nbytes,
             )
     return probe.table[key]
 
@@ -308,24 +314,23 @@ def _candidate(
     """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner` and
     buffers `memory` (_footprints)."""
     order, trips = probe.order, probe.trips
-    refused = Candidate(order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
-        return refused
+        return _refused(probe, stages, pipeline)
     # a loop whose trip count differs between passes has bounds that vary (LOOPB): the lowering
     # double-buffers only loops of constant bounds
     if pipeline and len(probe.passes.get(inner, ())) > 1:
-        return refused
+        return _refused(probe, stages, pipeline)
     if memory is None:
-        return refused
+        return _refused(probe, stages, pipeline)
     # over capacity, whatever else: refused before it is costed
     spad, acc = memory[0] + memory[2] * pipeline, memory[1] + memory[3] * pipeline
     if acc > target.acc.bytes or spad + _least_temps(probe) > target.spad.bytes:
-        return refused
+        return _refused(probe, stages, pipeline)
     moved = _moved(probe, target, stages, staged, inner, pipeline)
     if moved is None:
-        return refused
+        return _refused(probe, stages, pipeline)
     dma, dram, piped = moved
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
@@ -351,6 +356,11 @@ def _candidate(
         vector_cycles=tile,
         vector_loops=v,
     )
+
+
+def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
+    """A candidate that does not fit or cannot double-buffer: infinitely many cycles."""
+    return Candidate(probe.order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
 
 
 def _moved(probe: Probe, target: Target, stages, staged, inner, pipeline: bool):
@@ -379,9 +389,11 @@ def _moved(probe: Probe, target: Target, stages, staged, inner, pipeline: bool):
                 ahead = ahead or bool(st.loads and st.stores)
                 stored += st.one * st.stores / st.count
                 overlapped += st.one * st.loads / st.count
-        else:
+        elif deep:
             dma += st.fills * st.fill + st.count * refill + (st.loads + st.stores) * st.one
-        dram += (st.loads + st.stores) * st.nbytes
+        else:
+            dma += st.serial  # the same sum, with no refill
+        dram += st.traffic
     piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
     return dma, dram, piped
 
