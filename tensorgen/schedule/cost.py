@@ -19,6 +19,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from tensorgen.mc import isa
 from tensorgen.target import Target
@@ -184,6 +185,7 @@ class _Staged:
     footprint: int  # bytes taken in its memory
     in_acc: bool
     serial: int = 0  # cycles of its fills and transfers when they do not overlap compute
+    refills: int = 0  # cycles of its refills over all iterations (inside a reduction loop)
     traffic: int = 0  # DRAM bytes its transfers move
 
 
@@ -250,6 +252,7 @@ def _staged(
                 _align(fp.held or fp.nbytes),
                 probe.memory.get(tensor) == "acc",
                 fills * fill + (loads + stores) * one,
+                count * (vector_cycles(target, fp.elements) if fp.refill else 0),
                 (loads + stores) * fp.nbytes,
             )
     return probe.table[key]
@@ -292,24 +295,41 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> li
     return out
 
 
-def _footprints(staged, stages, inner) -> tuple[int, int, int, int] | None:
-    """(scratchpad, accumulator) bytes of the staged buffers, and what a second buffer of each
-    at the innermost level adds to them; None if a tensor cannot be staged where `stages` say."""
-    spad = acc = spad_inner = acc_inner = 0
+class _Memory(NamedTuple):
+    """What the staged buffers of one choice take and move, summed over its tensors."""
+
+    spad: int  # bytes of the scratchpad's buffers
+    acc: int  # bytes of the accumulators' buffers
+    spad_inner: int  # of them, at the innermost level (a second buffer each if pipelined)
+    acc_inner: int
+    serial: int  # _Staged.serial summed
+    serial_inner: int  # of it, at the innermost level
+    refills: int  # _Staged.refills summed
+    refills_inner: int
+    traffic: int  # DRAM bytes
+
+
+def _footprints(staged, stages, inner) -> _Memory | None:
+    """The sums of _Memory over the staged tensors; None if a tensor cannot be staged where
+    `stages` say."""
+    sums = [0] * 9
     for st, (_, level) in zip(staged, stages, strict=True):
         if st is None:
             return None
-        if st.in_acc:
-            acc += st.footprint
-            acc_inner += st.footprint if level == inner else 0
-        else:
-            spad += st.footprint
-            spad_inner += st.footprint if level == inner else 0
-    return spad, acc, spad_inner, acc_inner
+        here = level == inner
+        sums[1 if st.in_acc else 0] += st.footprint
+        if here:
+            sums[3 if st.in_acc else 2] += st.footprint
+            sums[5] += st.serial
+            sums[7] += st.refills
+        sums[4] += st.serial
+        sums[6] += st.refills
+        sums[8] += st.traffic
+    return _Memory(*sums)
 
 
 def _candidate(
-    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory
+    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory: _Memory | None
 ) -> Candidate:
     """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner` and
     buffers `memory` (_footprints)."""
@@ -324,22 +344,25 @@ def _candidate(
         return _refused(probe, stages, pipeline)
     if memory is None:
         return _refused(probe, stages, pipeline)
+    m = memory
     # over capacity, whatever else: refused before it is costed
-    spad, acc = memory[0] + memory[2] * pipeline, memory[1] + memory[3] * pipeline
+    spad, acc = m.spad + m.spad_inner * pipeline, m.acc + m.acc_inner * pipeline
     if acc > target.acc.bytes or spad + _least_temps(probe) > target.spad.bytes:
         return _refused(probe, stages, pipeline)
-    moved = _moved(probe, target, stages, staged, inner, pipeline)
-    if moved is None:
-        return _refused(probe, stages, pipeline)
-    dma, dram, piped = moved
+    # a staging loop inside a reduction loop: its first writes are not whole iterations of it
+    deep = inner is not None and order.index(inner) >= probe.first_reduction
+    if pipeline:  # the innermost level's transfers overlap compute; the others' add up
+        piped = _piped(target, stages, staged, inner, deep)
+        if piped is None:
+            return _refused(probe, stages, pipeline)
+        dma = m.serial - m.serial_inner + (m.refills - m.refills_inner if deep else 0)
+    else:
+        dma = m.serial + (m.refills if deep else 0)
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
-    options = [
-        (v, work)
-        for v, work in enumerate(probe.tile_work)
-        if max(work[1], probe.band_temps) <= room
-    ]
-    v, (tile, temps) = options[-1]
+    needs = _temps(probe)
+    v = max(k for k, need in enumerate(needs) if need <= room)
+    tile, temps = probe.tile_work[v]
     spad += max(temps, probe.band_temps)
     compute = _band_cycles(probe) + tile
     if pipeline:
@@ -349,7 +372,7 @@ def _candidate(
         stages,
         dma,
         compute,
-        dram,
+        m.traffic,
         spad,
         acc,
         pipelined=pipeline,
@@ -363,39 +386,36 @@ def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
     return Candidate(probe.order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
 
 
-def _moved(probe: Probe, target: Target, stages, staged, inner, pipeline: bool):
-    """(serial DMA and fill cycles, DRAM bytes, what the pipelined level moves) of `stages`,
-    or None when a pipelined buffer cannot be double-buffered."""
-    # a staging loop inside a reduction loop: its first writes are not whole iterations of it
-    deep = inner is not None and probe.order.index(inner) >= probe.first_reduction
-    dma = dram = 0
+def _piped(target: Target, stages, staged, inner, deep: bool) -> _Piped | None:
+    """What the tensors staged at the pipelined level `inner` move per iteration, or None when
+    one of them cannot be double-buffered."""
     overlapped = stored = fill = 0  # per iteration of a pipelined loop
     ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
     piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
     piped_stores: list[tuple[float, float, int]] = []
     for st, (_, level) in zip(staged, stages, strict=True):
-        piped = pipeline and level == inner
-        refill = st.refill if deep else 0
-        if piped and st.written and not st.fresh and not st.pipelinable:
+        if level != inner:
+            continue
+        if st.written and not st.fresh and not st.pipelinable:
             return None
-        if piped:
-            # per iteration, on average (the first to touch their box load nothing)
-            fill += st.fill * st.fills / st.count + refill
-            if st.loads:
-                piped_loads.append(_transfers(target, st, st.loads / st.count))
-            if st.stores:
-                piped_stores.append(_transfers(target, st, st.stores / st.count))
-            if st.loads or st.stores:
-                ahead = ahead or bool(st.loads and st.stores)
-                stored += st.one * st.stores / st.count
-                overlapped += st.one * st.loads / st.count
-        elif deep:
-            dma += st.fills * st.fill + st.count * refill + (st.loads + st.stores) * st.one
-        else:
-            dma += st.serial  # the same sum, with no refill
-        dram += st.traffic
-    piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
-    return dma, dram, piped
+        # per iteration, on average (the first to touch their box load nothing)
+        fill += st.fill * st.fills / st.count + (st.refill if deep else 0)
+        if st.loads:
+            piped_loads.append(_transfers(target, st, st.loads / st.count))
+        if st.stores:
+            piped_stores.append(_transfers(target, st, st.stores / st.count))
+        if st.loads or st.stores:
+            ahead = ahead or bool(st.loads and st.stores)
+            stored += st.one * st.stores / st.count
+            overlapped += st.one * st.loads / st.count
+    return _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
+
+
+def _temps(probe: Probe) -> tuple[int, ...]:
+    """Per number of vectorized tile loops, the bytes of temporaries they and the band need."""
+    if "needs" not in probe.table:
+        probe.table["needs"] = tuple(max(w[1], probe.band_temps) for w in probe.tile_work)
+    return probe.table["needs"]
 
 
 def _least_temps(probe: Probe) -> int:
