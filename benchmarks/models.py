@@ -6,8 +6,8 @@ For each example model (examples/models/) at its benchmark size it prints and wr
 layers, MACs, simulated cycles, MAC-array utilization (MACs / (cycles * peak MACs per cycle)),
 DRAM bytes moved, DRAM the activations need with lifetimes shared vs the sum of all tensors,
 weights, compile time and its phases (quantize, schedule search, lowering, link, and the
-simulation compile_model runs to measure each layer), the process's peak memory after the model
-(max RSS, which only grows), the simulator's time on the linked .tgb and PyTorch's own time for
+simulation compile_model runs to measure each layer) and the median layer's compile time, the
+process's peak memory after the model (max RSS, which only grows), the simulator's time on the linked .tgb and PyTorch's own time for
 the quantized model on the same input -- interleaved, minimum of --repeats rounds, both at one
 thread and at torch's default threads, with both ratios (timing.py) -- and whether the
 simulated output equals PyTorch's bit for bit.
@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import resource
+import statistics
 import sys
 import time
 import warnings
@@ -55,6 +56,8 @@ PHASES = {
     (tensorgen.model, "lower_graph"): "lowering",
     (tensorgen.driver, "auto_schedule"): "schedule",
     (tensorgen.driver, "compile_scheduled"): "lowering",
+    (tensorgen.model, "replay_schedule"): "schedule",  # a layer of a structure already searched
+    (tensorgen.model, "compile_scheduled"): "lowering",
     (tensorgen.model, "link"): "link",
     (tensorgen.model, "run_model"): "simulate",
 }
@@ -63,9 +66,14 @@ PHASES = {
 @contextlib.contextmanager
 def phase_times() -> Iterator[dict[str, float]]:
     """Seconds spent in each phase of compile_model while the block runs (the functions it
-    calls, wrapped for the duration; the rest of the time is bookkeeping, under "other")."""
+    calls, wrapped for the duration; the rest of the time is bookkeeping, under "other"), and
+    under "layers" the seconds of each layer's compile (schedule and lowering; compile_model
+    runs them in this process by default, jobs=1)."""
     times = dict.fromkeys(PHASES.values(), 0.0)
-    saved = {(mod, fn): getattr(mod, fn) for mod, fn in PHASES}
+    layers: list[float] = []
+    times["layers"] = layers
+    wrapped = {**PHASES, (tensorgen.model, "_compile_layer"): None}
+    saved = {(mod, fn): getattr(mod, fn) for mod, fn in wrapped}
 
     def timed(phase, f):
         def call(*args, **kwargs):
@@ -73,11 +81,14 @@ def phase_times() -> Iterator[dict[str, float]]:
             try:
                 return f(*args, **kwargs)
             finally:
-                times[phase] += time.perf_counter() - t0
+                if phase is None:
+                    layers.append(time.perf_counter() - t0)
+                else:
+                    times[phase] += time.perf_counter() - t0
 
         return call
 
-    for (mod, fn), phase in PHASES.items():
+    for (mod, fn), phase in wrapped.items():
         setattr(mod, fn, timed(phase, saved[(mod, fn)]))
     try:
         yield times
@@ -91,6 +102,7 @@ def run(name: str, target, engine: str, repeats: int) -> dict:
     model, example = load_factory(str(ROOT / "examples" / "models" / file), params)
     with phase_times() as phases:
         cm = compile_model(model, example, target, engine=engine)
+    layer_s = phases.pop("layers")
     phases["other"] = cm.compile_s - sum(phases.values())
     gen = torch.Generator().manual_seed(1)
     x = tuple(torch.randn(t.shape, generator=gen) for t in example)
@@ -119,6 +131,7 @@ def run(name: str, target, engine: str, repeats: int) -> dict:
         "energy_uj": s.energy_pj / 1e6,
         "compile_s": cm.compile_s,
         "compile_phases_s": phases,
+        "median_layer_compile_s": statistics.median(layer_s),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         **times,
         "bit_exact": cmp.exact,
@@ -140,6 +153,7 @@ def render(rows: list[dict], target: str, engine: str) -> Table:
         "peak / sum DRAM",
         "compile s",
         "quant / sched / lower / link / sim s",
+        "median layer s",
         "peak RSS MiB",
         "sim s",
         "torch s",
@@ -164,6 +178,7 @@ def render(rows: list[dict], target: str, engine: str) -> Table:
                 f"{r['compile_phases_s'][p]:.1f}"
                 for p in ("quantize", "schedule", "lowering", "link", "simulate")
             ),
+            f"{r['median_layer_compile_s']:.2f}",
             f"{r['peak_rss_mib']:,.0f}",
             f"{r['sim_s']:.3f}",
             f"{r['torch_s']:.4f}",

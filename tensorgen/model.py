@@ -8,19 +8,23 @@ quantize (PyTorch's FX flow) -> lower every node to a layer (op.yaml program)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import fx
 
+from tensorgen.autosched.replay import replay_schedule, structure_key
 from tensorgen.codegen.link import Buffer, Linked, LinkLayer, link
+from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import Comparison, compile_auto
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.frontend.quantize import quantize, quantized_engine
+from tensorgen.ir.core import Program
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
 from tensorgen.mc.verify import verify_compiled
@@ -73,8 +77,10 @@ def compile_model(
     engine: str = "qnnpack",
     seed: int = 0,
     progress: Callable[[int, int, Layer], None] | None = None,
+    jobs: int = 1,
 ) -> CompiledModel:
-    """Quantize `model` (unless it already is), lower, schedule, compile and link it."""
+    """Quantize `model` (unless it already is), lower, schedule, compile and link it; `jobs`
+    processes compile its layers (compile_layers: the same binary whatever their number)."""
     t0 = time.perf_counter()
     with quantized_engine(engine):
         qmodel = (
@@ -85,35 +91,12 @@ def compile_model(
         graph = lower_graph(qmodel, example_inputs, engine)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
-    link_layers, binaries, macs, schedules = [], [], [], []
     buffers: dict[str, Buffer] = {}
     for v in graph.values.values():
         if v.buffer == v.name:  # the value that owns its storage; aliases share it
             role = "input" if v in graph.inputs else "output" if v in graph.outputs else "temp"
             buffers[v.name] = Buffer(v.name, v.nbytes, role)
-    for i, layer in enumerate(graph.layers):
-        if progress:
-            progress(i, len(graph.layers), layer)
-        program = verify_program(layer.program(target.name))
-        result = compile_auto(program, target)
-        binary = decode(encode(result.compiled.binary))
-        bindings = {}
-        for port in layer.ports:
-            if port.const is not None:
-                name = f"{layer.name}/{port.name}"
-                buffers[name] = Buffer(
-                    name,
-                    port.const.nbytes,
-                    "const",
-                    np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes(),
-                )
-                bindings[port.name] = name
-            elif port.value is not None:
-                bindings[port.name] = port.value
-        link_layers.append(LinkLayer(layer.name, binary, bindings))
-        macs.append(result.compiled.macs)
-        schedules.append("auto" if result.plan.schedule is not None else "default")
-        binaries.append(binary)
+    link_layers, binaries, macs, schedules = _compile_graph(graph, target, jobs, progress, buffers)
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
     linked = link(link_layers, buffers, public, target.name, target.hash)
     verify_compiled(linked.binary, target)
@@ -153,6 +136,111 @@ def compile_model(
         before = mark
     cm.compile_s = time.perf_counter() - t0
     return cm
+
+
+def _compile_graph(
+    graph: Graph,
+    target: Target,
+    jobs: int,
+    progress: Callable[[int, int, Layer], None] | None,
+    buffers: dict[str, Buffer],
+) -> tuple[list[LinkLayer], list[Binary], list[int], list[str]]:
+    """Every layer of `graph` compiled (compile_layers) and bound to its buffers, its constants
+    added to `buffers`: the layers to link, their binaries, MACs and schedule kinds."""
+    link_layers, binaries, macs, schedules = [], [], [], []
+    programs = [verify_program(layer.program(target.name)) for layer in graph.layers]
+    finished = []
+
+    def done(i: int) -> None:
+        finished.append(i)
+        if progress:
+            progress(len(finished), len(graph.layers), graph.layers[i])
+
+    for layer, compiled in zip(
+        graph.layers, compile_layers(programs, target, jobs, done), strict=True
+    ):
+        binary = decode(compiled.binary)
+        bindings = {}
+        for port in layer.ports:
+            if port.const is not None:
+                name = f"{layer.name}/{port.name}"
+                buffers[name] = Buffer(
+                    name,
+                    port.const.nbytes,
+                    "const",
+                    np.ascontiguousarray(port.const.astype(np.dtype(port.dtype))).tobytes(),
+                )
+                bindings[port.name] = name
+            elif port.value is not None:
+                bindings[port.name] = port.value
+        link_layers.append(LinkLayer(layer.name, binary, bindings))
+        macs.append(compiled.macs)
+        schedules.append("auto" if compiled.auto else "default")
+        binaries.append(binary)
+    return link_layers, binaries, macs, schedules
+
+
+@dataclass(frozen=True)
+class LayerBinary:
+    """One layer compiled, as a worker process returns it."""
+
+    binary: bytes  # encoded
+    macs: int
+    auto: bool  # scheduled by the search (or a schedule built from the primitives)
+    trace: tuple | None  # the steps of its schedule, replayed onto layers of the same structure
+
+
+def compile_layers(
+    programs: Sequence[Program],
+    target: Target,
+    jobs: int = 1,
+    done: Callable[[int], None] | None = None,
+) -> list[LayerBinary]:
+    """Every program compiled (compile_auto), in `jobs` processes (1: this one). Programs of the
+    same structure (autosched.replay.structure_key) are scheduled once: the first of them is
+    searched, the others replay its schedule (searched afresh if the replay fails). Which is
+    searched and which replays does not depend on `jobs`, so neither does a byte of the output.
+    `done(i)` is called as program i's compile arrives."""
+    keys = [structure_key(p, target) for p in programs]
+    first: dict[tuple, int] = {}
+    leader = [first.setdefault(k, i) for i, k in enumerate(keys)]
+    leaders = [i for i, j in enumerate(leader) if i == j]
+    followers = [i for i, j in enumerate(leader) if i != j]
+    out: list[LayerBinary | None] = [None] * len(programs)
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+    try:
+        run = pool.map if pool else map
+        for group in (leaders, followers):
+            traces = [None if leader[i] == i else out[leader[i]].trace for i in group]
+            args = ([programs[i] for i in group], [target] * len(group), traces)
+            for i, result in zip(group, run(_compile_layer, *args), strict=True):
+                out[i] = result
+                if done:
+                    done(i)
+    finally:
+        if pool:
+            pool.shutdown()
+    return out
+
+
+def _compile_layer(program: Program, target: Target, trace: tuple | None = None) -> LayerBinary:
+    """`program` compiled under the schedule `trace` builds on it, else by compile_auto."""
+    if trace is not None:
+        try:
+            schedule = replay_schedule(program, target, trace)
+            compiled = compile_scheduled(program, target, schedule)
+            verify_compiled(compiled.binary, target)
+            return LayerBinary(encode(compiled.binary), compiled.macs, True, trace)
+        except TensorgenError:
+            pass  # a miss: searched afresh
+    result = compile_auto(program, target)
+    schedule = result.plan.schedule
+    return LayerBinary(
+        encode(result.compiled.binary),
+        result.compiled.macs,
+        schedule is not None,
+        tuple(schedule.trace) if schedule is not None else None,
+    )
 
 
 def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:

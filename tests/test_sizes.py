@@ -27,7 +27,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("autosched/search.py", "_probe"): (111, "re-derives the lowering's facts: goes with item 4"),
     ("autosched/search.py", "explain"): (62, "the plan's explanation, one table"),
     ("autosched/search.py", "_shapes"): (103, "the layer search's enumeration of tile shapes"),
-    ("schedule/cost.py", "cost"): (83, "the cost model, rewritten onto isa.py's costs (cost)"),
     # cost defines each instruction's cost once in isa.py and documents it from there
     ("mc/doc.py", "isa_markdown"): (72, "the ISA document, rewritten with the costs (cost)"),
     # simspeed reworks the simulator's hot loop for speed this session

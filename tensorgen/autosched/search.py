@@ -27,7 +27,6 @@ follows is not bounded by it.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 import warnings
@@ -49,9 +48,10 @@ from tensorgen.errors import CapacityError, CodegenError, ScheduleError
 from tensorgen.ir.core import Program, Statement
 from tensorgen.ir.queries import MacMapping, mac_mapping, out_indices
 from tensorgen.mc import isa
+from tensorgen.schedule import cost as cost_model
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.compaction import compacted_size, row_compaction
-from tensorgen.schedule.cost import Candidate, Footprint, Probe, cost, loop_passes, vector_cycles
+from tensorgen.schedule.cost import Candidate, Footprint, Probe, loop_passes, vector_cycles
 from tensorgen.schedule.fold import KFold, window_shape
 from tensorgen.target import Target
 
@@ -366,11 +366,7 @@ class Space:
         )
         levels = [_levels(program, layer, sk, order, t, fold) for t in tensors]
         levels = accumulator_levels(program, layer, blocks_f, order, tensors, levels)
-        return [
-            cost(probe, target, tensors, choice, pipeline)
-            for choice in itertools.product(*levels)
-            for pipeline in (False, True)
-        ]
+        return cost_model.cost_product(probe, target, tensors, levels)
 
     def schedule(self, cand: Candidate, shape) -> tuple[Schedule, Skeleton]:
         """The schedule of `cand` (a candidate of `shape`): its skeleton, built unchecked like the

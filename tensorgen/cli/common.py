@@ -76,6 +76,9 @@ def bounded_int(lo: int, hi: int, what: str):
     return parse
 
 
+MAX_JOBS = 64
+
+
 def model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-p",
@@ -92,6 +95,13 @@ def model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dump-layers", metavar="DIR", help="for a model: write each layer's op.yaml here"
+    )
+    p.add_argument(
+        "--jobs",
+        type=bounded_int(1, MAX_JOBS, "processes compiling a model's layers"),
+        default=1,
+        metavar="N",
+        help="for a model: compile its layers in N processes (the same binary whatever N)",
     )
 
 

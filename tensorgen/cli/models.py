@@ -36,7 +36,13 @@ def compile_model_args(args):
             bar.update(task, total=n, completed=i, description=f"{layer.op} {layer.path}"[:48])
 
         cm = compile_model(
-            model, example, target, engine=args.engine, seed=args.seed, progress=progress
+            model,
+            example,
+            target,
+            engine=args.engine,
+            seed=args.seed,
+            progress=progress,
+            jobs=getattr(args, "jobs", 1),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)

@@ -64,15 +64,39 @@ def staged_box(
     temporary), so a buffer needs no load: zeros are its correct initial contents. Boxes that
     meet are analysed further (`first`, `disjoint_in_loop`) unless `overlaps` is False.
     """
-    t = program.tensor(tensor)
     pos, stmts = -1, frozenset(state.maps)
     if loop:
         _, pos, stmts = resolve(state, find(state, loop), "stage", False)
+    # the box is a function of the program, the schedule up to `pos` of the statements that
+    # access the tensor and the arguments: keyed by their text, so that the search's probes (a
+    # level outside the loops two orders differ in), the schedule it builds and each capacity
+    # check (which measures every staged buffer again) compute it once
+    uptos = [
+        (st, prefix(state, st.name, pos))
+        for st in program.statements
+        if st.name in stmts and any(a.tensor == tensor for a in [st.lhs] + st.reads)
+    ]
+    key = (id(program), tensor, pos, overlaps, tuple((st.name, str(m)) for st, m in uptos))
+    hit = _BOXES.get(key)
+    if hit is not None and hit[0] is program:  # the entry holds the program: its id is not reused
+        return hit[1]
+    box = _staged_box(program, tensor, pos, uptos, overlaps)
+    if len(_BOXES) >= BOX_CACHE:
+        del _BOXES[next(iter(_BOXES))]
+    _BOXES[key] = (program, box)
+    return box
+
+
+BOX_CACHE = 4096  # staged boxes remembered (the oldest forgotten first)
+_BOXES: dict[tuple, tuple[Program, StagedBox | None]] = {}
+
+
+def _staged_box(program: Program, tensor: str, pos: int, uptos, overlaps: bool) -> StagedBox | None:
+    """staged_box of `tensor` given the schedules `uptos` (statement, its schedule up to `pos`)
+    of the statements that access it."""
+    t = program.tensor(tensor)
     image = written = None
-    for st in program.statements:
-        if st.name not in stmts:
-            continue
-        upto = prefix(state, st.name, pos)
+    for st, upto in uptos:
         for acc in [st.lhs] + st.reads:
             if acc.tensor != tensor:
                 continue

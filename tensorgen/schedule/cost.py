@@ -15,9 +15,11 @@ to touch their box zero it instead of loading it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from tensorgen.mc import isa
 from tensorgen.target import Target
@@ -182,6 +184,20 @@ class _Staged:
     nbytes: int
     footprint: int  # bytes taken in its memory
     in_acc: bool
+    serial: int = 0  # cycles of its fills and transfers when they do not overlap compute
+    refills: int = 0  # cycles of its refills over all iterations (inside a reduction loop)
+    traffic: int = 0  # DRAM bytes its transfers move
+
+
+def _mergeable(probe: Probe, level: str) -> bool:
+    """Whether isl may emit `level` as two siblings (see _merged): a ragged loop of two
+    iterations, outer part of a split, peeled."""
+    if not (level in probe.ragged and probe.trips[level] == 2 and level.endswith("_o")):
+        return False
+    # isl peels its partial iteration out of the loop only when the band inside needs constant
+    # bounds: no loop of its inner part is outside the band
+    inner = level[:-1] + "i"
+    return not any(x == inner or x.startswith(inner + "_") for x in probe.order)
 
 
 def _merged(probe: Probe, stages) -> set[str]:
@@ -196,16 +212,7 @@ def _merged(probe: Probe, stages) -> set[str]:
         outer = probe.sizes.get((tensor, probe.order[at - 1] if at else None))
         return here is not None and outer is not None and outer.nbytes == here.nbytes
 
-    def peeled(level: str) -> bool:  # isl peels its partial iteration out of the loop only
-        # when the band inside needs constant bounds: no loop of its inner part is outside the band
-        inner = level[:-1] + "i"
-        return not any(x == inner or x.startswith(inner + "_") for x in probe.order)
-
-    levels = {
-        lv
-        for _, lv in stages
-        if lv in probe.ragged and probe.trips[lv] == 2 and lv.endswith("_o") and peeled(lv)
-    }
+    levels = {lv for _, lv in stages if lv is not None and _mergeable(probe, lv)}
     return {lv for lv in levels if all(invariant(t, lv) for t, x in stages if x == lv)}
 
 
@@ -226,22 +233,27 @@ def _staged(
             stores = count if written and tensor in probe.stored else 0
             fills = (count if fp.fresh else fp.skipped) if fp.fill else 0
             channel = isa.dma_channel_cycles(target, fp.nbytes)
+            fill = vector_cycles(target, fp.elements) if fp.fill else 0
+            one = isa.dma_cycles(target, fp.nbytes, fp.dmas)
             probe.table[key] = _Staged(
                 count,
                 written,
                 fp.fresh,
-                vector_cycles(target, fp.elements) if fp.fill else 0,
+                fill,
                 vector_cycles(target, fp.elements) if fp.refill else 0,
                 fills,
                 loads,
                 stores,
                 fp.pipelinable,
-                isa.dma_cycles(target, fp.nbytes, fp.dmas),
+                one,
                 channel,
                 fp.dmas,
                 fp.nbytes,
                 _align(fp.held or fp.nbytes),
                 probe.memory.get(tensor) == "acc",
+                fills * fill + (loads + stores) * one,
+                count * (vector_cycles(target, fp.elements) if fp.refill else 0),
+                (loads + stores) * fp.nbytes,
             )
     return probe.table[key]
 
@@ -253,79 +265,164 @@ def cost(
     `choice`. Serialized: every DMA and every compute instruction adds up. With `pipeline`, the
     innermost staging loop has two buffers of each of its tensors, and its loads and stores
     overlap its compute (_pipelined_total)."""
-    order, trips = probe.order, probe.trips
+    order = probe.order
     stages = tuple(zip(tensors, choice, strict=False))
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
-    refused = Candidate(order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
+    merged = _merged(probe, stages)
+    staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+    return _candidate(
+        probe, target, stages, staged, inner, pipeline, _footprints(staged, stages, inner)
+    )
+
+
+def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> list[Candidate]:
+    """`cost` of every choice of `itertools.product(*levels)`, single- then double-buffered,
+    in that order: the same candidates, with what the two share (the staged tensors, the
+    innermost level, the merged levels) worked out once, and levels that cannot merge
+    skipped without asking."""
+    order = probe.order
+    rank = {lv: order.index(lv) for lvs in levels for lv in lvs if lv}
+    mergeable = {lv for lv in rank if _mergeable(probe, lv)}
+    out = []
+    for choice in itertools.product(*levels):
+        stages = tuple(zip(tensors, choice, strict=True))
+        inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
+        merged = _merged(probe, stages) if mergeable.intersection(choice) else ()
+        staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+        memory = _footprints(staged, stages, inner)
+        out.append(_candidate(probe, target, stages, staged, inner, False, memory))
+        out.append(_candidate(probe, target, stages, staged, inner, True, memory))
+    return out
+
+
+class _Memory(NamedTuple):
+    """What the staged buffers of one choice take and move, summed over its tensors."""
+
+    spad: int  # bytes of the scratchpad's buffers
+    acc: int  # bytes of the accumulators' buffers
+    spad_inner: int  # of them, at the innermost level (a second buffer each if pipelined)
+    acc_inner: int
+    serial: int  # _Staged.serial summed
+    serial_inner: int  # of it, at the innermost level
+    refills: int  # _Staged.refills summed
+    refills_inner: int
+    traffic: int  # DRAM bytes
+
+
+def _footprints(staged, stages, inner) -> _Memory | None:
+    """The sums of _Memory over the staged tensors; None if a tensor cannot be staged where
+    `stages` say."""
+    sums = [0] * 9
+    for st, (_, level) in zip(staged, stages, strict=True):
+        if st is None:
+            return None
+        here = level == inner
+        sums[1 if st.in_acc else 0] += st.footprint
+        if here:
+            sums[3 if st.in_acc else 2] += st.footprint
+            sums[5] += st.serial
+            sums[7] += st.refills
+        sums[4] += st.serial
+        sums[6] += st.refills
+        sums[8] += st.traffic
+    return _Memory(*sums)
+
+
+def _candidate(
+    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory: _Memory | None
+) -> Candidate:
+    """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner` and
+    buffers `memory` (_footprints)."""
+    order, trips = probe.order, probe.trips
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
-        return refused
+        return _refused(probe, stages, pipeline)
     # a loop whose trip count differs between passes has bounds that vary (LOOPB): the lowering
     # double-buffers only loops of constant bounds
     if pipeline and len(probe.passes.get(inner, ())) > 1:
-        return refused
+        return _refused(probe, stages, pipeline)
+    if memory is None:
+        return _refused(probe, stages, pipeline)
+    m = memory
+    # over capacity, whatever else: refused before it is costed
+    spad, acc = m.spad + m.spad_inner * pipeline, m.acc + m.acc_inner * pipeline
+    if acc > target.acc.bytes or spad + _least_temps(probe) > target.spad.bytes:
+        return _refused(probe, stages, pipeline)
     # a staging loop inside a reduction loop: its first writes are not whole iterations of it
-    deep = max((order.index(lv) for lv in choice if lv), default=-1) >= probe.first_reduction
-    spad = acc = dma = dram = 0
-    overlapped = stored = fill = 0  # per iteration of a pipelined loop
-    ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
-    piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
-    piped_stores: list[tuple[float, float, int]] = []
-    merged = _merged(probe, stages)
-    for tensor, level in stages:
-        st = _staged(probe, target, tensor, level, level in merged)
-        if st is None:
-            return refused
-        piped = pipeline and level == inner
-        refill = st.refill if deep else 0
-        if piped and st.written and not st.fresh and not st.pipelinable:
-            return refused
-        if piped:
-            # per iteration, on average (the first to touch their box load nothing)
-            fill += st.fill * st.fills / st.count + refill
-            if st.loads:
-                piped_loads.append(_transfers(target, st, st.loads / st.count))
-            if st.stores:
-                piped_stores.append(_transfers(target, st, st.stores / st.count))
-            if st.loads or st.stores:
-                ahead = ahead or bool(st.loads and st.stores)
-                stored += st.one * st.stores / st.count
-                overlapped += st.one * st.loads / st.count
-        else:
-            dma += st.fills * st.fill + st.count * refill + (st.loads + st.stores) * st.one
-        dram += (st.loads + st.stores) * st.nbytes
-        if st.in_acc:
-            acc += st.footprint * (2 if piped else 1)
-        else:
-            spad += st.footprint * (2 if piped else 1)
+    deep = inner is not None and order.index(inner) >= probe.first_reduction
+    if pipeline:  # the innermost level's transfers overlap compute; the others' add up
+        piped = _piped(target, stages, staged, inner, deep)
+        if piped is None:
+            return _refused(probe, stages, pipeline)
+        dma = m.serial - m.serial_inner + (m.refills - m.refills_inner if deep else 0)
+    else:
+        dma = m.serial + (m.refills if deep else 0)
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
-    options = [
-        (v, work)
-        for v, work in enumerate(probe.tile_work)
-        if max(work[1], probe.band_temps) <= room
-    ]
-    if not options or acc > target.acc.bytes:
-        return refused
-    v, (tile, temps) = options[-1]
+    needs = _temps(probe)
+    v = max(k for k, need in enumerate(needs) if need <= room)
+    tile, temps = probe.tile_work[v]
     spad += max(temps, probe.band_temps)
     compute = _band_cycles(probe) + tile
     if pipeline:
-        piped = _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
         dma += int(round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped)))
     return Candidate(
         order,
         stages,
         dma,
         compute,
-        dram,
+        m.traffic,
         spad,
         acc,
         pipelined=pipeline,
         vector_cycles=tile,
         vector_loops=v,
     )
+
+
+def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
+    """A candidate that does not fit or cannot double-buffer: infinitely many cycles."""
+    return Candidate(probe.order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
+
+
+def _piped(target: Target, stages, staged, inner, deep: bool) -> _Piped | None:
+    """What the tensors staged at the pipelined level `inner` move per iteration, or None when
+    one of them cannot be double-buffered."""
+    overlapped = stored = fill = 0  # per iteration of a pipelined loop
+    ahead = False  # a pipelined tensor is loaded and stored: its loads and stores take turns
+    piped_loads: list[tuple[float, float, int]] = []  # (setup, channel, DMAs) per iteration
+    piped_stores: list[tuple[float, float, int]] = []
+    for st, (_, level) in zip(staged, stages, strict=True):
+        if level != inner:
+            continue
+        if st.written and not st.fresh and not st.pipelinable:
+            return None
+        # per iteration, on average (the first to touch their box load nothing)
+        fill += st.fill * st.fills / st.count + (st.refill if deep else 0)
+        if st.loads:
+            piped_loads.append(_transfers(target, st, st.loads / st.count))
+        if st.stores:
+            piped_stores.append(_transfers(target, st, st.stores / st.count))
+        if st.loads or st.stores:
+            ahead = ahead or bool(st.loads and st.stores)
+            stored += st.one * st.stores / st.count
+            overlapped += st.one * st.loads / st.count
+    return _Piped(tuple(piped_loads), tuple(piped_stores), overlapped, stored, fill, ahead)
+
+
+def _temps(probe: Probe) -> tuple[int, ...]:
+    """Per number of vectorized tile loops, the bytes of temporaries they and the band need."""
+    if "needs" not in probe.table:
+        probe.table["needs"] = tuple(max(w[1], probe.band_temps) for w in probe.tile_work)
+    return probe.table["needs"]
+
+
+def _least_temps(probe: Probe) -> int:
+    """The fewest bytes of temporaries the init, epilogue and band need in the scratchpad."""
+    if "temps" not in probe.table:
+        probe.table["temps"] = min(max(w[1], probe.band_temps) for w in probe.tile_work)
+    return probe.table["temps"]
 
 
 def _transfers(target: Target, st: _Staged, share: float) -> tuple[float, float, int]:
