@@ -15,6 +15,7 @@ from tensorgen.codegen.emitter import Dim, Emitter, tile_nest
 from tensorgen.errors import CapacityError, CodegenError
 from tensorgen.ir import poly
 from tensorgen.ir.core import (
+    LUT_ENTRIES,
     Access,
     BinOp,
     Call,
@@ -515,28 +516,38 @@ class VectorExpr:
                 )
             )
         elif e.fn == "add_fbgemm":
-            y = self.value(e.args[1])
-            if not isinstance(y, View):
-                raise CodegenError(f"{self.stmt.location}: add_fbgemm() of a constant")
-            s_a, off_a, s_b, off_b, inv = (float(np.float32(c.value)) for c in e.args[2:7])
-            emit(
-                isa.make(
-                    "VADDQF",
-                    dst=dst,
-                    a=x,
-                    b=y,
-                    s_a=s_a,
-                    off_a=off_a,
-                    s_b=s_b,
-                    off_b=off_b,
-                    inv=inv,
-                    zp=int(e.args[7].value),
-                )
-            )
+            self._add_fbgemm(e, x, dst)
         elif e.fn == "rshift_round":
             emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
+        elif e.fn == "lut":
+            self._lut(e, x, dst)
         else:
             raise CodegenError(f"{self.stmt.location}: cannot lower {e.fn}()")
+
+    def _add_fbgemm(self, e: Call, x: View, dst: View) -> None:
+        y = self.value(e.args[1])
+        if not isinstance(y, View):
+            raise CodegenError(f"{self.stmt.location}: add_fbgemm() of a constant")
+        s_a, off_a, s_b, off_b, inv = (float(np.float32(c.value)) for c in e.args[2:7])
+        self.em.emit(
+            isa.make(
+                "VADDQF",
+                dst=dst,
+                a=x,
+                b=y,
+                s_a=s_a,
+                off_a=off_a,
+                s_b=s_b,
+                off_b=off_b,
+                inv=inv,
+                zp=int(e.args[7].value),
+            )
+        )
+
+    def _lut(self, e: Call, x: View, dst: View) -> None:
+        t = self.value(e.args[1])  # the table's view starts at its entry 0: the whole row
+        table = View(t.mem, t.dtype, t.base, (LUT_ENTRIES,), (1,))
+        self.em.emit(isa.make("VLUT", dst=dst, a=x, table=table))
 
 
 def _wrap32(v: int) -> int:
