@@ -174,6 +174,16 @@ def check_mul_rule(a, b, y, m: np.float32, engine: str) -> None:
         )
 
 
+def _dropout(lw: _Lowering, node: fx.Node, mod: nn.Dropout) -> None:
+    """Dropout on quantized data (torch.ao.nn.quantized.Dropout, whatever its training flag,
+    and float Dropout in eval mode) is the identity: the same bytes."""
+    x, y = lw.results[node.args[0]], lw.results[node]
+    quantized = isinstance(mod, torch.ao.nn.quantized.Dropout)
+    if (mod.training and not quantized) or not torch.equal(x, y):
+        raise SpecError("Dropout that drops (put the model in eval mode)")
+    lw.alias(node)
+
+
 def mean(lw: _Lowering, node: fx.Node) -> None:
     """x.mean over the spatial dimensions (2, 3) with keepdim, as PyTorch's qnnpack runs it:
     its adaptive average pooling to 1 x 1."""
@@ -202,6 +212,7 @@ MODULES = (
     (nn.Hardswish, lambda lw, n, m: lookup(lw, n)),
     (nn.LeakyReLU, lambda lw, n, m: lookup(lw, n)),
     (nn.ELU, lambda lw, n, m: lookup(lw, n)),
+    (nn.Dropout, lambda lw, n, m: _dropout(lw, n, m)),
 )
 
 FUNCTIONS = {
