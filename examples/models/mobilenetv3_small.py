@@ -13,7 +13,8 @@ in torchvision, or with `mean=1` `x.mean((2, 3), keepdim=True)`, which tensorgen
 under qnnpack only (PyTorch's x86 engine takes a float mean there).
 
 The block list and channel counts are the paper's (Table 2) at width 1.0; `classes` sets the
-classifier's outputs and `size` the input, so that tests can run it small.
+classifier's outputs, `size` the input and `blocks` how many of the blocks are kept, so that
+tests can run it small.
 """
 
 from __future__ import annotations
@@ -105,11 +106,11 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV3Small(nn.Module):
-    def __init__(self, classes: int = 1000, mean: bool = False) -> None:
+    def __init__(self, classes: int = 1000, mean: bool = False, blocks: int = 11) -> None:
         super().__init__()
         layers: list[nn.Module] = [conv_bn(3, 16, 3, stride=2, act="HS")]
         channels = 16
-        for kernel, expanded, cout, se, act, stride in BLOCKS:
+        for kernel, expanded, cout, se, act, stride in BLOCKS[:blocks]:
             layers.append(InvertedResidual(channels, kernel, expanded, cout, se, act, stride, mean))
             channels = cout
         layers.append(conv_bn(channels, LAST, 1, act="HS"))
@@ -125,12 +126,13 @@ class MobileNetV3Small(nn.Module):
 
 
 def build(
-    size: int = 64, seed: int = 0, classes: int = 1000, mean: int = 0
+    size: int = 64, seed: int = 0, classes: int = 1000, mean: int = 0, blocks: int = 11
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """MobileNetV3-Small with seeded random weights, in eval mode, and a 1x3xSIZExSIZE input."""
+    """MobileNetV3-Small with seeded random weights, in eval mode, and a 1x3xSIZExSIZE input;
+    `blocks` < 11 keeps the first blocks only (a small model for tests)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = MobileNetV3Small(classes, bool(mean))
+        model = MobileNetV3Small(classes, bool(mean), blocks)
     randomize_batchnorm(model, torch.Generator().manual_seed(seed + 1))
     model.eval()
     example = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed + 2))
