@@ -100,6 +100,8 @@ def lookup(lw: _Lowering, node: fx.Node) -> None:
     if x.dtype == y.dtype and np.array_equal(table, all_codes(x.dtype)):
         lw.values[node.name] = y.__class__(y.name, y.shape, y.dtype, y.scale, y.zp, buffer=x.buffer)
         return
+    if fuse_lookup(lw, node, table):
+        return
     a = idx(axes(len(y.shape)))
     lw.add(
         Layer(
@@ -115,6 +117,45 @@ def lookup(lw: _Lowering, node: fx.Node) -> None:
         ),
         y,
     )
+
+
+FOLDS_INTO = ("conv2d", "depthwise", "grouped", "linear")
+
+
+def fuse_lookup(lw: _Lowering, node: fx.Node, table: np.ndarray) -> bool:
+    """Fold the lookup into the conv or linear layer just before it when that layer's output
+    has no other user: its epilogue requantizes into a temporary Q, then looks Q up, and the
+    conv's own output never goes to DRAM."""
+    producer = lw.layers[-1] if lw.layers else None
+    x, y = lw.value_of(node.args[0]), lw.result_value(node)
+    if (
+        producer is None
+        or producer.op not in FOLDS_INTO
+        or lw.producer.get(x.name) is not producer
+        or len(node.args[0].users) != 1
+        or producer.output.value != x.buffer
+    ):
+        return False
+    out, old_body, plo, phi = producer.output, producer.body, producer.lo, producer.hi
+
+    def body(lo, hi):
+        *stmts, last = old_body(plo, phi)
+        lhs, expr = last.split(" = ", 1)
+        q = "Q" + lhs[lhs.index("[") :]
+        return [*stmts, f"{q} = {expr}", f"{lhs} = lut({q}, T)"]
+
+    producer.body = body
+    producer.ports = [p for p in producer.ports if p.role != "output"] + [
+        Port("Q", out.shape, out.dtype, "none", out.pad),
+        Port("T", (256,), y.dtype, "input", 0, None, table),
+        Port("Y", out.shape, y.dtype, "output", y.zp, y.buffer),
+    ]
+    producer.lo, producer.hi = NATURAL[y.dtype]
+    producer.fusable = False  # the table is PyTorch's result: nothing more folds after it
+    producer.epilogue += ["lut"]
+    producer.result = node.name
+    lw.producer[node.name] = producer
+    return True
 
 
 def mul(lw: _Lowering, node: fx.Node) -> None:

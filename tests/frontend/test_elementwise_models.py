@@ -63,13 +63,33 @@ class Act(nn.Module):
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_activation_is_a_lookup_table(name, engine):
     cm = assert_bit_exact(Act(ACTIVATIONS[name]), engine=engine)
-    luts = [layer for layer in cm.graph.layers if layer.op == "lut"]
-    if name == "add_scalar" and not luts:  # PyTorch moved the zero point, kept the codes
-        assert [layer.op for layer in cm.graph.layers] == ["quantize", "conv2d", "dequantize"]
-        return
-    assert len(luts) == 1, [layer.op for layer in cm.graph.layers]
-    assert "lut(X[i0, i1, i2, i3], T)" in luts[0].text("tg1")
+    layers = cm.graph.layers
+    if name == "add_scalar" and not any("lut" in layer.epilogue for layer in layers):
+        assert [layer.op for layer in layers] == ["quantize", "conv2d", "dequantize"]
+        return  # PyTorch moved the zero point and kept the codes: an alias
+    # the conv's only user: folded into its epilogue, requantized into Q, then looked up
+    assert [(layer.op, layer.epilogue) for layer in layers][1] == ("conv2d", ["lut"])
+    assert "Y[n, k, h, w] = lut(Q[n, k, h, w], T)" in layers[1].text("tg1")
     assert any(i.mnemonic == "VLUT" for b in cm.layer_binaries for i in b.code)
+
+
+class TwoUsers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return F.hardswish(y) + torch.sigmoid(y)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_lookup_of_a_shared_value_is_its_own_layer(engine):
+    cm = assert_bit_exact(TwoUsers(), engine=engine)
+    luts = [layer for layer in cm.graph.layers if layer.op == "lut"]
+    assert len(luts) == 2 and not cm.graph.layers[1].epilogue
+    assert "Y[i0, i1, i2, i3] = lut(X[i0, i1, i2, i3], T)" in luts[0].text("tg1")
 
 
 def test_mul_by_a_positive_number_is_an_alias():
