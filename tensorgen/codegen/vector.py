@@ -6,7 +6,17 @@ import numpy as np
 
 from tensorgen.codegen.emitter import Emitter
 from tensorgen.errors import CodegenError
-from tensorgen.ir.core import BinOp, Call, Const, Expr, Program, Read, Statement, dtype_range
+from tensorgen.ir.core import (
+    LUT_ENTRIES,
+    BinOp,
+    Call,
+    Const,
+    Expr,
+    Program,
+    Read,
+    Statement,
+    dtype_range,
+)
 from tensorgen.mc import isa
 from tensorgen.mc.operands import View
 
@@ -217,8 +227,15 @@ class VectorExpr:
             )
         elif e.fn == "rshift_round":
             emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
+        elif e.fn == "lut":
+            self._lut(e, x, dst)
         else:
             raise CodegenError(f"{self.stmt.location}: cannot lower {e.fn}()")
+
+    def _lut(self, e: Call, x: View, dst: View) -> None:
+        t = self.value(e.args[1])  # the table's view starts at its entry 0: the whole row
+        table = View(t.mem, t.dtype, t.base, (LUT_ENTRIES,), (1,))
+        self.em.emit(isa.make("VLUT", dst=dst, a=x, table=table))
 
 
 def _wrap32(v: int) -> int:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import numerics, ops, pooling
+from tensorgen.frontend import elementwise, numerics, ops, pooling
 from tensorgen.frontend.layers import (
     NATURAL,
     Layer,
@@ -231,7 +231,7 @@ class _Lowering:
             return
         if node.op == "call_module":
             mod = self.gm.get_submodule(node.target)
-            for cls, fn in MODULES:
+            for cls, fn in elementwise.MODULES + MODULES:
                 if isinstance(mod, cls):
                     return fn(self, node, mod)
         elif node.op == "call_function":
@@ -239,7 +239,7 @@ class _Lowering:
             if fn is not None:
                 return fn(self, node)
         elif node.op == "call_method":
-            fn = METHODS.get(node.target)
+            fn = (METHODS | elementwise.METHODS).get(node.target)
             if fn is not None:
                 return fn(self, node)
         self._refuse(node)
@@ -841,7 +841,7 @@ FUNCTIONS = {
     operator.sub: ops.python_value,
     operator.add: ops.python_value,
 }
-FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
+FUNCTIONS = {**{k: v for k, v in FUNCTIONS.items() if v is not None}, **elementwise.FUNCTIONS}
 
 METHODS = {
     "dequantize": lambda lw, n: lw.dequantize(n),

@@ -456,3 +456,20 @@ def single_rounding_for(
         if (arith.requantize(acc, m, zp, lo, hi) == want).all():
             return "requant", np.float32(m)
     return None
+
+
+def mul_multiplier(s_a: float, s_b: float, s_out: float) -> np.float32:
+    """The float32 multiplier of PyTorch's quantized mul of two tensors (qnnpack and x86):
+    `RN(RN(f32(s_a)·f32(s_b)) · RN(1 / f32(s_out)))`; a double product, or a float32 division,
+    differs on some scales (pinned in tests/frontend/test_numerics_ops.py)."""
+    _check_positive("mul_multiplier", s_a=s_a, s_b=s_b, s_out=s_out)
+    return _f32(_f32(s_a) * _f32(s_b)) * inv_scale(s_out)
+
+
+def mul_codes(
+    a: ArrayLike, b: ArrayLike, zp_a: int, zp_b: int, multiplier: float, zp_out: int
+) -> np.ndarray:
+    """PyTorch's quantized mul of uint8 codes (numpy broadcasting): the exact int32 product of
+    the zero-point-shifted codes, requantized `clamp(RNE(RN(f32(c)·M)) + zp, 0, 255)`."""
+    c = (np.asarray(a, np.int64) - zp_a) * (np.asarray(b, np.int64) - zp_b)
+    return arith.requantize(c, np.float32(multiplier), zp_out, 0, 255)

@@ -89,8 +89,13 @@ class Affine:
 class Access:
     tensor: str
     index: tuple[Affine, ...]
+    # a lookup table (`lut(x, T)`): the access reads all of T at every instance; `index` is
+    # T's first element, where an operand view of it starts
+    table: bool = False
 
     def __str__(self) -> str:
+        if self.table:
+            return self.tensor
         return f"{self.tensor}[{', '.join(map(str, self.index))}]"
 
 
@@ -129,7 +134,9 @@ FUNCTIONS = {
     "requant_fbgemm": 4,
     "requant_fma": 3,
     "add_fbgemm": 8,
+    "lut": 2,
 }
+LUT_ENTRIES = 256  # lut(x, T): T[x & 255], T a 1-d int8/uint8 tensor of 256 entries
 # functions whose arguments after the first are constants
 CONST_ARGS = {
     "requant": "requant(x, scale, zero_point) needs constant scale and zero point",

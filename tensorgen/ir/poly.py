@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import islpy as isl
 
-from tensorgen.ir.core import Access, Affine, Program, Statement, Tensor
+from tensorgen.ir.core import LUT_ENTRIES, Access, Affine, Program, Statement, Tensor
 
 
 @lru_cache(maxsize=4096)
@@ -53,10 +53,21 @@ def domain(stmt: Statement) -> isl.Set:
 
 @lru_cache(maxsize=4096)
 def access_map(stmt: Statement, access: Access) -> isl.Map:
-    idx = ", ".join(affine_text(a) for a in access.index)
+    idx, cons = access_text(access, stmt.indices)
     return isl.Map(
-        f"{{ {stmt.name}[{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] }}"
+        f"{{ {stmt.name}[{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] : {cons} }}"
     ).intersect_domain(domain(stmt))
+
+
+def access_text(access: Access, indices: tuple[str, ...]) -> tuple[str, str]:
+    """The subscripts of `access` in isl notation and the constraints on them: a lookup table
+    is read whole by every instance (`lut(x, T)`), over a name none of `indices` has."""
+    if access.table:
+        name = "lut_entry"
+        while any(n.endswith(name) for n in indices):
+            name = "l" + name
+        return name, f"0 <= {name} < {LUT_ENTRIES}"
+    return ", ".join(affine_text(a) for a in access.index), "true"
 
 
 def tensor_box(tensor: Tensor) -> isl.Set:

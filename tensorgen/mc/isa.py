@@ -216,6 +216,11 @@ def _vdequant(state: MachineState, a) -> None:
     state.write(a["dst"], arith.dequantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"]))
 
 
+def _vlut(state: MachineState, a) -> None:
+    table = state.read(a["table"])  # the 256 entries, verified to be one int8/uint8 row
+    state.write(a["dst"], table[state.read(a["a"]) & 0xFF])
+
+
 def _rshr(x, y):
     return arith.rounding_shift_right(x, np.clip(y, 0, 31))
 
@@ -490,6 +495,18 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         "dst = float32 dequantization of the integers `a` with `scale` and `zp`, rounded as "
         "PyTorch's Tensor.dequantize() does (see tensorgen/mc/arith.py).",
         _vdequant,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VLUT",
+        0x41,
+        "EX",
+        (("dst", "view"), ("a", "view"), ("table", "view")),
+        "dst = table[a & 0xFF]: each int8/uint8 element of `a` indexes, by its byte, a table of "
+        "256 int8/uint8 entries held in the scratchpad (`table`: shape [256], stride 1, loaded "
+        "by DMA like a weight): PyTorch's quantized element-wise functions of one input "
+        "(hardswish, sigmoid, ...), each table built from PyTorch's own operator.",
+        _vlut,
         _vector_cost,
     ),
 )

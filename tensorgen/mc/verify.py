@@ -220,6 +220,8 @@ def _check_instruction(
             _check_box(pc, ins, binary, v, depth, onchip)
         elif isinstance(v, Bound):
             _check_bound(pc, ins, name, v, depth)
+    if ins.mnemonic == "VLUT":
+        _check_lut(pc, ins)
     if ins.mnemonic == "MATMUL":
         a, b, acc = ins.arg("a"), ins.arg("b"), ins.arg("acc")
         if (
@@ -234,6 +236,24 @@ def _check_instruction(
                 f"shapes acc {list(acc.shape)}, a {list(a.shape)}, b {list(b.shape)} do not "
                 "make a matrix product",
             )
+
+
+def _check_lut(pc: int, ins: isa.Instruction) -> None:
+    table, a = ins.arg("table"), ins.arg("a")
+    if (
+        table.mem != "spad"
+        or table.dtype not in ("int8", "uint8")
+        or table.shape != (256,)
+        or table.strides != (1,)
+    ):
+        raise _bad(
+            pc,
+            ins,
+            f"table is {table.mem}:{table.dtype} {list(table.shape)} stride {list(table.strides)}; "
+            "expected 256 consecutive int8/uint8 entries in spad",
+        )
+    if a.dtype not in ("int8", "uint8"):
+        raise _bad(pc, ins, f"a is {a.dtype}; a lookup indexes by int8/uint8 elements")
 
 
 INT_RANGES = {"u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1), "u32": (0, 2**32 - 1)}

@@ -15,7 +15,7 @@ import islpy as isl
 
 from tensorgen.errors import CodegenError
 from tensorgen.ir.core import Access, Statement
-from tensorgen.ir.poly import affine_text
+from tensorgen.ir.poly import access_text
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ def _tile_map(
 ) -> isl.Map:
     params = ", ".join(prefix + n for n in stmt.indices)
     cons = [f"{prefix}{n} <= {n} < {prefix}{n} + {dict(sizes)[n]}" for n in stmt.indices]
-    idx = ", ".join(affine_text(a) for a in access.index)
+    idx, table = access_text(access, stmt.indices)
     return isl.Map(
-        f"[{params}] -> {{ [{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] : {' and '.join(cons)} }}"
+        f"[{params}] -> {{ [{', '.join(stmt.indices)}] -> {access.tensor}[{idx}] : {' and '.join([*cons, table])} }}"
     )
 
 

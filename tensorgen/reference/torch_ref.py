@@ -292,6 +292,10 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         a, b = _eval(program, stmt, e.lhs, grids, env), _eval(program, stmt, e.rhs, grids, env)
         return _binop(e.op, torch.as_tensor(a), torch.as_tensor(b))
     assert isinstance(e, Call)
+    if e.fn == "lut":  # the table's entry at the low byte of x (two's complement for int8)
+        x = torch.as_tensor(_eval(program, stmt, e.args[0], grids, env))
+        table = env[e.args[1].access.tensor].reshape(-1)
+        return table[torch.remainder(x.to(torch.int64), 256)]
     args = [_eval(program, stmt, x, grids, env) for x in e.args]
     x = torch.as_tensor(args[0])
     if e.fn == "relu":

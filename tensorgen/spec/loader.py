@@ -275,7 +275,7 @@ def _check_access(loc: str, acc: Access, tensors: dict[str, Tensor]) -> None:
             f"{loc}: unknown tensor '{acc.tensor}' (declared: {one_line(', '.join(tensors), 200)})"
         )
     rank = len(tensors[acc.tensor].shape)
-    if len(acc.index) != rank:
+    if len(acc.index) != rank and not acc.table:  # lut's table: its dtype check says more
         raise SpecError(
             f"{loc}: shape mismatch: {acc} has {len(acc.index)} subscript(s) but {acc.tensor} has {rank} dimension(s)"
         )

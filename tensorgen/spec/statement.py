@@ -229,6 +229,20 @@ def _affine_terms(node: ast.AST, loc: _Locator) -> tuple[dict[str, int], int]:
     raise fail("only +, -, and multiplication by an integer constant are allowed")
 
 
+def _lut(node: ast.Call, loc: _Locator) -> Call:
+    """`lut(X[...], T)`: the element of table T at the low byte of a read of an int8/uint8
+    tensor (the loader checks the dtypes and T's shape); T is named bare, being read whole."""
+    x, table = node.args
+    if not isinstance(x, ast.Subscript):
+        raise SpecError(f"{loc.at(x)}: lut(x, T) needs a tensor read as x, like X[i, j]")
+    if not isinstance(table, ast.Name):
+        raise SpecError(f"{loc.at(table)}: lut(x, T) needs a bare tensor name as T, the table")
+    problem = name_problem(table.id, "tensor")
+    if problem:
+        raise SpecError(f"{loc.at(table)}: {problem}")
+    return Call("lut", (Read(_access(x, loc)), Read(Access(table.id, (Affine(),), table=True))))
+
+
 def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
     if isinstance(node, ast.Subscript):
         return Read(_access(node, loc))
@@ -263,6 +277,8 @@ def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
             )
         if len(node.args) != FUNCTIONS[fn] or node.keywords:
             raise SpecError(f"{loc.at(node)}: {fn}() takes {FUNCTIONS[fn]} argument(s)")
+        if fn == "lut":
+            return _lut(node, loc)
         args = tuple(_expr(a, loc) for a in node.args)
         for pos in _INT_ARGS.get(fn, ()):
             if not (isinstance(args[pos], Const) and isinstance(args[pos].value, int)):

@@ -9,7 +9,7 @@ traceback in the reference.
 from __future__ import annotations
 
 from tensorgen.errors import SpecError
-from tensorgen.ir.core import BinOp, Call, Expr, Read, Statement, Tensor
+from tensorgen.ir.core import LUT_ENTRIES, BinOp, Call, Expr, Read, Statement, Tensor
 
 _FLOAT_READS = {"quantize": (0,), "requant_fbgemm": (1, 2)}  # argument positions that read float32
 
@@ -49,6 +49,8 @@ def _check(
         _check(e.lhs, tensors, loc, False)
         _check(e.rhs, tensors, loc, False)
     elif isinstance(e, Call):
+        if e.fn == "lut":
+            _check_lut(e, tensors, loc)
         if e.fn == "dequantize" and not top:
             raise SpecError(
                 f"{loc}: dequantize() must be the whole right-hand side of its statement"
@@ -60,3 +62,14 @@ def _check(
                     f"{loc}: {e.fn}() needs a float32 tensor read as argument {pos + 1}"
                 )
             _check(arg, tensors, loc, pos in floats)
+
+
+def _check_lut(e: Call, tensors: dict[str, Tensor], loc: str) -> None:
+    x, table = (tensors[a.access.tensor] for a in e.args)
+    if x.dtype not in ("int8", "uint8"):
+        raise SpecError(f"{loc}: lut(x, T) looks up int8/uint8 elements; {x.name} is {x.dtype}")
+    if table.dtype not in ("int8", "uint8") or table.shape != (LUT_ENTRIES,):
+        raise SpecError(
+            f"{loc}: lut(x, T) needs T of shape [{LUT_ENTRIES}] and dtype int8 or uint8; "
+            f"{table.name} is {list(table.shape)} {table.dtype}"
+        )

@@ -1,4 +1,5 @@
-"""The example models of issue 15 (examples/models/segnet.py, shufflenetv2.py, inception.py):
+"""The example models of issue 15 (examples/models/segnet.py, shufflenetv2.py, inception.py,
+mobilenetv3_small.py):
 quantized, compiled, simulated and compared bit for bit under qnnpack and x86, at small sizes to
 keep the suite fast (`tensorgen check examples/models/NAME.py --trials 3` runs the defaults)."""
 
@@ -22,17 +23,25 @@ warnings.filterwarnings("ignore", category=UserWarning)
 
 @pytest.mark.parametrize("engine", ["qnnpack", "x86"])
 @pytest.mark.parametrize(
-    "name, size, ops",
+    "name, params, ops",
     [
-        ("segnet", 16, {"upsample_nearest": 2, "cat": 2}),
-        ("shufflenetv2", 32, {"transpose": 4, "cat": 4, "slice": 4}),
-        ("inception", 8, {"cat": 2, "max_pool2d": 3}),
+        ("segnet", {"size": 16}, {"upsample_nearest": 2, "cat": 2}),
+        ("shufflenetv2", {"size": 32}, {"transpose": 4, "cat": 4, "slice": 4}),
+        ("inception", {"size": 8}, {"cat": 2, "max_pool2d": 3}),
+        # the stem and the first five blocks: ReLU and hardswish blocks, with and without
+        # squeeze-excite, and residual adds; lookups and adds fold into the convs before them
+        (
+            "mobilenetv3_small",
+            {"size": 64, "blocks": 5, "classes": 10},
+            {"lut": 10, "mul": 3, "adaptive_avg_pool2d": 4, "add": 2},
+        ),
     ],
 )
-def test_example_model_bit_exact(name, size, ops, engine):
-    model, example = load_factory(str(MODELS / f"{name}.py"), {"size": size})
+def test_example_model_bit_exact(name, params, ops, engine):
+    model, example = load_factory(str(MODELS / f"{name}.py"), params)
     cm = compile_model(model, example, TG1, engine=engine)
     kinds = [layer.op for layer in cm.graph.layers]
+    kinds += [e for layer in cm.graph.layers for e in layer.epilogue]  # what folded into them
     assert {op: kinds.count(op) for op in ops} == ops, kinds
     for seed in (0, 1):
         x = torch.randn(*example[0].shape, generator=torch.Generator().manual_seed(seed)) * 1.5

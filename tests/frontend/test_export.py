@@ -359,18 +359,19 @@ def test_canary_torch_export_load_runs_the_code_of_a_crafted_pt2(small_cnn, tmp_
 
 def test_pytorch_warnings_never_precede_the_error_line(tmp_path):
     # a factory that quantizes its model itself: torch.ao warns while it runs, then the
-    # Sigmoid is refused; stderr holds the error line only (a process: pytest captures warnings)
+    # GELU (which FX leaves in float) is refused; stderr holds the error line only (a process:
+    # pytest captures warnings)
     import subprocess
     import sys
 
-    factory = tmp_path / "sigmoid.py"
+    factory = tmp_path / "gelu.py"
     factory.write_text(
         "import torch\nfrom torch import nn\n"
         "from torch.ao.quantization import get_default_qconfig_mapping\n"
         "from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx\n\n\n"
         "def build():\n"
         "    torch.backends.quantized.engine = 'qnnpack'\n"
-        "    model, x = nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()).eval(), (torch.randn(2, 8),)\n"
+        "    model, x = nn.Sequential(nn.Linear(8, 8), nn.GELU()).eval(), (torch.randn(2, 8),)\n"
         "    prepared = prepare_fx(model, get_default_qconfig_mapping('qnnpack'), x)\n"
         "    prepared(*x)\n"
         "    return convert_fx(prepared), x\n"
@@ -395,5 +396,9 @@ def test_pytorch_warnings_never_precede_the_error_line(tmp_path):
         timeout=300,
         env={"PYTHONPATH": str(root), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
-    assert (proc.returncode, proc.stderr) == (2, "error: Sigmoid at 1: unsupported operator\n")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "error: GELU at 1: a float operation inside the quantized model cannot be bit-exact on "
+        "the accelerator; quantize it (give it a qconfig) or remove it\n",
+    )
     assert not out.exists()
