@@ -20,6 +20,7 @@ from tensorgen.driver import Comparison, compile_auto
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
+from tensorgen.frontend.pt2e import is_pt2e, lower_pt2e
 from tensorgen.frontend.quantize import quantize, quantized_engine
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
@@ -58,6 +59,7 @@ class CompiledModel:
     compile_s: float = 0.0
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    reference: torch.nn.Module | None = None  # a PT2E graph's: tensorgen's rule (pt2e_rule)
 
 
 def is_quantized(model: torch.nn.Module) -> bool:
@@ -73,16 +75,23 @@ def compile_model(
     engine: str = "qnnpack",
     seed: int = 0,
     progress: Callable[[int, int, Layer], None] | None = None,
+    quantizer: str = "fx",
 ) -> CompiledModel:
-    """Quantize `model` (unless it already is), lower, schedule, compile and link it."""
+    """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
+    schedule, compile and link it."""
     t0 = time.perf_counter()
     with quantized_engine(engine):
         qmodel = (
             model
-            if is_quantized(model)
-            else quantize(model, example_inputs, engine=engine, seed=seed)
+            if is_quantized(model) or is_pt2e(model)
+            else quantize(model, example_inputs, engine=engine, seed=seed, quantizer=quantizer)
         )
-        graph = lower_graph(qmodel, example_inputs, engine)
+        pt2e = is_pt2e(qmodel)
+        graph = (
+            lower_pt2e(qmodel, example_inputs)
+            if pt2e
+            else lower_graph(qmodel, example_inputs, engine)
+        )
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
     link_layers, binaries, macs, schedules = [], [], [], []
@@ -131,6 +140,10 @@ def compile_model(
         [v.name for v in graph.inputs],
         [v.name for v in graph.outputs],
     )
+    if pt2e:
+        from tensorgen.frontend.pt2e_rule import RuleModel
+
+        cm.reference = RuleModel(qmodel)
     # one run of the whole binary on the example input gives every layer's cycles and traffic
     _, result = run_model(cm, example_inputs)
     before = Mark(0, 0, 0, 0)
@@ -158,7 +171,7 @@ def compile_model(
 def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
     """PyTorch's quantized execution of the model, under the engine it was quantized for."""
     with quantized_engine(cm.engine), torch.no_grad():
-        out = cm.qmodel(*inputs)
+        out = (cm.reference or cm.qmodel)(*inputs)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return [o.detach().numpy() for o in outs]
 
@@ -194,6 +207,10 @@ def check_model(
                 f"PyTorch {ref[where]!r} ({int(differ.sum())} of {ref.size} elements differ)"
                 + _first_bad_layer(cm, inputs),
             ), result
+    if cm.reference is not None:
+        return Comparison(
+            True, f"BIT-EXACT with the PT2E rule; {cm.reference.describe(inputs)}"
+        ), result
     return Comparison(True, "BIT-EXACT"), result
 
 
@@ -201,6 +218,8 @@ def _first_bad_layer(cm: CompiledModel, inputs) -> str:
     """Each layer alone on PyTorch's own values at its inputs: the first whose output differs."""
     from tensorgen.frontend.fx import record
 
+    if cm.reference is not None:  # PyTorch's values are float, not the rule's integers
+        return ""
     with quantized_engine(cm.engine):
         results = {n.name: r for n, r in record(cm.qmodel, inputs).items()}
     latest = {}  # buffer -> the model value it holds when the next layer runs

@@ -36,7 +36,13 @@ def compile_model_args(args):
             bar.update(task, total=n, completed=i, description=f"{layer.op} {layer.path}"[:48])
 
         cm = compile_model(
-            model, example, target, engine=args.engine, seed=args.seed, progress=progress
+            model,
+            example,
+            target,
+            engine=args.engine,
+            seed=args.seed,
+            progress=progress,
+            quantizer=getattr(args, "quantizer", "fx"),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)
@@ -149,7 +155,8 @@ def cmd_check_model(args) -> int:
                 f"{list(cm.example_inputs[0].shape)}"
             )
         cmp, result = check_model(cm, inputs)
-        print(f"trial {i + 1} ({label}, {cm.engine}): {cmp.message}")
+        how = "pt2e" if cm.reference is not None else cm.engine
+        print(f"trial {i + 1} ({label}, {how}): {cmp.message}")
         if not cmp.exact:
             status = 1
             break
