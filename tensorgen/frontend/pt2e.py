@@ -71,19 +71,24 @@ class _Pt2e:
 
     def run(self) -> Graph:
         nodes = list(self.gm.graph.nodes)
-        for node in nodes:
+        for node in [n for n in nodes if n.op != "output"] + [n for n in nodes if n.op == "output"]:
+            if node.op == "output":  # every float operator is part of a layer by now
+                self.check_float(nodes)
             try:
                 self.node(node)
             except SpecError as err:
                 raise SpecError(f"{op_of(node)} at {_path_of(node)}: {err}") from None
-        for node in nodes:
-            if node.op == "call_function" and op_of(node) not in (Q, DQ, DQC):
-                if node not in self.used:
-                    raise SpecError(
-                        f"{op_of(node)} at {_path_of(node)}: a float operation whose result is "
-                        "not quantized cannot be bit-exact on the accelerator"
-                    )
         return Graph(self.layers, self.values, self.inputs, self.outputs)
+
+    def check_float(self, nodes: list[fx.Node]) -> None:
+        for node in nodes:
+            lowered = op_of(node) in (Q, DQ, DQC) or node in self.used
+            if node.op == "call_function" and not lowered:
+                raise SpecError(
+                    f"{op_of(node)} at {_path_of(node)}: a float operation whose result is not "
+                    "quantized (tensorgen's PT2E quantizer does not quantize it) cannot be "
+                    "bit-exact on the accelerator"
+                )
 
     # -- values --------------------------------------------------------------------------
     def value_of(self, node) -> Value:

@@ -156,7 +156,7 @@ def conv(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
 
     lo, hi = lw.bounds(y, lo_f, hi_f)
     op = "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped"
-    lw.add(Layer(q.name, path_of(q), op, ports, body, lo, hi, fusable=True))
+    lw.add(Layer(src.name, path_of(src), op, ports, body, lo, hi, fusable=True))
 
 
 def linear(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
@@ -184,7 +184,7 @@ def linear(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
         ]
 
     lo, hi = lw.bounds(y, lo_f, hi_f)
-    lw.add(Layer(q.name, path_of(q), "linear", ports, body, lo, hi, fusable=True))
+    lw.add(Layer(src.name, path_of(src), "linear", ports, body, lo, hi, fusable=True))
 
 
 def add(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
@@ -211,7 +211,7 @@ def add(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
 
     lo, hi = lw.bounds(y, lo_f, hi_f)
     ports = [a.port("A", "input"), b.port("B", "input"), y.port("Y", "output")]
-    lw.add(Layer(q.name, path_of(q), "add", ports, body, lo, hi))
+    lw.add(Layer(src.name, path_of(src), "add", ports, body, lo, hi))
 
 
 def _same_params(x, y) -> None:
@@ -245,7 +245,7 @@ def max_pool(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
         ]
 
     ports = [x.port("X", "input", lo), y.port("Y", "output")]
-    lw.add(Layer(q.name, path_of(q), "max_pool2d", ports, body))
+    lw.add(Layer(src.name, path_of(src), "max_pool2d", ports, body))
 
 
 def adaptive_avg_pool(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
@@ -273,7 +273,7 @@ def adaptive_avg_pool(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
         ]
 
     ports = [x.port("X", "input"), Port("ACC", y.shape, "int32", "none"), y.port("Y", "output")]
-    lw.add(Layer(q.name, path_of(q), "adaptive_avg_pool2d", ports, body))
+    lw.add(Layer(src.name, path_of(src), "adaptive_avg_pool2d", ports, body))
 
 
 def alias(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
@@ -304,7 +304,9 @@ def cat(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
             }
         )
         off += p.shape[dim]
-    lw.add(Layer(q.name, path_of(q), "cat", [*ports, y.port("Y", "output")], lambda lo, hi: stmts))
+    lw.add(
+        Layer(src.name, path_of(src), "cat", [*ports, y.port("Y", "output")], lambda lo, hi: stmts)
+    )
 
 
 LAYERS = {

@@ -186,37 +186,67 @@ class RuleModel(nn.Module):
     def deviations(self, inputs: tuple[torch.Tensor, ...]) -> tuple[int, int, int]:
         """(elements that differ, their largest difference in LSB, elements) between the rule's
         output codes and those of PyTorch's float32 execution of the graph."""
-        env = _Rule(self.gm).run(inputs)
-        torch_codes: dict[fx.Node, torch.Tensor] = {}
+        env, theirs = _Rule(self.gm).run(inputs), self._torch_codes(inputs)
+        return _compare((env[q].q, theirs[q]) for q in self._output_quantizes())
+
+    def layer_deviations(self, inputs: tuple[torch.Tensor, ...]) -> tuple[int, int, int]:
+        """The same over every quantized tensor, each computed by the rule from PyTorch's own
+        values at its inputs: what the rule changes in one layer, without propagation."""
+        theirs = self._torch_codes(inputs)
+        rule = _Rule(self.gm)
+        pairs = []
+        for q, codes in theirs.items():
+            s, zp, lo, hi = float(q.args[1]), int(q.args[2]), int(q.args[3]), int(q.args[4])
+            rule.env[q] = Codes(codes, s, zp, lo, hi)
+        rule.env.update(
+            {n: x.detach().numpy() for n, x in zip(self._placeholders(), inputs, strict=True)}
+        )
+        for q in theirs:
+            pairs.append((rule.quantize(q).q, theirs[q]))
+        return _compare(pairs)
+
+    def _placeholders(self) -> list[fx.Node]:
+        return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+
+    def _output_quantizes(self) -> list[fx.Node]:
+        out = next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
+        return [o.args[0] for o in (out if isinstance(out, (tuple, list)) else (out,))]
+
+    def _torch_codes(self, inputs) -> dict[fx.Node, np.ndarray]:
+        """Every quantize node's int8 result when PyTorch runs the graph."""
+        codes: dict[fx.Node, np.ndarray] = {}
 
         class Recorder(fx.Interpreter):
             def run_node(self, n):
                 out = super().run_node(n)
-                torch_codes[n] = out
+                if n.op == "call_function" and str(n.target) == QUANT:
+                    codes[n] = out.numpy().astype(np.int64)
                 return out
 
         with torch.no_grad():
             Recorder(self.gm).run(*inputs)
-        out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
-        outs = (
-            out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
-        )
-        differ = largest = total = 0
-        for o in outs:
-            q = o.args[0]
-            mine = env[q].q
-            theirs = torch_codes[q].numpy().astype(np.int64)
-            d = np.abs(mine - theirs)
-            differ += int((d > 0).sum())
-            largest = max(largest, int(d.max(initial=0)))
-            total += d.size
-        return differ, largest, total
+        return codes
 
     def describe(self, inputs: tuple[torch.Tensor, ...]) -> str:
-        differ, largest, total = self.deviations(inputs)
-        if not differ:
-            return "PyTorch's float execution of the PT2E graph agrees on every output element"
-        return (
-            f"PyTorch's float execution of the PT2E graph differs on {differ} of {total} output "
-            f"elements ({differ / total:.3%}), by at most {largest} LSB"
-        )
+        """One line: how PyTorch's float execution of the graph differs from the rule, at the
+        outputs and layer by layer (see layer_deviations)."""
+        parts = []
+        for what, (differ, largest, total) in (
+            ("outputs", self.deviations(inputs)),
+            ("layer by layer", self.layer_deviations(inputs)),
+        ):
+            parts.append(
+                f"{what} {differ} of {total:,} elements ({differ / total:.3%})"
+                + (f", at most {largest} LSB" if differ else "")
+            )
+        return "PyTorch's float execution differs: " + "; ".join(parts)
+
+
+def _compare(pairs) -> tuple[int, int, int]:
+    differ = largest = total = 0
+    for mine, theirs in pairs:
+        d = np.abs(mine - theirs)
+        differ += int((d > 0).sum())
+        largest = max(largest, int(d.max(initial=0)))
+        total += d.size
+    return differ, largest, total

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import logging
 import sys
 import traceback
 import warnings
@@ -187,14 +188,15 @@ def quantize(
     float_model = copy.deepcopy(model).eval()
     generator = torch.Generator().manual_seed(seed)
     if quantizer == "pt2e":
-        from tensorgen.frontend.pt2e_quantizer import quantize_pt2e
+        with quiet_torch_logs():  # torchao logs its optional CUDA kernels failing to load
+            from tensorgen.frontend.pt2e_quantizer import quantize_pt2e
 
-        try:
-            return quantize_pt2e(float_model, example_inputs, calibration_batches, generator)
-        except SpecError:
-            raise
-        except Exception as err:  # torch.export or torchao refusing the model
-            raise SpecError(f"PT2E quantization failed: {_one_line(err)}") from None
+            try:
+                return quantize_pt2e(float_model, example_inputs, calibration_batches, generator)
+            except SpecError:
+                raise
+            except Exception as err:  # torch.export or torchao refusing the model
+                raise SpecError(f"PT2E quantization failed: {_one_line(err)}") from None
     with quantized_engine(engine), torch.no_grad():
         prepared = prepare_fx(float_model, get_default_qconfig_mapping(engine), example_inputs)
         for _ in range(calibration_batches):
@@ -219,6 +221,25 @@ def quiet_torch_warnings() -> Iterator[None]:
         ):
             warnings.filterwarnings("ignore", message=message)
         yield
+
+
+@contextmanager
+def quiet_torch_logs() -> Iterator[None]:
+    """torch and torchao log warnings through `logging` (torchao: its optional CUDA kernels
+    failing to load; torch: deprecations at torchao's import), which reach stderr ahead of a
+    refusal's one line. Inside the block only errors are logged."""
+    names = ("torch", "torchao", "torch.utils._pytree")  # torch configures handlers of its own
+    loggers, handler = [logging.getLogger(n) for n in names], logging.NullHandler()
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def _random_like(
