@@ -80,18 +80,7 @@ def compile_model(
     """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
     schedule, compile and link it."""
     t0 = time.perf_counter()
-    with quantized_engine(engine):
-        qmodel = (
-            model
-            if is_quantized(model) or is_pt2e(model)
-            else quantize(model, example_inputs, engine=engine, seed=seed, quantizer=quantizer)
-        )
-        pt2e = is_pt2e(qmodel)
-        graph = (
-            lower_pt2e(qmodel, example_inputs)
-            if pt2e
-            else lower_graph(qmodel, example_inputs, engine)
-        )
+    qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
     link_layers, binaries, macs, schedules = [], [], [], []
@@ -140,10 +129,7 @@ def compile_model(
         [v.name for v in graph.inputs],
         [v.name for v in graph.outputs],
     )
-    if pt2e:
-        from tensorgen.frontend.pt2e_rule import RuleModel
-
-        cm.reference = RuleModel(qmodel)
+    cm.reference = reference
     # one run of the whole binary on the example input gives every layer's cycles and traffic
     _, result = run_model(cm, example_inputs)
     before = Mark(0, 0, 0, 0)
@@ -166,6 +152,21 @@ def compile_model(
         before = mark
     cm.compile_s = time.perf_counter() - t0
     return cm
+
+
+def _lowered(model, example_inputs, engine: str, seed: int, quantizer: str):
+    """(the quantized model, its layer graph, the reference of a PT2E graph or None)."""
+    with quantized_engine(engine):
+        qmodel = (
+            model
+            if is_quantized(model) or is_pt2e(model)
+            else quantize(model, example_inputs, engine=engine, seed=seed, quantizer=quantizer)
+        )
+        if not is_pt2e(qmodel):
+            return qmodel, lower_graph(qmodel, example_inputs, engine), None
+    from tensorgen.frontend.pt2e_rule import RuleModel
+
+    return qmodel, lower_pt2e(qmodel, example_inputs), RuleModel(qmodel)
 
 
 def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
