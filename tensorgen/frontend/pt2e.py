@@ -31,8 +31,6 @@ Q, DQ, DQC = (
 DTYPES = {torch.int8: "int8", torch.uint8: "uint8"}
 ACTIVATIONS = {"aten.relu.default", "aten.relu_.default", "aten.hardtanh.default"}
 ACTIVATIONS |= {"aten.hardtanh_.default"}
-ALIASES = {"aten.flatten.using_ints", "aten.view.default", "aten.reshape.default"}
-ALIASES |= {"aten.contiguous.default", "aten.clone.default"}
 
 
 def op_of(node: fx.Node) -> str:
@@ -77,7 +75,9 @@ class _Pt2e:
             try:
                 self.node(node)
             except SpecError as err:
-                raise SpecError(f"{op_of(node)} at {_path_of(node)}: {err}") from None
+                site = node.args[0] if op_of(node) == Q else node  # the float operator quantized
+                site = site if isinstance(site, fx.Node) else node
+                raise SpecError(f"{op_of(site)} at {_path_of(site)}: {err}") from None
         return Graph(self.layers, self.values, self.inputs, self.outputs)
 
     def check_float(self, nodes: list[fx.Node]) -> None:
@@ -179,7 +179,7 @@ class _Pt2e:
         self.used.add(src)
         fn = L.LAYERS.get(op_of(src))
         if fn is None:
-            raise SpecError(f"{op_of(src)}: unsupported operator in a PT2E graph")
+            raise SpecError(f"{op_of(src)} is not supported in a PT2E graph")
         if act is not None and fn not in L.FUSABLE:
             raise SpecError(f"{op_of(act)} after {op_of(src)} (only after conv, linear, add)")
         fn(self, q, src, lo_f, hi_f)

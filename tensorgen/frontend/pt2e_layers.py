@@ -319,6 +319,8 @@ LAYERS = {
     "aten.flatten.using_ints": alias,
     "aten.view.default": alias,
     "aten.reshape.default": alias,
+    "aten.contiguous.default": alias,
+    "aten.clone.default": alias,
     "aten.cat.default": cat,
 }
 FUSABLE = (conv, linear, add)

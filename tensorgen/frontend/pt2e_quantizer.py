@@ -55,6 +55,8 @@ SAME_VALUES = (  # ops whose output takes their input's quantization parameters
     aten.flatten.using_ints,
     aten.view.default,
     aten.reshape.default,
+    aten.contiguous.default,
+    aten.clone.default,
     aten.relu.default,
     aten.relu_.default,
     aten.hardtanh.default,

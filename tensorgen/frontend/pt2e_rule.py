@@ -132,6 +132,8 @@ class _Rule:
             acc = (x.q - x.zp).reshape(n, c, oh, kh, ow, kw).sum(axis=(3, 5))
             m = np.float32(x.scale / (kh * kw * s))
             return _requant(acc, np.asarray(m), zp, lo, hi)
+        if name in ("aten.contiguous.default", "aten.clone.default"):
+            return np.clip(self.codes(src.args[0]).q, lo, hi)
         if name in ("aten.flatten.using_ints", "aten.view.default", "aten.reshape.default"):
             x = self.codes(src.args[0])
             return np.clip(self.gm_shape(src, x.q), lo, hi)
