@@ -144,3 +144,24 @@ def test_the_rule_differs_from_float_execution_by_at_most_one_lsb_on_few_element
     with torch.no_grad():
         step = float(dq.args[1])
         assert np.abs(rule(*example).numpy() - gm(*example).numpy()).max() <= step * 1.001
+
+
+def test_the_cli_refuses_an_unquantized_operator_with_exit_code_2(tmp_path):
+    model = tmp_path / "sig.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3)\n\n"
+        "    def forward(self, x):\n        return torch.sigmoid(self.conv(x))\n\n"
+        "def build():\n    torch.manual_seed(0)\n    return M().eval(), (torch.randn(1, 3, 8, 8),)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tensorgen.cli", "check", str(model), "--quantizer", "pt2e"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: aten.sigmoid.default at "), lines
