@@ -309,7 +309,49 @@ def cat(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     )
 
 
+def permute(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
+    """transpose / permute with shared parameters: a copy with permuted indices."""
+    x = lw.value_of(src.args[0])
+    y = lw.new_value(q)
+    _same_params(x, y)
+    rank = len(x.shape)
+    if op_of(src) == "aten.transpose.int":
+        dims = list(range(rank))
+        a, b = src.args[1] % rank, src.args[2] % rank
+        dims[a], dims[b] = dims[b], dims[a]
+    else:
+        dims = [d % rank for d in src.args[1]]
+    ix = axes(rank)
+    out = idx([ix[d] for d in dims])
+    ports = [x.port("X", "input"), y.port("Y", "output")]
+    lw.add(
+        Layer(src.name, path_of(src), "permute", ports, lambda lo, hi: [f"Y[{out}] = X[{idx(ix)}]"])
+    )
+
+
+def piece(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
+    """A getitem of chunk / split along a dimension, with shared parameters: a slice copy."""
+    whole = src.args[0]
+    if op_of(whole) not in ("aten.chunk.default", "aten.split.Tensor"):
+        raise SpecError(f"getitem of {op_of(whole)}")
+    lw.used.add(whole)
+    x = lw.value_of(whole.args[0])
+    y = lw.new_value(q)
+    _same_params(x, y)
+    dim = (whole.args[2] if len(whole.args) > 2 else 0) % len(x.shape)
+    off = sum(t.shape[dim] for t in lw.results[whole][: src.args[1]])
+    ix = axes(len(x.shape))
+    at = list(ix)
+    at[dim] = affine((1, ix[dim]), const=off)
+    ports = [x.port("X", "input"), y.port("Y", "output")]
+    stmt = {"stmt": f"Y[{idx(ix)}] = X[{idx(at)}]", "where": f"0 <= {ix[dim]} < {y.shape[dim]}"}
+    lw.add(Layer(src.name, path_of(src), "slice", ports, lambda lo, hi: [stmt]))
+
+
 LAYERS = {
+    "aten.transpose.int": permute,
+    "aten.permute.default": permute,
+    "<built-in function getitem>": piece,
     "aten.conv2d.default": conv,
     "aten.linear.default": linear,
     "aten.add.Tensor": add,

@@ -18,6 +18,8 @@ torchao is imported here only, and this module only when `--quantizer pt2e` is u
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import fx
 from torchao.quantization.pt2e import HistogramObserver, PerChannelMinMaxObserver
@@ -57,6 +59,8 @@ SAME_VALUES = (  # ops whose output takes their input's quantization parameters
     aten.reshape.default,
     aten.contiguous.default,
     aten.clone.default,
+    aten.transpose.int,
+    aten.permute.default,
     aten.relu.default,
     aten.relu_.default,
     aten.hardtanh.default,
@@ -89,6 +93,8 @@ class TensorgenQuantizer(Quantizer):
                 self._cat(node)
             elif node.target in SAME_VALUES:
                 self._same(node)
+            elif node.target in (aten.chunk.default, aten.split.Tensor):
+                self._pieces(node)
             elif node.target in OWN_OUTPUT:
                 self._annotate(node, {_arg(node, 0): ACT}, ACT)
         return model
@@ -144,6 +150,16 @@ class TensorgenQuantizer(Quantizer):
         shared = SharedQuantizationSpec((first, node))
         inputs = {first: ACT} | {t: shared for t in tensors[1:]}
         self._annotate(node, inputs, shared)
+
+    def _pieces(self, node: fx.Node) -> None:
+        """chunk / split: the tuple is not observed; each getitem of it shares the input's."""
+        x = _arg(node, 0)
+        if not isinstance(x, fx.Node):
+            return
+        self._annotate(node, {x: ACT}, None)
+        for user in node.users:
+            if user.op == "call_function" and user.target is operator.getitem:
+                self._annotate(user, {}, SharedQuantizationSpec((x, node)))
 
     def _same(self, node: fx.Node) -> None:
         x = _arg(node, 0)

@@ -132,6 +132,16 @@ class _Rule:
             acc = (x.q - x.zp).reshape(n, c, oh, kh, ow, kw).sum(axis=(3, 5))
             m = np.float32(x.scale / (kh * kw * s))
             return _requant(acc, np.asarray(m), zp, lo, hi)
+        if name == "aten.transpose.int":
+            return np.clip(np.swapaxes(self.codes(src.args[0]).q, src.args[1], src.args[2]), lo, hi)
+        if name == "aten.permute.default":
+            return np.clip(np.transpose(self.codes(src.args[0]).q, src.args[1]), lo, hi)
+        if name == "<built-in function getitem>":
+            whole = src.args[0]
+            x = torch.from_numpy(self.codes(whole.args[0]).q)
+            fn = torch.chunk if str(whole.target) == "aten.chunk.default" else torch.split
+            dim = whole.args[2] if len(whole.args) > 2 else 0
+            return np.clip(fn(x, whole.args[1], dim)[src.args[1]].numpy(), lo, hi)
         if name in ("aten.contiguous.default", "aten.clone.default"):
             return np.clip(self.codes(src.args[0]).q, lo, hi)
         if name in ("aten.flatten.using_ints", "aten.view.default", "aten.reshape.default"):

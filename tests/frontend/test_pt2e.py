@@ -72,7 +72,16 @@ def test_quantizer_annotates_int8_per_channel_weights_int32_bias_and_fused_relu(
         assert q.args[1:3] == node.args[0].args[1:3]
 
 
-@pytest.mark.parametrize("name, size", [("small_cnn", 16), ("mobilenetv2", 32), ("resnet18", 32)])
+@pytest.mark.parametrize(
+    "name, size",
+    [
+        ("small_cnn", 16),
+        ("mobilenetv2", 32),
+        ("resnet18", 32),
+        ("shufflenetv2", 32),
+        ("inception", 16),
+    ],
+)
 def test_example_model_is_bit_exact_with_the_rule(name, size):
     model, example = load_factory(str(MODELS / f"{name}.py"), {"size": size})
     cm = compile_model(model, example, load_target("tg1"), quantizer="pt2e")
