@@ -174,3 +174,39 @@ def test_the_cli_refuses_an_unquantized_operator_with_exit_code_2(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: aten.sigmoid.default at "), lines
+
+
+def test_ties_round_half_to_even_in_the_simulator_and_in_the_rule(monkeypatch):
+    """Scales edited so that M = 2^-8 exactly: every accumulator that is 128 modulo 256 is a
+    tie. The simulator agrees with the rule, and a rule rounding half away from zero would not."""
+    from tensorgen.frontend import pt2e_rule
+
+    torch.manual_seed(0)
+    gm = quantize(
+        nn.Sequential(nn.Linear(64, 64)).eval(),
+        (torch.randn(64, 64),),
+        quantizer="pt2e",
+        calibration_batches=1,
+    )
+    (linear,) = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.linear.default)
+    scales = linear.args[1].args[1].target  # the weights' per-channel scales
+    setattr(gm, scales, torch.full_like(getattr(gm, scales), 2.0**-7))
+    s_y = float(linear.args[0].args[1]) * 2.0  # M = s_x·s_w/s_y = 2^-8
+    (q,) = linear.users
+    for node in (q, *q.users):
+        node.args = (node.args[0], s_y, *node.args[2:])
+    gm.recompile()
+    x = (torch.randn(64, 64, generator=torch.Generator().manual_seed(1)),)
+    cm = compile_model(gm, x, load_target("tg1"))
+    comparison, _ = check_model(cm, x)
+    assert comparison.exact, comparison.message
+    even = cm.reference(*x).numpy()
+
+    def half_away(acc, m, zp, lo, hi):
+        t = ((acc + 2**31) % 2**32 - 2**31).astype(np.float32) * m.astype(np.float32)
+        t = t.astype(np.float64)
+        return np.clip((np.sign(t) * np.floor(np.abs(t) + 0.5)).astype(np.int64) + zp, lo, hi)
+
+    monkeypatch.setattr(pt2e_rule, "_requant", half_away)
+    ties = int((cm.reference(*x).numpy() != even).sum())
+    assert ties > 3  # 12 of 4,096 on this input
