@@ -66,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--trials",
         type=bounded_int(
-            0,
-            MAX_TRIALS,
-            "MAX_TRIALS in tensorgen/cli/common.py; run again with another --seed for more",
+            0, MAX_TRIALS, "MAX_TRIALS in tensorgen/cli/common.py; run again with another --seed for more"
         ),
         default=1,
     )
