@@ -23,6 +23,7 @@ from tensorgen.driver import Comparison, compile_auto
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
+from tensorgen.frontend.pt2e import is_pt2e, lower_pt2e
 from tensorgen.frontend.quantize import quantize, quantized_engine
 from tensorgen.ir.core import Program
 from tensorgen.ir.verify import verify_program
@@ -62,6 +63,7 @@ class CompiledModel:
     compile_s: float = 0.0
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    reference: torch.nn.Module | None = None  # a PT2E graph's: tensorgen's rule (pt2e_rule)
 
 
 def is_quantized(model: torch.nn.Module) -> bool:
@@ -78,17 +80,13 @@ def compile_model(
     seed: int = 0,
     progress: Callable[[int, int, Layer], None] | None = None,
     jobs: int = 1,
+    quantizer: str = "fx",
 ) -> CompiledModel:
-    """Quantize `model` (unless it already is), lower, schedule, compile and link it; `jobs`
-    processes compile its layers (compile_layers: the same binary whatever their number)."""
+    """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
+    schedule, compile and link it; `jobs` processes compile its layers (compile_layers: the
+    same binary whatever their number)."""
     t0 = time.perf_counter()
-    with quantized_engine(engine):
-        qmodel = (
-            model
-            if is_quantized(model)
-            else quantize(model, example_inputs, engine=engine, seed=seed)
-        )
-        graph = lower_graph(qmodel, example_inputs, engine)
+    qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
     buffers: dict[str, Buffer] = {}
@@ -114,6 +112,7 @@ def compile_model(
         [v.name for v in graph.inputs],
         [v.name for v in graph.outputs],
     )
+    cm.reference = reference
     # one run of the whole binary on the example input gives every layer's cycles and traffic
     _, result = run_model(cm, example_inputs)
     before = Mark(0, 0, 0, 0)
@@ -243,10 +242,25 @@ def _compile_layer(program: Program, target: Target, trace: tuple | None = None)
     )
 
 
+def _lowered(model, example_inputs, engine: str, seed: int, quantizer: str):
+    """(the quantized model, its layer graph, the reference of a PT2E graph or None)."""
+    with quantized_engine(engine):
+        qmodel = (
+            model
+            if is_quantized(model) or is_pt2e(model)
+            else quantize(model, example_inputs, engine=engine, seed=seed, quantizer=quantizer)
+        )
+        if not is_pt2e(qmodel):
+            return qmodel, lower_graph(qmodel, example_inputs, engine), None
+    from tensorgen.frontend.pt2e_rule import RuleModel
+
+    return qmodel, lower_pt2e(qmodel, example_inputs), RuleModel(qmodel)
+
+
 def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
     """PyTorch's quantized execution of the model, under the engine it was quantized for."""
     with quantized_engine(cm.engine), torch.no_grad():
-        out = cm.qmodel(*inputs)
+        out = (cm.reference or cm.qmodel)(*inputs)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return [o.detach().numpy() for o in outs]
 
@@ -282,6 +296,10 @@ def check_model(
                 f"PyTorch {ref[where]!r} ({int(differ.sum())} of {ref.size} elements differ)"
                 + _first_bad_layer(cm, inputs),
             ), result
+    if cm.reference is not None:
+        return Comparison(
+            True, f"BIT-EXACT with the PT2E rule; {cm.reference.describe(inputs)}"
+        ), result
     return Comparison(True, "BIT-EXACT"), result
 
 
@@ -289,6 +307,8 @@ def _first_bad_layer(cm: CompiledModel, inputs) -> str:
     """Each layer alone on PyTorch's own values at its inputs: the first whose output differs."""
     from tensorgen.frontend.fx import record
 
+    if cm.reference is not None:  # PyTorch's values are float, not the rule's integers
+        return ""
     with quantized_engine(cm.engine):
         results = {n.name: r for n, r in record(cm.qmodel, inputs).items()}
     latest = {}  # buffer -> the model value it holds when the next layer runs

@@ -164,19 +164,26 @@ def analyze(
     engine: str = "qnnpack",
     seed: int = 0,
     record: bool = False,
+    quantizer: str = "fx",
 ) -> Analysis:
     """Compile `source` (a model file or an op.yaml) for `target` with the automatic schedule,
     simulate it once on one input (the model's example input, or seeded random op inputs) and
     compare with PyTorch."""
     if is_model(source):
-        return _analyze_model(source, target, params or {}, engine, seed, record)
+        return _analyze_model(source, target, params or {}, engine, seed, record, quantizer)
     if params:
         raise TensorgenError(f"{source}: --param applies to a model, not to an op.yaml")
     return _analyze_op(source, target, seed, record)
 
 
 def _analyze_model(
-    source: str, target: Target, params: dict[str, int], engine: str, seed: int, record: bool
+    source: str,
+    target: Target,
+    params: dict[str, int],
+    engine: str,
+    seed: int,
+    record: bool,
+    quantizer: str = "fx",
 ) -> Analysis:
     from tensorgen.frontend.load import load_model
     from tensorgen.mc.binary import decode, encode
@@ -184,7 +191,7 @@ def _analyze_model(
     from tensorgen.sim.machine import simulate
 
     model, example = load_model(source, params)
-    cm = compile_model(model, example, target, engine=engine, seed=seed)
+    cm = compile_model(model, example, target, engine=engine, seed=seed, quantizer=quantizer)
     t0 = time.perf_counter()
     feed = {
         name: x.detach().numpy().astype(np.float32)

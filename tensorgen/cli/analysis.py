@@ -23,12 +23,30 @@ def cmd_report(args) -> int:
     target = _analysis_target(args.target)
     out = out_dir(args.output)
     a = analyze(
-        args.source, target, factory_params(args.param), args.engine, args.seed, record=True
+        args.source,
+        target,
+        factory_params(args.param),
+        args.engine,
+        args.seed,
+        record=True,
+        quantizer=args.quantizer,
     )
     print_table(a)
     for path in write_report(a, out, args.layer):
         print(f"wrote {path}")
     return 0 if a.exact else 1
+
+
+def _report_options(rp: argparse.ArgumentParser) -> None:
+    rp.add_argument("--target", help="target name or path (default tg1)")
+    rp.add_argument("-o", "--output", default="report", help="output directory (default ./report)")
+    rp.add_argument("--layer", help="the layer shown in timeline.png (default: the slowest)")
+    rp.add_argument(
+        "--quantizer",
+        default="fx",
+        choices=("fx", "pt2e"),
+        help="for a float model: PyTorch's FX flow (default) or torch.export + torchao's PT2E",
+    )
 
 
 def cmd_sweep(args) -> int:
@@ -181,9 +199,7 @@ def analysis_parsers(sub) -> None:
         "report", help="per-layer cycles/energy/roofline table, plots and a Perfetto trace"
     )
     common(rp)
-    rp.add_argument("--target", help="target name or path (default tg1)")
-    rp.add_argument("-o", "--output", default="report", help="output directory (default ./report)")
-    rp.add_argument("--layer", help="the layer shown in timeline.png (default: the slowest)")
+    _report_options(rp)
     rp.set_defaults(func=cmd_report)
 
     sp = sub.add_parser(

@@ -94,6 +94,13 @@ def model_options(p: argparse.ArgumentParser) -> None:
         help="for a model: PyTorch's quantized engine whose qconfig and kernels are the reference",
     )
     p.add_argument(
+        "--quantizer",
+        default="fx",
+        choices=("fx", "pt2e"),
+        help="for a float model: PyTorch's FX flow (default), or torch.export + torchao's PT2E "
+        "flow with tensorgen's quantizer (checked against tensorgen's PT2E integer rule)",
+    )
+    p.add_argument(
         "--dump-layers", metavar="DIR", help="for a model: write each layer's op.yaml here"
     )
     p.add_argument(

@@ -43,6 +43,7 @@ def compile_model_args(args):
             seed=args.seed,
             progress=progress,
             jobs=getattr(args, "jobs", 1),
+            quantizer=getattr(args, "quantizer", "fx"),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)
@@ -155,7 +156,8 @@ def cmd_check_model(args) -> int:
                 f"{list(cm.example_inputs[0].shape)}"
             )
         cmp, result = check_model(cm, inputs)
-        print(f"trial {i + 1} ({label}, {cm.engine}): {cmp.message}")
+        how = "pt2e" if cm.reference is not None else cm.engine
+        print(f"trial {i + 1} ({label}, {how}): {cmp.message}")
         if not cmp.exact:
             status = 1
             break

@@ -63,6 +63,8 @@ def from_exported(path: str | Path) -> ModelAndInputs:
 def load_exported(data: bytes, where: str) -> torch.export.ExportedProgram:
     """The exported program in the .pt2 archive `data`, loaded without running any code from it
     (see the module docstring); SpecError naming `where` for anything else."""
+    # a PT2E-quantized program holds quantized_decomposed ops: registering them runs no file code
+    import torch.ao.quantization.fx._decomposed  # noqa: F401
     from torch.export.pt2_archive._package import PT2ArchiveReader, load_pt2
 
     with quiet_torch_warnings(), _quiet_torch_logs():
@@ -199,7 +201,9 @@ def exported_module(
     ep: torch.export.ExportedProgram, where: str = "exported program"
 ) -> ModelAndInputs:
     """The exported graph rebuilt as a module the quantization flow takes (see
-    tensorgen/frontend/export.py), with its example inputs; refuses dynamic shapes."""
+    tensorgen/frontend/export.py), with its example inputs; refuses dynamic shapes. A program
+    quantized by PT2E (`convert_pt2e`, then `torch.export.export` and `save`) is returned as
+    its GraphModule, which tensorgen lowers as it is."""
     for node in ep.graph.nodes:
         if node.op != "placeholder":
             continue
@@ -216,6 +220,8 @@ def exported_module(
         raise SpecError(
             f"{where}: the program carries no example inputs; export it with example inputs"
         )
+    if any(str(n.target).startswith("quantized_decomposed.") for n in ep.graph.nodes):
+        return ep.module(), tuple(args)  # already quantized by PT2E: lowered as it is
     try:
         module = module_from_exported(ep)
     except SpecError as err:

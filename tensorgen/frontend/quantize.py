@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import logging
 import sys
 import traceback
 import warnings
@@ -35,6 +36,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 from tensorgen.errors import SpecError
 
 ENGINES = ("qnnpack", "x86", "fbgemm")
+QUANTIZERS = ("fx", "pt2e")  # PyTorch's FX flow, or torch.export + torchao's PT2E flow
 DEFAULT_FACTORY = "build"
 
 ModelAndInputs = tuple[nn.Module, tuple[torch.Tensor, ...]]
@@ -147,8 +149,13 @@ def quantize(
     engine: str = "qnnpack",
     calibration_batches: int = 8,
     seed: int = 0,
+    quantizer: str = "fx",
 ) -> torch.fx.GraphModule:
     """PyTorch's standard FX post-training int8 quantization of `model`.
+
+    `quantizer="pt2e"` quantizes through torch.export and torchao's PT2E flow instead, with
+    tensorgen's quantizer (`tensorgen.frontend.pt2e_quantizer`, imported only then); the
+    engine does not enter it. The calibration batches are the same.
 
     `prepare_fx(model, get_default_qconfig_mapping(engine), example_inputs)`,
     then `calibration_batches` forward passes on seeded random batches shaped
@@ -172,10 +179,24 @@ def quantize(
         raise SpecError(
             f"quantize(calibration_batches={calibration_batches}): must be a positive integer"
         )
-    if is_quantized(model):
+    if quantizer not in QUANTIZERS:
+        raise SpecError(
+            f"quantize(quantizer={quantizer!r}): must be one of {', '.join(QUANTIZERS)}"
+        )
+    if is_quantized(model) or is_pt2e_quantized(model):
         return model
     float_model = copy.deepcopy(model).eval()
     generator = torch.Generator().manual_seed(seed)
+    if quantizer == "pt2e":
+        with quiet_torch_logs():  # torchao logs its optional CUDA kernels failing to load
+            from tensorgen.frontend.pt2e_quantizer import quantize_pt2e
+
+            try:
+                return quantize_pt2e(float_model, example_inputs, calibration_batches, generator)
+            except SpecError:
+                raise
+            except Exception as err:  # torch.export or torchao refusing the model
+                raise SpecError(f"PT2E quantization failed: {_one_line(err)}") from None
     with quantized_engine(engine), torch.no_grad():
         prepared = prepare_fx(float_model, get_default_qconfig_mapping(engine), example_inputs)
         for _ in range(calibration_batches):
@@ -202,6 +223,25 @@ def quiet_torch_warnings() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def quiet_torch_logs() -> Iterator[None]:
+    """torch and torchao log warnings through `logging` (torchao: its optional CUDA kernels
+    failing to load; torch: deprecations at torchao's import), which reach stderr ahead of a
+    refusal's one line. Inside the block only errors are logged."""
+    names = ("torch", "torchao", "torch.utils._pytree")  # torch configures handlers of its own
+    loggers, handler = [logging.getLogger(n) for n in names], logging.NullHandler()
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
 def _random_like(
     inputs: tuple[torch.Tensor, ...], generator: torch.Generator
 ) -> tuple[torch.Tensor, ...]:
@@ -212,6 +252,18 @@ def _random_like(
 
 
 _QUANTIZE_FUNCTIONS = (torch.quantize_per_tensor, torch.quantize_per_channel)
+_PT2E_QUANTIZE = "quantized_decomposed.quantize_per_tensor.default"
+
+
+def is_pt2e_quantized(model: nn.Module) -> bool:
+    """Whether `model` is a GraphModule converted by PT2E (`convert_pt2e`): it holds
+    `quantized_decomposed` quantize nodes around float operators."""
+    return isinstance(model, torch.fx.GraphModule) and any(
+        node.op == "call_function" and str(node.target) == _PT2E_QUANTIZE
+        for node in model.graph.nodes
+    )
+
+
 _QUANTIZED_MODULE_PACKAGES = ("torch.ao.nn.quantized", "torch.ao.nn.intrinsic.quantized")
 
 
