@@ -188,7 +188,9 @@ def _candidates(program: Program, target: Target, errors: list[Exception]):
 
 def compile_default(program: Program, target: Target) -> Compiled:
     """The default schedule: the fastest of the schedules built from the primitives."""
-    return _fastest_default(program, target).compiled
+    compiled = _fastest_default(program, target).compiled
+    verify_compiled(compiled.binary, target)
+    return compiled
 
 
 def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:

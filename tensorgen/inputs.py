@@ -42,6 +42,9 @@ class InputLimits:
     reference_points: int = 1 << 24
     # statement runs of the reference: shared-loop steps times statements, each a Python step
     reference_steps: int = 1 << 14
+    # bytes of the reference's working copies of all tensors (int64 each element): a check holds
+    # them beside the inputs and the simulator's DRAM image
+    reference_bytes: int = 1 << 30
     # compile time grows with the square of the statement count: 103 statements took 8 CPU-s
     statements: int = 64
     statement_chars: int = 4096  # one statement, and one where: text

@@ -94,6 +94,8 @@ def cmd_run(args) -> int:
     target = load_target(args.target) if args.target else binary_target(binary)
     try:
         verify_binary(binary, target, limits)  # before any input is read or anything runs
+        if not any(t.role in ("output", "inout") for t in binary.tensors):
+            raise BinaryError("the binary has no output or inout tensor: a run would write nothing")
     except BinaryError as err:
         raise BinaryError(f"{args.binary}: {err}") from None
     inputs = {}

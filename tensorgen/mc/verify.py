@@ -38,9 +38,10 @@ MAX_BLOCK_DEPTH = 64  # LOOPs and IFs nested: the simulator recurses once per le
 class SimLimits:
     """Upper bounds on what a binary may ask of the simulator, checked before it runs."""
 
-    # dynamic instructions (each iteration of a loop body counts): 25x a whole ResNet-18 at 224
-    # (79,118 on tg1); 21.7 million vector steps of a conv without its tensorize ran for minutes
-    max_steps: int = 2_000_000
+    # dynamic instructions (each iteration of a loop body counts): 6x a whole ResNet-18 at 224
+    # (79,118 on tg1); a step the fast paths do not batch costs up to ~20 us (2 million of a
+    # matmul without its tensorize took 35 CPU-s)
+    max_steps: int = 500_000
     # iterations of hardware loops run one by one: far cheaper than instructions, but a loop
     # around an IF that is never taken executes none and must still end
     max_iterations: int = 200_000_000

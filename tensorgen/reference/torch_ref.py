@@ -80,6 +80,14 @@ def check_work(program: Program) -> None:
             f"statements), over the limit of {LIMITS.reference_steps:,} "
             "(InputLimits.reference_steps in tensorgen/inputs.py)"
         )
+    # every tensor held as int64 (or float32) while the reference runs, beside the inputs
+    work = sum(math.prod(t.shape) * (4 if t.np_dtype.kind == "f" else 8) for t in program.tensors)
+    if work > LIMITS.reference_bytes:
+        raise TensorgenError(
+            f"the PyTorch reference would hold {work:,} bytes of tensors (int64 working copies), "
+            f"over the limit of {LIMITS.reference_bytes:,} "
+            "(InputLimits.reference_bytes in tensorgen/inputs.py)"
+        )
 
 
 def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -416,16 +416,22 @@ class WorkerPool:
                             self._replace(s)
                             self._send(s, task)
                             continue
-                        outcome = Outcome(
-                            "signal" if code and code < 0 else "bad-exit",
-                            code,
-                            "",
-                            "",
-                            time.perf_counter() - s["t0"],
-                            f"worker died (exit {code})",
-                        )
                         index = s["task"][0]
                         self._replace(s)
+                        if code == RECYCLE_EXIT:  # a case too large to reach a fresh worker
+                            # under its address-space limit: run as a process of its own
+                            outcome = execute(
+                                task[1], self.workdir / "parent", self.limit, self.memory, True
+                            )
+                        else:
+                            outcome = Outcome(
+                                "signal" if code and code < 0 else "bad-exit",
+                                code,
+                                "",
+                                "",
+                                time.perf_counter() - s["t0"],
+                                f"worker died (exit {code})",
+                            )
                     s["task"] = None
                     done(index, outcome)
                 elif time.perf_counter() - s["t0"] > grace:

@@ -56,7 +56,7 @@ def test_the_default_limit_refuses_256_cubed_element_by_element_at_once(tmp_path
     with pytest.raises(
         BinaryError,
         match=rf"^the program executes [\d,]+ instructions, over the simulator's "
-        rf"limit of 2,000,000 {LIMIT}",
+        rf"limit of 500,000 {LIMIT}",
     ):
         simulate(binary, random_inputs(job.program, 0), TINY)
 
