@@ -21,6 +21,7 @@ from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.frontend.quantize import quantize, quantized_engine
+from tensorgen.fusion import Unit, fuse_units
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
 from tensorgen.mc.verify import verify_compiled
@@ -58,6 +59,7 @@ class CompiledModel:
     compile_s: float = 0.0
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    fusion_notes: list[str] = field(default_factory=list)  # what was fused and why (--fuse)
 
 
 def is_quantized(model: torch.nn.Module) -> bool:
@@ -73,8 +75,10 @@ def compile_model(
     engine: str = "qnnpack",
     seed: int = 0,
     progress: Callable[[int, int, Layer], None] | None = None,
+    fuse: bool = False,
 ) -> CompiledModel:
-    """Quantize `model` (unless it already is), lower, schedule, compile and link it."""
+    """Quantize `model` (unless it already is), lower, schedule, compile and link it; with
+    `fuse`, the groups of layers that fusion.py finds fusable are linked as one program each."""
     t0 = time.perf_counter()
     with quantized_engine(engine):
         qmodel = (
@@ -85,7 +89,7 @@ def compile_model(
         graph = lower_graph(qmodel, example_inputs, engine)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
-    link_layers, binaries, macs, schedules = [], [], [], []
+    singles, binaries, plans = [], [], []
     buffers: dict[str, Buffer] = {}
     for v in graph.values.values():
         if v.buffer == v.name:  # the value that owns its storage; aliases share it
@@ -110,10 +114,12 @@ def compile_model(
                 bindings[port.name] = name
             elif port.value is not None:
                 bindings[port.name] = port.value
-        link_layers.append(LinkLayer(layer.name, binary, bindings))
-        macs.append(result.compiled.macs)
-        schedules.append("auto" if result.plan.schedule is not None else "default")
+        sched = "auto" if result.plan.schedule is not None else "default"
+        singles.append(Unit([i], binary, bindings, result.compiled.macs, sched))
+        plans.append(result.plan.schedule)
         binaries.append(binary)
+    units, notes = fuse_units(graph, target, singles, plans) if fuse else (singles, [])
+    link_layers = [LinkLayer(_unit_name(graph, u), u.binary, u.bindings) for u in units]
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
     linked = link(link_layers, buffers, public, target.name, target.hash)
     verify_compiled(linked.binary, target)
@@ -131,28 +137,39 @@ def compile_model(
         [v.name for v in graph.inputs],
         [v.name for v in graph.outputs],
     )
-    # one run of the whole binary on the example input gives every layer's cycles and traffic
-    _, result = run_model(cm, example_inputs)
+    cm.fusion_notes = notes
+    _report(cm, units)
+    cm.compile_s = time.perf_counter() - t0
+    return cm
+
+
+def _report(cm: CompiledModel, units: list[Unit]) -> None:
+    """One run of the whole binary on the example input gives every unit's cycles and traffic."""
+    graph = cm.graph
+    _, result = run_model(cm, cm.example_inputs)
     before = Mark(0, 0, 0, 0)
-    for layer, n_macs, sched, mark in zip(
-        graph.layers, macs, schedules, result.marks, strict=False
-    ):
+    for unit, mark in zip(units, result.marks, strict=False):
+        layers = [graph.layers[j] for j in unit.layers]
         cm.layers.append(
             LayerReport(
-                layer.name,
-                layer.path,
-                layer.op,
-                layer.output.shape,
-                n_macs,
+                _unit_name(graph, unit),
+                layers[0].path,
+                "+".join(lay.op for lay in layers),
+                layers[-1].output.shape,
+                unit.macs,
                 mark.cycles - before.cycles,
                 mark.dram_bytes - before.dram_bytes,
-                sched,
-                tuple(layer.epilogue),
+                unit.schedule,
+                tuple(e for lay in layers for e in lay.epilogue),
             )
         )
         before = mark
-    cm.compile_s = time.perf_counter() - t0
-    return cm
+
+
+def _unit_name(graph: Graph, unit: Unit) -> str:
+    """A layer's name, or a fused group's: its first layer's and how many follow."""
+    first = graph.layers[unit.layers[0]].name
+    return first if len(unit.layers) == 1 else f"{first}_and{len(unit.layers) - 1}"
 
 
 def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:

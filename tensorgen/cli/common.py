@@ -93,6 +93,12 @@ def model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dump-layers", metavar="DIR", help="for a model: write each layer's op.yaml here"
     )
+    p.add_argument(
+        "--fuse",
+        action="store_true",
+        help="for a model: compile each run of layers joined by activations only the next reads "
+        "as one program, the activations kept on chip (off by default: not yet the default)",
+    )
 
 
 def max_steps_option(p: argparse.ArgumentParser) -> None:

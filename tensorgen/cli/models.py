@@ -36,7 +36,13 @@ def compile_model_args(args):
             bar.update(task, total=n, completed=i, description=f"{layer.op} {layer.path}"[:48])
 
         cm = compile_model(
-            model, example, target, engine=args.engine, seed=args.seed, progress=progress
+            model,
+            example,
+            target,
+            engine=args.engine,
+            seed=args.seed,
+            progress=progress,
+            fuse=getattr(args, "fuse", False),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)
@@ -88,6 +94,8 @@ def _print_model_table(cm) -> None:
         f"(sum of all tensors {pl.total_bytes:,} B, {pl.total_bytes / max(pl.peak_bytes, 1):.2f}x), "
         f"weights {pl.const_bytes:,} B"
     )
+    for note in cm.fusion_notes:
+        print(f"fusion: {note}")
     print(
         f"compiled {len(cm.layers)} layers in {cm.compile_s:.2f} s "
         f"({sum(1 for r in cm.layers if r.schedule == 'auto')} scheduled automatically)"
