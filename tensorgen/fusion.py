@@ -210,7 +210,8 @@ def fused_schedule(merged: Merged, alone: list[tuple[Program, Schedule]], target
     """Every layer's schedule (the automatic scheduler's, by its trace) replayed on the merged
     program, the layers one after another; the intermediates are not staged (each is kept whole
     in the scratchpad, where the producer writes it and the consumer reads it: never in DRAM).
-    Checked once at the end (dependences) and by `stage`'s capacity checks on the way."""
+    Replayed unchecked: the lowering's verify_schedule checks the result once, dependences and
+    capacities (a group whose layers' buffers do not fit together is refused there)."""
     fused = Schedule(merged.program, target, checked=False)
     for tensor, layout in _layouts(merged, alone).items():
         fused.stage(tensor, None, "spad", layout=layout)
@@ -233,8 +234,7 @@ def fused_schedule(merged: Merged, alone: list[tuple[Program, Schedule]], target
             made = getattr(fused, step.primitive)(*args, **kwargs)
             for a, b in zip(_loops(got), _loops(made), strict=True):
                 handles[a.name] = b
-    fused.check()
-    return fused
+    return fused  # compile_scheduled's verify_schedule checks it against the dependences
 
 
 def _layouts(merged: Merged, alone: list[tuple[Program, Schedule]]) -> dict[str, object]:
@@ -303,11 +303,25 @@ def fuse_units(
             i += 1
             continue
         idx = list(range(i, i + len(group.layers)))
-        unit, why = _fused_unit(graph, target, group, idx, singles, schedules)
-        notes.append(f"{'fused' if unit else 'not fused'} {group.reason(target)}{why}")
-        units.extend([unit] if unit else [singles[j] for j in idx])
+        units.extend(_fuse_run(graph, target, idx, singles, schedules, notes))
         i += len(idx)
     return units, notes
+
+
+def _fuse_run(graph, target, idx, singles, schedules, notes: list[str]) -> list[Unit]:
+    """One fused unit for the layers `idx`; if they do not compile as one, each half so."""
+    if len(idx) < 2:
+        return [singles[j] for j in idx]
+    sizes = {v.buffer or v.name: v.nbytes for v in graph.values.values()}
+    group = _group(graph, [graph.layers[j] for j in idx], sizes, target)
+    unit, why = _fused_unit(graph, target, group, idx, singles, schedules)
+    notes.append(f"{'fused' if unit else 'not fused'} {group.reason(target)}{why}")
+    if unit is not None:
+        return [unit]
+    mid = len(idx) // 2
+    return _fuse_run(graph, target, idx[:mid], singles, schedules, notes) + _fuse_run(
+        graph, target, idx[mid:], singles, schedules, notes
+    )
 
 
 def _fused_unit(graph, target, group, idx, singles, schedules) -> tuple[Unit | None, str]:
