@@ -95,7 +95,13 @@ def phase_times() -> Iterator[dict[str, float]]:
 def compulsory_bytes(cm) -> int:
     """The model's inputs and outputs and its weights, once each: DRAM traffic's lower bound."""
     public = sum(t.nbytes for t in cm.binary.tensors if t.role in ("input", "output"))
-    return public + cm.linked.placement.const_bytes
+    weights = {  # by buffer: a constant two layers share counts once
+        f"{layer.name}/{p.name}": p.const.astype(np.dtype(p.dtype)).nbytes
+        for layer in cm.graph.layers
+        for p in layer.ports
+        if p.const is not None
+    }
+    return public + sum(weights.values())
 
 
 def fused_run(name: str, model, example, target, engine: str, x) -> dict:

@@ -57,7 +57,10 @@ def _print_model_table(cm) -> None:
     from rich.table import Table
 
     tgt = cm.target
-    table = Table(title=f"{len(cm.layers)} layers on {tgt.name}", title_justify="left")
+    what = f"{len(cm.layers)} layers"
+    if len(cm.layers) != len(cm.graph.layers):  # fused groups are one row each
+        what = f"{len(cm.graph.layers)} layers in {len(cm.layers)} units"
+    table = Table(title=f"{what} on {tgt.name}", title_justify="left")
     for col in ("#", "layer", "op", "output", "MACs", "cycles", "util", "DRAM B", "schedule"):
         table.add_column(
             col, justify="right" if col in ("#", "MACs", "cycles", "util", "DRAM B") else "left"
@@ -97,8 +100,8 @@ def _print_model_table(cm) -> None:
     for note in cm.fusion_notes:
         print(f"fusion: {note}")
     print(
-        f"compiled {len(cm.layers)} layers in {cm.compile_s:.2f} s "
-        f"({sum(1 for r in cm.layers if r.schedule == 'auto')} scheduled automatically)"
+        f"compiled {what} in {cm.compile_s:.2f} s "
+        f"({sum(1 for r in cm.layers if r.schedule in ('auto', 'fused'))} scheduled automatically)"
     )
 
 

@@ -38,3 +38,32 @@ def test_small_cnn_fused_is_bit_exact_and_moves_less() -> None:
     assert after.dram_bytes < 0.6 * before.dram_bytes
     assert after.energy_pj < before.energy_pj
     assert sum(r.dram_bytes for r in fused.layers) == after.dram_bytes
+
+
+def test_a_group_that_does_not_compile_whole_is_fused_in_halves(monkeypatch) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_groups import _Block
+
+    from tensorgen import fusion
+
+    whole = fusion._fused_unit
+
+    def refuse_long(graph, target, group, idx, singles, schedules):
+        if len(idx) > 2:  # as a capacity refusal would
+            return None, "; refused by the test"
+        return whole(graph, target, group, idx, singles, schedules)
+
+    monkeypatch.setattr(fusion, "_fused_unit", refuse_long)
+    torch.manual_seed(0)
+    model, example = _Block().eval(), (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    fused = [r for r in cm.layers if r.schedule == "fused"]
+    # quantize -> stem (2 layers), then expand -> project -> head -> dequantize as two halves
+    assert len(fused) == 3, [(r.name, r.op) for r in cm.layers]
+    assert any("refused by the test" in note for note in cm.fusion_notes)
+    for seed in (0, 1):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        cmp, _ = check_model(cm, (x,))
+        assert cmp.exact, cmp.message
