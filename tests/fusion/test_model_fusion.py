@@ -67,3 +67,15 @@ def test_a_group_that_does_not_compile_whole_is_fused_in_halves(monkeypatch) -> 
         x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
         cmp, _ = check_model(cm, (x,))
         assert cmp.exact, cmp.message
+
+
+def test_cli_check_with_fuse_names_the_groups(capsys) -> None:
+    from tensorgen.cli import main
+
+    assert main(["check", str(MODELS / "mlp.py"), "--fuse", "--trials", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("BIT-EXACT") == 2
+    assert "5 layers in 1 units" in text and "fused" in text
+    assert "fusion: fused " in text and "DRAM bytes" in text
+    assert main(["check", str(MODELS / "mlp.py"), "--trials", "1"]) == 0
+    assert "fusion:" not in capsys.readouterr().out  # layer by layer unless asked
