@@ -16,6 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
@@ -26,6 +28,7 @@ from tensorgen.mc.binary import Binary, decode, encode
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.state import Loop
 from tensorgen.schedule.steps import LoopRef
+from tensorgen.sim.machine import simulate
 from tensorgen.spec.loader import parse_program
 from tensorgen.target import Target
 
@@ -347,4 +350,20 @@ def _fused_unit(graph, target, group, idx, singles, schedules) -> tuple[Unit | N
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
     binary = decode(encode(compiled.binary))
-    return Unit(idx, binary, bindings, compiled.macs, "fused"), ""
+    fused, alone_cycles = (
+        _cycles(binary, target),
+        sum(_cycles(singles[j].binary, target) for j in idx),
+    )
+    if fused > alone_cycles:  # DRAM bytes and energy are always lower: cycles must not rise
+        return None, f"; {fused} cycles fused against {alone_cycles} layer by layer"
+    return Unit(
+        idx, binary, bindings, compiled.macs, "fused"
+    ), f"; {fused} cycles, {alone_cycles} layer by layer"
+
+
+def _cycles(binary: Binary, target: Target) -> int:
+    """The simulated cycles of one unit alone, on zeros (its timing does not depend on values)."""
+    zeros = {
+        t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
+    }
+    return simulate(binary, zeros, target).stats.cycles
