@@ -11,6 +11,11 @@ process's peak memory after the model (max RSS, which only grows), the simulator
 the quantized model on the same input -- interleaved, minimum of --repeats rounds, both at one
 thread and at torch's default threads, with both ratios (timing.py) -- and whether the
 simulated output equals PyTorch's bit for bit.
+
+Fusion (unless --no-fusion): each model is compiled a second time with `fuse=True` (--fuse) and
+a second table sets DRAM bytes, cycles, energy and utilization fused and layer by layer side by
+side, with the compulsory DRAM traffic (the model's inputs, weights and outputs once each) and
+each one's ratio to it.
 """
 
 from __future__ import annotations
@@ -98,7 +103,39 @@ def phase_times() -> Iterator[dict[str, float]]:
             setattr(mod, fn, f)
 
 
-def run(name: str, target, engine: str, repeats: int) -> dict:
+def compulsory_bytes(cm) -> int:
+    """The model's inputs and outputs and its weights, once each: DRAM traffic's lower bound."""
+    public = sum(t.nbytes for t in cm.binary.tensors if t.role in ("input", "output"))
+    weights = {  # by buffer: a constant two layers share counts once
+        f"{layer.name}/{p.name}": p.const.astype(np.dtype(p.dtype)).nbytes
+        for layer in cm.graph.layers
+        for p in layer.ports
+        if p.const is not None
+    }
+    return public + sum(weights.values())
+
+
+def fused_run(name: str, model, example, target, engine: str, x) -> dict:
+    """The model compiled with fusion, checked on the same input as the unfused one."""
+    cm = compile_model(model, example, target, engine=engine, fuse=True)
+    cmp, result = check_model(cm, x)
+    s = result.stats
+    macs = sum(r.macs for r in cm.layers)
+    return {
+        "units": len(cm.layers),
+        "groups": sum(r.schedule == "fused" for r in cm.layers),
+        "cycles": s.cycles,
+        "utilization": macs / (s.cycles * target.peak_macs_per_cycle),
+        "dram_bytes": s.dram_bytes,
+        "energy_uj": s.energy_pj / 1e6,
+        "compile_s": cm.compile_s,
+        "bit_exact": cmp.exact,
+        "message": cmp.message,
+        "notes": cm.fusion_notes,
+    }
+
+
+def run(name: str, target, engine: str, repeats: int, fusion: bool = True) -> dict:
     file, params = MODELS[name]
     model, example = load_factory(str(ROOT / "examples" / "models" / file), params)
     with phase_times() as phases:
@@ -138,7 +175,34 @@ def run(name: str, target, engine: str, repeats: int) -> dict:
         "bit_exact": cmp.exact,
         "message": cmp.message,
         "auto_layers": sum(r.schedule == "auto" for r in cm.layers),
+        "compulsory_dram_bytes": compulsory_bytes(cm),
+        "fused": fused_run(name, model, example, target, engine, x) if fusion else None,
     }
+
+
+def render_fusion(rows: list[dict], target: str) -> Table:
+    table = Table(title=f"fusion on {target}: layer by layer -> fused", title_justify="left")
+    cols = ("model", "groups", "DRAM B", "compulsory B", "/ bound", "cycles", "energy uJ")
+    for c in cols + ("util", "compile s", "bit-exact"):
+        table.add_column(c, justify="left" if c in ("model", "bit-exact") else "right")
+    for r in rows:
+        f = r["fused"]
+        if f is None:
+            continue
+        bound = r["compulsory_dram_bytes"]
+        table.add_row(
+            r["name"],
+            f"{f['groups']} ({r['layers']} -> {f['units']} units)",
+            f"{r['dram_bytes']:,} -> {f['dram_bytes']:,}",
+            f"{bound:,}",
+            f"{r['dram_bytes'] / bound:.2f}x -> {f['dram_bytes'] / bound:.2f}x",
+            f"{r['cycles']:,} -> {f['cycles']:,}",
+            f"{r['energy_uj']:.1f} -> {f['energy_uj']:.1f}",
+            f"{r['utilization']:.1%} -> {f['utilization']:.1%}",
+            f"{r['compile_s']:.1f} -> {f['compile_s']:.1f}",
+            "yes" if f["bit_exact"] else f"NO: {f['message']}",
+        )
+    return table
 
 
 def render(rows: list[dict], target: str, engine: str) -> Table:
@@ -199,20 +263,24 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=5, help="interleaved timing rounds per thread count"
     )
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "models.json"))
+    p.add_argument("--no-fusion", action="store_true", help="skip the fused compile of each model")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     target = load_target(args.target)
     rows = []
     for name in args.only or list(MODELS):
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(run(name, target, args.engine, args.repeats))
+        rows.append(run(name, target, args.engine, args.repeats, not args.no_fusion))
     table = render(rows, target.name, args.engine)
     Console(width=200).print(table)
+    if not args.no_fusion:
+        Console(width=200).print(render_fusion(rows, target.name))
     Path(args.json).write_text(
         json.dumps({"target": target.name, "engine": args.engine, "models": rows}, indent=1)
     )
     print(f"wrote {args.json}")
-    return 0 if all(r["bit_exact"] for r in rows) else 1
+    fused_ok = all(r["fused"] is None or r["fused"]["bit_exact"] for r in rows)
+    return 0 if fused_ok and all(r["bit_exact"] for r in rows) else 1
 
 
 if __name__ == "__main__":

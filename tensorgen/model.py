@@ -25,6 +25,7 @@ from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.frontend.pt2e import is_pt2e, lower_pt2e
 from tensorgen.frontend.quantize import quantize, quantized_engine
+from tensorgen.fusion import Unit, fuse_units
 from tensorgen.ir.core import Program
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
@@ -64,6 +65,7 @@ class CompiledModel:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     reference: torch.nn.Module | None = None  # a PT2E graph's: tensorgen's rule (pt2e_rule)
+    fusion_notes: list[str] = field(default_factory=list)  # what was fused and why (--fuse)
 
 
 def is_quantized(model: torch.nn.Module) -> bool:
@@ -81,10 +83,12 @@ def compile_model(
     progress: Callable[[int, int, Layer], None] | None = None,
     jobs: int = 1,
     quantizer: str = "fx",
+    fuse: bool = False,
 ) -> CompiledModel:
     """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
     schedule, compile and link it; `jobs` processes compile its layers (compile_layers: the
-    same binary whatever their number)."""
+    same binary whatever their number); with `fuse`, the groups of layers that fusion.py finds
+    fusable are linked as one program each."""
     t0 = time.perf_counter()
     qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:
@@ -94,7 +98,9 @@ def compile_model(
         if v.buffer == v.name:  # the value that owns its storage; aliases share it
             role = "input" if v in graph.inputs else "output" if v in graph.outputs else "temp"
             buffers[v.name] = Buffer(v.name, v.nbytes, role)
-    link_layers, binaries, macs, schedules = _compile_graph(graph, target, jobs, progress, buffers)
+    singles, binaries, traces = _compile_graph(graph, target, jobs, progress, buffers)
+    units, notes = fuse_units(graph, target, singles, traces) if fuse else (singles, [])
+    link_layers = [LinkLayer(_unit_name(graph, u), u.binary, u.bindings) for u in units]
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
     linked = link(link_layers, buffers, public, target.name, target.hash)
     verify_compiled(linked.binary, target)
@@ -113,28 +119,39 @@ def compile_model(
         [v.name for v in graph.outputs],
     )
     cm.reference = reference
-    # one run of the whole binary on the example input gives every layer's cycles and traffic
-    _, result = run_model(cm, example_inputs)
+    cm.fusion_notes = notes
+    _report(cm, units)
+    cm.compile_s = time.perf_counter() - t0
+    return cm
+
+
+def _report(cm: CompiledModel, units: list[Unit]) -> None:
+    """One run of the whole binary on the example input gives every unit's cycles and traffic."""
+    graph = cm.graph
+    _, result = run_model(cm, cm.example_inputs)
     before = Mark(0, 0, 0, 0)
-    for layer, n_macs, sched, mark in zip(
-        graph.layers, macs, schedules, result.marks, strict=False
-    ):
+    for unit, mark in zip(units, result.marks, strict=False):
+        layers = [graph.layers[j] for j in unit.layers]
         cm.layers.append(
             LayerReport(
-                layer.name,
-                layer.path,
-                layer.op,
-                layer.output.shape,
-                n_macs,
+                _unit_name(graph, unit),
+                layers[0].path,
+                "+".join(lay.op for lay in layers),
+                layers[-1].output.shape,
+                unit.macs,
                 mark.cycles - before.cycles,
                 mark.dram_bytes - before.dram_bytes,
-                sched,
-                tuple(layer.epilogue),
+                unit.schedule,
+                tuple(e for lay in layers for e in lay.epilogue),
             )
         )
         before = mark
-    cm.compile_s = time.perf_counter() - t0
-    return cm
+
+
+def _unit_name(graph: Graph, unit: Unit) -> str:
+    """A layer's name, or a fused group's: its first layer's and how many follow."""
+    first = graph.layers[unit.layers[0]].name
+    return first if len(unit.layers) == 1 else f"{first}_and{len(unit.layers) - 1}"
 
 
 def _compile_graph(
@@ -143,10 +160,11 @@ def _compile_graph(
     jobs: int,
     progress: Callable[[int, int, Layer], None] | None,
     buffers: dict[str, Buffer],
-) -> tuple[list[LinkLayer], list[Binary], list[int], list[str]]:
+) -> tuple[list[Unit], list[Binary], list[tuple | None]]:
     """Every layer of `graph` compiled (compile_layers) and bound to its buffers, its constants
-    added to `buffers`: the layers to link, their binaries, MACs and schedule kinds."""
-    link_layers, binaries, macs, schedules = [], [], [], []
+    added to `buffers`: one unit per layer, their binaries, and their schedules' traces (None:
+    no schedule to replay)."""
+    singles, binaries, traces = [], [], []
     programs = [verify_program(layer.program(target.name)) for layer in graph.layers]
     finished = []
 
@@ -172,11 +190,11 @@ def _compile_graph(
                 bindings[port.name] = name
             elif port.value is not None:
                 bindings[port.name] = port.value
-        link_layers.append(LinkLayer(layer.name, binary, bindings))
-        macs.append(compiled.macs)
-        schedules.append("auto" if compiled.auto else "default")
+        sched = "auto" if compiled.auto else "default"
+        singles.append(Unit([len(singles)], binary, bindings, compiled.macs, sched))
+        traces.append(compiled.trace)
         binaries.append(binary)
-    return link_layers, binaries, macs, schedules
+    return singles, binaries, traces
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ RANKS = {
     "codegen": 9,
     "autosched": 10,
     "driver": 11,
+    "fusion": 11,  # which layers could be fused: reads the frontend's graph and the target
     "model": 12,
     "analysis": 13,
     "cli": 14,

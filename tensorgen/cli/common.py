@@ -110,6 +110,12 @@ def model_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="for a model: compile its layers in N processes (the same binary whatever N)",
     )
+    p.add_argument(
+        "--fuse",
+        action="store_true",
+        help="for a model: compile each run of layers joined by activations only the next reads "
+        "as one program, the activations kept on chip (off by default: not yet the default)",
+    )
 
 
 def max_steps_option(p: argparse.ArgumentParser) -> None:

@@ -44,6 +44,7 @@ def compile_model_args(args):
             progress=progress,
             jobs=getattr(args, "jobs", 1),
             quantizer=getattr(args, "quantizer", "fx"),
+            fuse=getattr(args, "fuse", False),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)
@@ -58,7 +59,10 @@ def _print_model_table(cm) -> None:
     from rich.table import Table
 
     tgt = cm.target
-    table = Table(title=f"{len(cm.layers)} layers on {tgt.name}", title_justify="left")
+    what = f"{len(cm.layers)} layers"
+    if len(cm.layers) != len(cm.graph.layers):  # fused groups are one row each
+        what = f"{len(cm.graph.layers)} layers in {len(cm.layers)} units"
+    table = Table(title=f"{what} on {tgt.name}", title_justify="left")
     for col in ("#", "layer", "op", "output", "MACs", "cycles", "util", "DRAM B", "schedule"):
         table.add_column(
             col, justify="right" if col in ("#", "MACs", "cycles", "util", "DRAM B") else "left"
@@ -95,9 +99,11 @@ def _print_model_table(cm) -> None:
         f"(sum of all tensors {pl.total_bytes:,} B, {pl.total_bytes / max(pl.peak_bytes, 1):.2f}x), "
         f"weights {pl.const_bytes:,} B"
     )
+    for note in cm.fusion_notes:
+        print(f"fusion: {note}")
     print(
-        f"compiled {len(cm.layers)} layers in {cm.compile_s:.2f} s "
-        f"({sum(1 for r in cm.layers if r.schedule == 'auto')} scheduled automatically)"
+        f"compiled {what} in {cm.compile_s:.2f} s "
+        f"({sum(1 for r in cm.layers if r.schedule in ('auto', 'fused'))} scheduled automatically)"
     )
 
 

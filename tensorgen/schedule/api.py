@@ -31,7 +31,7 @@ import islpy as isl
 from tensorgen.errors import ScheduleError
 from tensorgen.ir.core import Program
 from tensorgen.poly.legality import find_violation
-from tensorgen.schedule import annotate, boxes, loops
+from tensorgen.schedule import annotate, boxes, computeat, loops
 from tensorgen.schedule import memory as mem
 from tensorgen.schedule import state as st
 from tensorgen.schedule.boxes import FirstTouch, StagedBox
@@ -256,6 +256,23 @@ class Schedule:
         state, new = loops.distribute(self._state, loop, statements, prim)
         self._commit(prim, state, step)
         return new
+
+    def compute_at(self, loop: Loop, *statements: str) -> None:
+        """Run `statements` (producers) inside `loop` of their consumers: each instance in the
+        first iteration of `loop` that reads what it writes (isl: the consumers' reads applied
+        backwards to the iterations), before the loop's body; their own loops go inside, their
+        bounds narrowed to that iteration's region (computeat.py).
+
+        Before::                            After ``compute_at(h2, "S0")``::
+
+            for h: H[h] = f(X[h])               for h2:
+            for h2: Y[h2] = g(H[h2])                for h in h2..h2: H[h] = f(X[h])
+                                                    Y[h2] = g(H[h2])
+        """
+        prim = f"compute_at({_name(loop)}, {', '.join(statements)})"
+        step = self._step("compute_at", loop, *statements)
+        state = computeat.compute_at(self.program, self._state, loop, statements, prim)
+        self._commit(prim, state, step, capacity=True)
 
     def unroll(self, *args, **kwargs) -> None:
         """Removed: the code generator never unrolled. A schedule that calls it gets one line."""

@@ -114,27 +114,29 @@ def skew(state: State, loop: Loop, by: Loop, factor: int, prim: str) -> State:
     return replace(state, maps=remap(state.maps, {s: skewed for s in stmts}))
 
 
-def _ordering_dim(state: State, sa, sb, pa: int, prim: str) -> tuple[int, int, int]:
-    """The constant dimension that orders two sibling loops at `pa` (the last one before them
-    where they differ) and the constants of each."""
-    q = next(
-        (
-            p
-            for p in range(pa - 1, -1, -1)
-            if all(state.dims[p][s] is None for s in sa | sb)
-            and const_at(state, sa, p) != const_at(state, sb, p)
-        ),
-        None,
-    )
+def _ordering_dim(state: State, sa, sb, pa: int, prim: str) -> tuple[list[int], int, int]:
+    """The constant dimensions between the loops' common parent and `pa` where the two loops'
+    statements differ (the first orders them), and the constants of each at the first.
+
+    Every such dimension, not only one, must become the first loop's: a loop whose statements
+    were fused before carries the constants of those fuses, and a constant left to differ
+    above the fused loop would keep the bodies apart (they would not be fused at all)."""
     first = next(iter(sa))
-    if q is None or any(
-        state.dims[p][s] != state.dims[p][first] for p in range(q + 1, pa) for s in sa | sb
-    ):
+    if any(state.dims[p][s] != state.dims[p][first] for p in range(pa) for s in sa | sb):
         raise ScheduleError(f"{prim}: the loops are not siblings under the same parent loop")
+    differ = [
+        p
+        for p in range(pa)
+        if all(state.dims[p][s] is None for s in sa | sb)
+        and const_at(state, sa, p) != const_at(state, sb, p)
+    ]
+    if not differ:
+        raise ScheduleError(f"{prim}: the loops are not siblings under the same parent loop")
+    q = differ[0]
     va, vb = const_at(state, sa, q), const_at(state, sb, q)
-    if va is None or vb is None:
+    if va is None or vb is None or any(const_at(state, sa, p) is None for p in differ):
         raise ScheduleError(f"{prim}: the statements of each loop must be ordered by one constant")
-    return q, va, vb
+    return differ, va, vb
 
 
 def fuse(state: State, first: Loop, second: Loop, prim: str) -> tuple[State, Loop]:
@@ -142,7 +144,7 @@ def fuse(state: State, first: Loop, second: Loop, prim: str) -> tuple[State, Loo
     b, pb, sb = resolve(state, second, prim)
     if pa != pb or a == b:
         raise ScheduleError(f"{prim}: the loops are not siblings at the same depth")
-    q, va, vb = _ordering_dim(state, sa, sb, pa, prim)
+    differ, va, vb = _ordering_dim(state, sa, sb, pa, prim)
     if va > vb:
         raise ScheduleError(f"{prim}: {first.name} must come before {second.name}")
     n = len(state.dims)
@@ -151,7 +153,8 @@ def fuse(state: State, first: Loop, second: Loop, prim: str) -> tuple[State, Loo
     for name in state.maps:
         out = list(ins)
         if name in sa | sb:
-            out[q] = str(va)
+            for p in differ:
+                out[p] = str(const_at(state, sa, p))
             out.insert(pa + 1, str(va if name in sa else vb))
         else:
             out.insert(pa + 1, "0")

@@ -27,6 +27,7 @@ PRIMITIVES = {
     "skew": (),
     "fuse": (),
     "distribute": (),
+    "compute_at": (),
     "vectorize": (),
     "tensorize": (),
     "stage": ("layout",),

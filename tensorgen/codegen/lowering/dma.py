@@ -97,9 +97,13 @@ class _DmaGuards:
         view = View(mem, t.dtype, LoopAffine.make(base), size, self._strides(tensor, size))
         if kind == "LOAD" and tensor in self.fresh:
             if tensor not in self.unfilled:
+                # a padded temporary (an activation between fused layers) whose elements are all
+                # written before they are read starts as its pad value: its halo is never written
+                padded = t.role == "none" and not self.schedule.initial_value_read(tensor)
+                pad = t.pad if padded else 0
                 self.em.emit(
-                    isa.make("VFILL", dst=view, imm=0)
-                )  # starts as zeros and no other box meets it
+                    isa.make("VFILL", dst=view, imm=pad)
+                )  # starts as zeros (a halo as the pad value) and no other box meets it
             return
         if kind == "LOAD" and tensor in self.compact:
             # one DMA per accessed row, each into its row of the compact buffer

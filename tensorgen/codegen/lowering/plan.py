@@ -137,7 +137,9 @@ class _BufferPlan:
         if t.role == "none":
             self.stored.discard(t.name)
         zeros_read = self.schedule.initial_value_read(t.name) and not self._overwrites_first(t.name)
-        if not zeros_read and (t.name not in self.stored or box.covered):
+        if not zeros_read and t.pad and t.role == "none":
+            pass  # an activation between fused layers: filled with its pad, which its halo holds
+        elif not zeros_read and (t.name not in self.stored or box.covered):
             self.unfilled.add(t.name)
 
     def _overwrites_first(self, tensor: str) -> bool:

@@ -1,0 +1,81 @@
+"""Model-level fusion (`compile_model(..., fuse=True)`, `--fuse`): runs of layers joined by
+activations only the next reads are compiled as one program each, the activations kept on chip;
+bit-exact against PyTorch like the layer-by-layer compile, with less DRAM traffic."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from tensorgen.frontend.quantize import load_factory
+from tensorgen.model import check_model, compile_model
+from tensorgen.target import load_target
+
+MODELS = Path(__file__).parents[2] / "examples" / "models"
+TG1 = load_target("tg1")
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def test_small_cnn_fused_is_bit_exact_and_moves_less() -> None:
+    model, example = load_factory(str(MODELS / "small_cnn.py"), {"size": 16})
+    results = {}
+    for fuse in (False, True):
+        cm = compile_model(model, example, TG1, fuse=fuse)
+        for seed in (0, 1):
+            x = torch.randn(*example[0].shape, generator=torch.Generator().manual_seed(seed))
+            cmp, result = check_model(cm, (x * 1.5,))
+            assert cmp.exact, (fuse, cmp.message)
+        results[fuse] = (cm, result.stats)
+    (plain, before), (fused, after) = results[False], results[True]
+    assert not plain.fusion_notes and all(r.schedule != "fused" for r in plain.layers)
+    groups = [r for r in fused.layers if r.schedule == "fused"]
+    assert groups and all("+" in r.op for r in groups), [r.op for r in fused.layers]
+    assert any(note.startswith("fused ") for note in fused.fusion_notes), fused.fusion_notes
+    # the activations between fused layers never go to DRAM: fewer bytes, less energy
+    assert after.dram_bytes < 0.6 * before.dram_bytes
+    assert after.energy_pj < before.energy_pj
+    assert sum(r.dram_bytes for r in fused.layers) == after.dram_bytes
+
+
+def test_a_group_that_does_not_compile_whole_is_fused_in_halves(monkeypatch) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_groups import _Block
+
+    from tensorgen import fusion
+
+    whole = fusion._fused_unit
+
+    def refuse_long(graph, target, group, idx, singles, schedules):
+        if len(idx) > 2:  # as a capacity refusal would
+            return None, "; refused by the test"
+        return whole(graph, target, group, idx, singles, schedules)
+
+    monkeypatch.setattr(fusion, "_fused_unit", refuse_long)
+    torch.manual_seed(0)
+    model, example = _Block().eval(), (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    fused = [r for r in cm.layers if r.schedule == "fused"]
+    # quantize -> stem (2 layers), then expand -> project -> head -> dequantize as two halves
+    assert len(fused) == 3, [(r.name, r.op) for r in cm.layers]
+    assert any("refused by the test" in note for note in cm.fusion_notes)
+    for seed in (0, 1):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        cmp, _ = check_model(cm, (x,))
+        assert cmp.exact, cmp.message
+
+
+def test_cli_check_with_fuse_names_the_groups(capsys) -> None:
+    from tensorgen.cli import main
+
+    assert main(["check", str(MODELS / "mlp.py"), "--fuse", "--trials", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("BIT-EXACT") == 2
+    assert "5 layers in 1 units" in text and "fused" in text
+    assert "fusion: fused " in text and "DRAM bytes" in text
+    assert main(["check", str(MODELS / "mlp.py"), "--trials", "1"]) == 0
+    assert "fusion:" not in capsys.readouterr().out  # layer by layer unless asked
