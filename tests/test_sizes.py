@@ -19,7 +19,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("codegen/lowering/plan.py", "_layout"): (67, "buffer layout: one record per buffer next"),
     ("codegen/lowering/select.py", "_matmul"): (86, "MATMUL selection: split operand building"),
     ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
-    ("model.py", "compile_model"): (87, "onecomp's, being reshaped with the pipeline"),
     ("autosched/search.py", None): (
         794,
         "the layer search: probe and explain to modules of their own",

@@ -141,8 +141,8 @@ def output_path(out: str, name: str) -> Path:
 def _write_outputs(out: Path, files: list[tuple[Path, bytes]]) -> None:
     """Create `out` (only now, after the simulation succeeded) and write every file into it;
     on failure remove what was written and the directories this call created."""
-    created = [d for d in (out, *out.parents) if not d.exists()]
     try:
+        created = [d for d in (out, *out.parents) if not d.exists()]
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise TensorgenError(

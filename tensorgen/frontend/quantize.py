@@ -76,7 +76,11 @@ def load_factory(spec: str, params: dict[str, int] | None = None) -> ModelAndInp
     path, function = _split_spec(spec)
     where = f"{path}:{function}"
     factory_file = Path(path)
-    if not factory_file.is_file():
+    try:
+        is_file = factory_file.is_file()
+    except OSError as err:  # a name too long for the file system, say
+        raise SpecError(f"{where}: cannot read ({err.strerror})") from None
+    if not is_file:
         raise SpecError(f"{where}: no such file")
     digest = hashlib.sha1(str(factory_file.resolve()).encode()).hexdigest()[:12]
     module_name = f"_tensorgen_model_{digest}"

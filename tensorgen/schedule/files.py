@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import re
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -159,6 +160,11 @@ def _replay(text: str, program: Program, target, filename: str, time_limit) -> t
         ) from None
     except KeyboardInterrupt:
         raise
+    except MemoryError:
+        raise ScheduleError(
+            f"{filename}:{_line(sys.exc_info()[1], filename)}: the schedule ran out of memory "
+            "(MemoryError)"
+        ) from None
     except BaseException as err:  # noqa: BLE001 - the user's code called something wrong, or raised anything
         raise ScheduleError(
             f"{filename}:{_line(err, filename)}: {type(err).__name__}: {one_line(err)}"

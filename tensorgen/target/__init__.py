@@ -189,11 +189,15 @@ def _area(d: dict, where: str) -> AreaConstants:
 def load_target(name_or_path: str) -> Target:
     """Load `tg1`, `tiny` (names under isa/) or a path to a target yaml."""
     path = Path(name_or_path)
-    if not path.suffix:
-        path = ISA_DIR / f"{name_or_path}.yaml"
-        if path.is_file():
-            return _builtin_target(path)
-    if not path.exists():
+    try:
+        if not path.suffix:
+            path = ISA_DIR / f"{name_or_path}.yaml"
+            if path.is_file():
+                return _builtin_target(path)
+        found = path.exists()
+    except OSError as err:  # a name too long for the file system, say
+        raise TargetError(f"{name_or_path}: cannot read ({err.strerror})") from None
+    if not found:
         known = ", ".join(sorted(p.stem for p in ISA_DIR.glob("*.yaml")))
         raise TargetError(f"unknown target '{name_or_path}' (known: {known}, or a path to a .yaml)")
     where = str(path)

@@ -255,6 +255,8 @@ def classify(
     if code < 0:
         kind = "memory" if "bad_alloc" in both else "signal"
         return result(kind, f"signal {-code} ({signal.Signals(-code).name})")
+    if code == 2 and _one_error(err) and "the schedule ran out of memory" in err:
+        return result(REFUSED)  # a schedule file is trusted Python: its own allocation, reported
     if "MemoryError" in both or "bad_alloc" in both or "Cannot allocate memory" in both:
         return result("memory", _last_exception(err))
     if code == 3:

@@ -129,19 +129,19 @@ def test_dram_plan_reuses_memory_of_dead_buffers():
     assert plan.peak_bytes == 2 * 1024 and plan.total_bytes == 3 * 1024
 
 
-class Sigmoidal(nn.Module):
+class Softmaxed(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
-        self.act = nn.Sigmoid()
+        self.act = nn.Softmax(dim=1)  # quantized by FX, not lowered (Sigmoid is, by a table)
 
     def forward(self, x):
         return self.act(self.conv(x))
 
 
 def test_unsupported_operator_is_refused_with_its_module_path():
-    with pytest.raises(SpecError, match=r"^Sigmoid at act: unsupported operator"):
-        compile_model(Sigmoidal().eval(), (torch.randn(1, 3, 8, 8),), TG1)
+    with pytest.raises(SpecError, match=r"^Softmax at act: unsupported operator"):
+        compile_model(Softmaxed().eval(), (torch.randn(1, 3, 8, 8),), TG1)
 
 
 class FloatHead(nn.Module):
@@ -208,17 +208,17 @@ def test_cli_compile_and_check_a_model(tmp_path, capsys):
 
 
 def test_cli_refuses_an_unsupported_model_with_one_line(tmp_path, capsys):
-    src = tmp_path / "sig.py"
+    src = tmp_path / "softmax.py"
     src.write_text(
         "import torch\nfrom torch import nn\n\n"
         "def build(size: int = 8, seed: int = 0):\n"
-        "    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Sigmoid()).eval()\n"
+        "    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Softmax(dim=1)).eval()\n"
         "    return m, (torch.randn(1, 3, size, size),)\n"
     )
-    out = tmp_path / "sig.tgb"
+    out = tmp_path / "softmax.tgb"
     assert main(["compile", str(src), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: Sigmoid at 1: unsupported operator"), err
+    assert len(err) == 1 and err[0].startswith("error: Softmax at 1: unsupported operator"), err
     assert not out.exists()
 
 
