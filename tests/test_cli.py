@@ -536,5 +536,5 @@ def test_check_of_256_cubed_element_by_element_fails_fast(tmp_path, cli):
     )
     message = cli("check", op, "--target", "tiny").one_error()
     assert message.startswith("the program executes ") and (
-        " instructions, over the simulator's limit of 500,000 (SimLimits.max_steps" in message
+        " instructions, over the simulator's limit of 2,000,000 (SimLimits.max_steps" in message
     )
