@@ -4,6 +4,8 @@ doing each box instruction for every iteration in a row touches the DRAM as step
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -53,12 +55,32 @@ def _stack(arr: np.ndarray, los, box, k: int, writeable: bool) -> np.ndarray:
     )
 
 
+def _sparse(los, his, box, k: int) -> bool:
+    """Whether the boxes' hull is far larger than the boxes (a crafted stride of 2^40 elements):
+    then each iteration's box is taken alone instead of through a padded copy of the hull."""
+    hull = math.prod(hi - lo for lo, hi in zip(los, his, strict=True))
+    return hull > 4 * k * math.prod(box[3]) + (1 << 16)
+
+
+def _iteration_box(box, i: int):
+    _, origin, steps, shape = box
+    lo = [o + s * i for o, s in zip(origin, steps, strict=True)]
+    return lo, [a + n for a, n in zip(lo, shape, strict=True)]
+
+
 def dram_boxes(binary, mem, box, k: int) -> np.ndarray:
     """The values `load_box` gives for every iteration, (k, *shape)."""
     t, arr = _tensor(binary, mem, box[0])
     los, his = _extent(box, k)
     if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
         return _stack(arr, [0] * len(los), box, k, False)
+    if _sparse(los, his, box, k):
+        out = np.full((k, *box[3]), t.pad, _box_dtype(t))
+        for i in range(k):
+            src, dst = _overlap(*_iteration_box(box, i), t.shape)
+            if src is not None:
+                out[(i, *dst)] = arr[src]
+        return out
     padded = np.full([hi - lo for lo, hi in zip(los, his, strict=True)], t.pad, _box_dtype(t))
     src, dst = _overlap(los, his, t.shape)
     if src is not None:
@@ -85,6 +107,12 @@ def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
     los, his = _extent(box, k)
     if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
         _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype)
+        return
+    if _sparse(los, his, box, k):
+        for i in range(k):  # disjoint boxes: any order
+            src, dst = _overlap(*_iteration_box(box, i), t.shape)
+            if src is not None:
+                arr[src] = values[(i, *dst)].astype(arr.dtype)
         return
     src, dst = _overlap(los, his, t.shape)
     if src is None:

@@ -6,6 +6,7 @@ events and the DRAM channel -- or the same error, hazards and limits included.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -301,3 +302,22 @@ def test_dram_effects_are_ordered_by_the_iterations_their_boxes_meet_in() -> Non
     assert dram_order([(0, "store", store), (1, "load", wide)], 5, binary) is None
     # disjoint tensors or loads only: unordered
     assert dram_order([(0, "load", still), (1, "load", still)], 5, binary) == []
+
+
+def test_a_replayed_load_with_a_huge_stride_reads_each_box_alone():
+    """The fuzzer's .tgb: matmul_odd on tiny with a LOAD whose row moves by 2^40 per iteration
+    (every box but the first is halo). The replay built a padded copy of the boxes' hull,
+    84 TiB; it now takes each iteration's box alone, and agrees with stepping."""
+    from tensorgen.driver import compile_file, random_inputs
+    from tensorgen.mc.binary import disassemble
+    from tensorgen.target import load_target
+
+    job = compile_file(Path(__file__).resolve().parents[2] / "examples" / "matmul_odd.yaml", "tiny")
+    text = disassemble(job.compiled.binary)
+    assert "src=B(0,8+8*L1)[37x4]" in text
+    binary = assemble(text.replace("src=B(0,8+8*L1)[37x4]", "src=B(1099511627776*L1,8+8*L1)[37x4]"))
+    inputs, tiny = random_inputs(job.program, 3), load_target("tiny")
+    fast = simulate(binary, inputs, tiny)
+    slow = simulate(binary, inputs, tiny, vectorize_loops=False)
+    assert np.array_equal(fast.outputs["C"], slow.outputs["C"])
+    assert fast.stats == slow.stats
