@@ -36,6 +36,9 @@ _VOPS = {
 }
 
 
+_REQUANTS = {"requant": "VREQUANT", "requant_fma": "VREQUANTZ"}
+
+
 class VectorExpr:
     """Lowers one statement over a block of its instances to vector instructions.
 
@@ -135,11 +138,11 @@ class VectorExpr:
             emit(isa.make("VCLAMP", dst=dst, a=x, lo=lo, hi=hi))
         elif e.fn == "int32":
             emit(isa.make("VADD", dst=dst, a=x, b=None, imm=0))
-        elif e.fn == "requant":
+        elif e.fn in _REQUANTS:  # float32 multiply; requant_fma: x86's fused multiply-add
             lo, hi = self.dst_range
             emit(
                 isa.make(
-                    "VREQUANT",
+                    _REQUANTS[e.fn],
                     dst=dst,
                     a=x,
                     scale=float(np.float32(e.args[1].value)),
@@ -189,19 +192,6 @@ class VectorExpr:
                     bias=self.value(e.args[1]),
                     mult=self.value(e.args[2]),
                     zp=int(e.args[3].value),
-                    lo=lo,
-                    hi=hi,
-                )
-            )
-        elif e.fn == "requant_fma":
-            lo, hi = self.dst_range
-            emit(
-                isa.make(
-                    "VREQUANTZ",
-                    dst=dst,
-                    a=x,
-                    scale=float(np.float32(e.args[1].value)),
-                    zp=int(e.args[2].value),
                     lo=lo,
                     hi=hi,
                 )
