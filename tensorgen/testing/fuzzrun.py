@@ -353,7 +353,11 @@ def _worker(conn, workdir: str, limit: float, memory: int) -> None:
         if task is None:
             return
         index, case, process = task
-        outcome = execute(case, Path(workdir), limit, None, process)
+        try:
+            outcome = execute(case, Path(workdir), limit, None, process)
+        except MemoryError:  # the case's output or state outgrew the address space (a schedule
+            # printing gigabytes into the captured stdout): the pool runs it as a process of its own
+            os._exit(RECYCLE_EXIT)
         conn.send(
             (
                 index,

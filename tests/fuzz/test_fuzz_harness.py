@@ -105,3 +105,24 @@ def test_an_accept_of_an_invalid_input_is_suspicious(tmp_path):
         ).cls
         == "ok"
     )
+
+
+@pytest.mark.slow
+def test_a_case_that_spends_a_workers_memory_is_judged_as_a_process(tmp_path):
+    # schedule case 8607 of seed 0 prints 2^31 characters: captured in the worker, they outgrow
+    # its address space outside the CLI (the worker died, exit 1, "bad-exit"); as a process the
+    # CLI refuses it in one line
+    from tensorgen.testing.fuzzrun import WorkerPool
+
+    case = generate("schedule", random.Random("0:schedule:8607"))
+    assert "print('x' * 2**31)" in dict(case.files)["in/sched.py"].decode()
+    outcomes = []
+    pool = WorkerPool(1, tmp_path, 20.0, 4 << 30)
+    try:
+        pool.map([(0, case, False)], lambda i, o: outcomes.append(o))
+    finally:
+        pool.close()
+
+    assert [o.cls for o in outcomes] == ["refused"]
+    # out of memory, or past the schedule's 3 s when the machine is busy: one line either way
+    assert "sched.py:12: the schedule ran " in outcomes[0].err

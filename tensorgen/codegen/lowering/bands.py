@@ -119,18 +119,14 @@ def _uniform_pieces(points: isl.Set, positions: list[int]) -> tuple[list[isl.Set
                 if todo.is_empty():
                     break
                 upto = todo.project_out(isl.dim_type.set, p + 1, n - p - 1)
-                lo, hi = upto.dim_min(p), upto.dim_max(p)
-                if not (lo.is_cst() and hi.is_cst()):
-                    break
-                prefixes = upto.project_out(isl.dim_type.set, p, 1)
-                cube = prefixes.add_dims(isl.dim_type.set, 1).intersect(
-                    isl.Set(
-                        f"{{ [{', '.join(f'd{i}' for i in range(p + 1))}] : {_cst(lo)} <= d{p} <= {_cst(hi)} }}"
-                    )
-                )
-                bad = cube.subtract(upto).project_out(isl.dim_type.set, p, 1)
-                good = todo.intersect(prefixes.subtract(bad).add_dims(isl.dim_type.set, n - p))
-                if good.is_empty():
+                good = _whole_range(todo, upto, p, upto.dim_min(p), upto.dim_max(p))
+                if good is not None and good.is_empty():
+                    # no prefix takes the whole range of every other: the range of the first
+                    # prefix (a split of a loop that starts at 1 has a first tile of 1..15, a
+                    # last one of 0..5, and full tiles between)
+                    one = upto.intersect(_prefix_of(upto.lexmin(), p))
+                    good = _whole_range(todo, upto, p, one.dim_min(p), one.dim_max(p), True)
+                if good is None or good.is_empty():
                     break
                 done.append(good)
                 todo = todo.subtract(good)
@@ -138,3 +134,30 @@ def _uniform_pieces(points: isl.Set, positions: list[int]) -> tuple[list[isl.Set
                 rest = todo if rest is None else rest.union(todo)
         pieces = done
     return pieces, rest
+
+
+def _whole_range(
+    todo: isl.Set, upto: isl.Set, p: int, lo: isl.PwAff, hi: isl.PwAff, clip: bool = False
+) -> isl.Set | None:
+    """The points of `todo` whose prefix (the dimensions before `p`) takes every value of
+    lo..hi at `p` (None: the bounds are not constants); `clip`: only those values of it."""
+    if not (lo.is_cst() and hi.is_cst()):
+        return None
+    box = isl.Set(
+        f"{{ [{', '.join(f'd{i}' for i in range(p + 1))}] : {_cst(lo)} <= d{p} <= {_cst(hi)} }}"
+    )
+    prefixes = upto.project_out(isl.dim_type.set, p, 1)
+    cube = prefixes.add_dims(isl.dim_type.set, 1).intersect(box)
+    bad = cube.subtract(upto).project_out(isl.dim_type.set, p, 1)
+    n = todo.dim(isl.dim_type.set)
+    good = todo.intersect(prefixes.subtract(bad).add_dims(isl.dim_type.set, n - p))
+    if clip:
+        good = good.intersect(box.add_dims(isl.dim_type.set, n - p - 1))
+    return good
+
+
+def _prefix_of(point: isl.Set, p: int) -> isl.Set:
+    """The set of points whose dimensions before `p` are those of `point` (a single point)."""
+    n = point.dim(isl.dim_type.set)
+    fixed = point.project_out(isl.dim_type.set, p, n - p)
+    return fixed.add_dims(isl.dim_type.set, n - p)
