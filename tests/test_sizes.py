@@ -29,9 +29,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     # cost defines each instruction's cost once in isa.py and documents it from there
     ("mc/doc.py", "isa_markdown"): (72, "the ISA document, rewritten with the costs (cost)"),
     # simspeed reworks the simulator's hot loop for speed this session
-    # frontend: the FX lowering of every supported PyTorch module
-    ("frontend/fx.py", None): (859, "the FX graph lowering, frontend's this session"),
-    ("frontend/fx.py", "conv"): (83, "the FX graph lowering, frontend's this session"),
     # fuzz2 extends the fuzzers this session
     ("testing/fuzz.py", None): (682, "the fuzzers, fuzz2's this session"),
     ("testing/fuzzbin.py", "mutate_tgb"): (71, "the binary mutator, fuzz2's this session"),
