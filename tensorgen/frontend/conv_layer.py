@@ -81,19 +81,11 @@ def conv_layer(
         )
         shape = (n, g, kg, *y.shape[2:])
     ports = [x_port, *_operands(wq, rq, shape, y)]
-    natural = NATURAL[y.dtype]
     if xz and wz:
         product = f"({xin}{xz}) * ({wt}{wz})"
-    else:  # a weight zero point without an input zero point is not subtracted (as before)
+    else:  # without an input zero point the weights' is not subtracted: fx.py's rule, kept
         product = f"({xin}{xz}) * {wt}" if xz else f"{xin} * {wt}"
-
-    def body(lo, hi):
-        return [
-            f"ACC[{acc}] = {rq.init(channel)}",
-            f"ACC[{acc}] += {product}",
-            f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", channel, y.zp), lo, hi, natural),
-        ]
-
+    body = _statements(acc, channel, product, rq, y)
     lo, hi = bounds
     op = conv_op(x, y, g)
     return Layer(name, path, op, ports, body, lo, hi, fusable=True, epilogue=epilogue)
@@ -120,7 +112,6 @@ def linear_layer(
         Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
         *_operands(wq, rq, (rows, o), y),
     ]
-    natural = NATURAL[y.dtype]
     product = (
         f"(X[n, i]{xz}) * (W[o, i]{wz})"
         if wz
@@ -128,16 +119,24 @@ def linear_layer(
         if xz
         else "X[n, i] * W[o, i]"
     )
+    body = _statements("n, o", "o", product, rq, y)
+    lo, hi = bounds
+    return Layer(name, path, "linear", ports, body, lo, hi, fusable=True, epilogue=epilogue)
+
+
+def _statements(acc: str, channel: str, product: str, rq: Requant, y: Value):
+    """The layer's body, (lo, hi) -> statements: the accumulator's init, the sum of `product`
+    over the reduction, the requantized output clamped to [lo, hi]."""
+    natural = NATURAL[y.dtype]
 
     def body(lo, hi):
         return [
-            f"ACC[n, o] = {rq.init('o')}",
-            f"ACC[n, o] += {product}",
-            "Y[n, o] = " + clamp(rq.expr("ACC[n, o]", "o", y.zp), lo, hi, natural),
+            f"ACC[{acc}] = {rq.init(channel)}",
+            f"ACC[{acc}] += {product}",
+            f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", channel, y.zp), lo, hi, natural),
         ]
 
-    lo, hi = bounds
-    return Layer(name, path, "linear", ports, body, lo, hi, fusable=True, epilogue=epilogue)
+    return body
 
 
 def _operands(wq: np.ndarray, rq: Requant, shape: tuple[int, ...], y: Value) -> list[Port]:
