@@ -19,19 +19,9 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("codegen/lowering/plan.py", "_layout"): (67, "buffer layout: one record per buffer next"),
     ("codegen/lowering/select.py", "_matmul"): (86, "MATMUL selection: split operand building"),
     ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
-    ("autosched/search.py", None): (
-        794,
-        "the layer search: probe and explain to modules of their own",
-    ),
-    ("autosched/search.py", "_probe"): (111, "re-derives the lowering's facts: goes with item 4"),
-    ("autosched/search.py", "explain"): (62, "the plan's explanation, one table"),
-    ("autosched/search.py", "_shapes"): (103, "the layer search's enumeration of tile shapes"),
     # cost defines each instruction's cost once in isa.py and documents it from there
     ("mc/doc.py", "isa_markdown"): (72, "the ISA document, rewritten with the costs (cost)"),
     # simspeed reworks the simulator's hot loop for speed this session
-    # frontend: the FX lowering of every supported PyTorch module
-    ("frontend/fx.py", None): (859, "the FX graph lowering, frontend's this session"),
-    ("frontend/fx.py", "conv"): (83, "the FX graph lowering, frontend's this session"),
     # fuzz2 extends the fuzzers this session
     ("testing/fuzz.py", None): (682, "the fuzzers, fuzz2's this session"),
     ("testing/fuzzbin.py", "mutate_tgb"): (71, "the binary mutator, fuzz2's this session"),

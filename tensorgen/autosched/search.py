@@ -23,6 +23,9 @@ operation limit (isl_ctx_set_max_operations), which stops a single isl computati
 falls back to the default schedule with a warning and the reason in `Plan.reason`; the limit is
 removed (and isl's operation count reset) when auto_schedule returns, so the lowering that
 follows is not bounded by it.
+
+The loop nests tried come from shapes.py, what the cost model needs of each from probe.py, and
+the plan's explanation (`check --explain`) from explain.py.
 """
 
 from __future__ import annotations
@@ -35,23 +38,23 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
+from tensorgen.autosched.explain import explain
 from tensorgen.autosched.layer import (
-    Geometry,
     Layer,
     Skeleton,
     accumulator_levels,
     build_skeleton,
     recognise,
 )
+from tensorgen.autosched.probe import probe_nest, staging_levels
+from tensorgen.autosched.shapes import tile_shapes
 from tensorgen.codegen.scheduled import vector_profile
 from tensorgen.errors import CapacityError, CodegenError, ScheduleError
-from tensorgen.ir.core import Program, Statement
+from tensorgen.ir.core import Program
 from tensorgen.ir.queries import MacMapping, mac_mapping, out_indices
-from tensorgen.mc import isa
 from tensorgen.schedule import cost as cost_model
 from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.compaction import compacted_size, row_compaction
-from tensorgen.schedule.cost import Candidate, Footprint, Probe, loop_passes, vector_cycles
+from tensorgen.schedule.cost import Candidate
 from tensorgen.schedule.fold import KFold, window_shape
 from tensorgen.target import Target
 
@@ -73,6 +76,9 @@ __all__ = ["Candidate", "Plan", "Space", "auto_schedule"]
 
 @dataclass
 class Plan:
+    """What auto_schedule chose for one program: the schedule and the candidate it is built
+    from, with every candidate costed; or no schedule, and the reason the default is used."""
+
     schedule: Schedule | None
     chosen: Candidate | None
     considered: list[Candidate] = field(default_factory=list)
@@ -85,102 +91,9 @@ class Plan:
     )  # the search's loop names -> the schedule's
     fold: str = ""  # what the MAC array's K folds, if more than one index
 
-    def _name(self, loop: str | None) -> str:
-        return self.loop_names.get(loop, loop) if loop else "the program"
-
     def explain(self, target: Target) -> str:
-        from tensorgen.schedule.files import render
-
-        if self.schedule is None:
-            return f"auto: {self.reason}; using the default schedule"
-        if self.chosen is None:  # outside the search: the primitive-built schedule, measured
-            return "\n".join(
-                [
-                    "# the schedule chosen by `schedule: auto`, as a replayable schedule file",
-                    "",
-                    render(
-                        self.schedule,
-                        f"Built from the primitives for {self.schedule.program.name}.",
-                    ),
-                    f"auto: {self.reason}",
-                ]
-            )
-        c = self.chosen
-        lines = [
-            "# the schedule chosen by `schedule: auto`, as a replayable schedule file",
-            "",
-            render(
-                self.schedule,
-                f"Chosen by tensorgen's automatic scheduler for {self.schedule.program.name}.",
-            ),
-            f"model: {c.cycles} cycles = {c.compute_cycles} MAC/vector + {c.dma_cycles} exposed DMA "
-            f"({'inner loads overlapped' if c.pipelined else 'queues serialized'}); DRAM {c.dram_bytes} B; "
-            f"searched {len(self.considered)} candidates "
-            f"in {self.search_s * 1e3:.0f} ms",
-            f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
-            f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B",
-        ]
-        if self.fold:
-            lines.append(self.fold)
-        if self.layer is not None and self.layer.others:
-            lines += self._fusion_lines()
-        lines.append("staging (tensor: the loop whose iterations each hold one footprint):")
-        for tensor, loop in c.stages:
-            lines.append(f"  {tensor} at {self._name(loop)}")
-        if c.pipelined:
-            lines.append(
-                "  the innermost staging loop double-buffers its tensors: their loads and stores overlap "
-                "compute"
-            )
-        lines.append("neighbours (one choice changed):")
-        for other in self._neighbours():
-            diff = [
-                f"{t}: {self._name(a)} -> {self._name(b)}"
-                for (t, a), (_, b) in zip(c.stages, other.stages, strict=False)
-                if a != b
-            ]
-            if other.order != c.order:
-                diff.append(f"order {' '.join(self._name(x) for x in other.order)}")
-            if other.pipelined != c.pipelined:
-                diff.append("double-buffered" if other.pipelined else "single-buffered")
-            cost_text = (
-                "over capacity"
-                if other.cycles == math.inf
-                else f"{other.cycles} cycles ({other.cycles / c.cycles:.2f}x)"
-            )
-            lines.append(f"  {', '.join(diff)}: {cost_text}")
-        return "\n".join(lines)
-
-    def _fusion_lines(self) -> list[str]:
-        layer, c = self.layer, self.chosen
-        init = f"{layer.init.name} (init)" if layer.init else None
-        epi = f"{', '.join(s.name for s in layer.epilogue)} (epilogue)" if layer.epilogue else None
-        where = f"each iteration of {self.fused_at}" if self.fused_at else "the whole program"
-        temps = [
-            t
-            for t, _ in c.stages
-            if t != layer.accumulator and self.schedule.program.tensor(t).role == "none"
-        ]
-        return [
-            f"fused: {' and '.join(x for x in (init, epi) if x)} with the contraction "
-            f"{layer.contraction.name}, on {where}: {layer.accumulator}"
-            f"{' and ' + ', '.join(temps) if temps else ''} never {'leave' if temps else 'leaves'} the chip",
-            f"  their vector instructions: {c.vector_cycles} cycles over the {c.vector_loops} innermost loops "
-            f"of a tile",
-        ]
-
-    def _neighbours(self) -> list[Candidate]:
-        c = self.chosen
-        out = []
-        for other in self.considered:
-            changes = (
-                sum(a != b for a, b in zip(c.stages, other.stages, strict=False))
-                + (other.order != c.order)
-                + (other.pipelined != c.pipelined)
-            )
-            if changes == 1:
-                out.append(other)
-        return sorted(out, key=lambda o: o.cycles)[:6]
+        """What the plan chose and why (explain.py), or why it uses the default schedule."""
+        return explain(self, target)
 
 
 def auto_schedule(program: Program, target: Target, max_operations: int | None = None) -> Plan:
@@ -295,7 +208,7 @@ class Space:
         # eight int32 buffers of a vector band fit
         vector_elements = max(target.lanes, target.spad.bytes // 32 >> shrink)
         shapes = list(
-            _shapes(
+            tile_shapes(
                 stmt,
                 out,
                 reds,
@@ -351,7 +264,7 @@ class Space:
         tensors = layer.tensors()
         sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
         fold = self.fold(band)
-        probe = _probe(
+        probe = probe_nest(
             program,
             target,
             layer,
@@ -364,7 +277,7 @@ class Space:
             self.profiles,
             fold,
         )
-        levels = [_levels(program, layer, sk, order, t, fold) for t in tensors]
+        levels = [staging_levels(program, layer, sk, order, t, fold) for t in tensors]
         levels = accumulator_levels(program, layer, blocks_f, order, tensors, levels)
         return cost_model.cost_product(probe, target, tensors, levels)
 
@@ -453,338 +366,3 @@ def _search(program: Program, target: Target, layer: Layer) -> Plan:
         )
     )
     return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names, fold=note)
-
-
-def _levels(
-    program: Program, layer: Layer, sk: Skeleton, order, tensor: str, fold: KFold | None = None
-) -> list[str | None]:
-    """Where `tensor` may be staged: at a loop that encloses every statement accessing it.
-    A temporary of a fused layer lives in the innermost tile loop: nothing is gained higher.
-    A window fold's streamed operand is one kernel-wide column: staged inside its column loop."""
-    if fold is not None and fold.column and tensor == fold.streamed:
-        return list(order[order.index(fold.column) :])
-    written = {s.lhs.tensor for s in layer.statements}
-    if layer.others and tensor in written and program.tensor(tensor).role == "none":
-        return [sk.fused[-1] if sk.fused else None]
-    if any(s is not layer.contraction for s in layer.accessing(tensor)):
-        return [None] + list(sk.fused)
-    return [None] + list(order)
-
-
-def _probe(
-    program: Program,
-    target: Target,
-    layer: Layer,
-    sk: Skeleton,
-    blocks,
-    order,
-    m_loops,
-    band,
-    kind: str,
-    profiles,
-    fold: KFold | None = None,
-) -> Probe:
-    stmt = layer.contraction
-    geo = Geometry.of(stmt, blocks)
-    s = sk.schedule
-    written = {x.lhs.tensor for x in layer.statements}
-    stored = {t for t in written if program.tensor(t).role != "none"}
-    sizes: dict[tuple[str, str | None], Footprint | None] = {}
-    overwrites = (
-        None  # whether the first MATMUL of each accumulator element may overwrite it (lazily)
-    )
-    for t in layer.tensors():
-        tensor = program.tensor(t)
-        for lv in _levels(program, layer, sk, order, t, fold):
-            box = s.staged_box(t, sk.loops[lv].name if lv else None)
-            if box is None:
-                sizes[(t, lv)] = Footprint(0, 0, False, False)
-                continue
-            comp = row_compaction(box, tensor.itemsize, target, t in written)
-            elements = math.prod(compacted_size(box.size, comp))
-            fill = box.fresh and (s.zeros_read(t) or (t in stored and not box.covered))
-            refill = (
-                box.fresh and not fill and s.initial_value_read(t)
-            )  # the first writes overwrite
-            temp = t in written and tensor.role == "none"
-            first = box.first.count if box.first else 0
-            if (
-                first
-                and box.first.covered
-                and kind == "array"
-                and t == stmt.lhs.tensor
-                and overwrites is None
-            ):
-                overwrites = (
-                    s.overwriting_blocks(stmt.name, s.position(sk.loops[band[0]])) is not None
-                )
-            zeroed = bool(first) and not (
-                box.first.covered and kind == "array" and t == stmt.lhs.tensor and overwrites
-            )
-            sizes[(t, lv)] = (
-                None
-                if temp and not box.fresh
-                else Footprint(
-                    elements * tensor.itemsize,
-                    elements,
-                    box.fresh,
-                    fill or zeroed,
-                    first,
-                    box.disjoint_in_loop,
-                    refill,
-                    comp[2] if comp else 1,
-                    math.prod(box.size) * tensor.itemsize,
-                )
-            )
-    if kind == "array":
-        band_cycles = _matmul_band_cycles(
-            target, layer, geo, sk, order, m_loops, fold.matmuls if fold else 1
-        )
-        band_temps = 0
-    else:
-        instructions, slots = profiles[stmt.name]
-        blocks_v = geo.blocks(list(order), band)
-        band_cycles = instructions * sum(n * vector_cycles(target, e) for n, e in blocks_v)
-        band_temps = slots * _align(4 * max(e for _, e in blocks_v))
-    tile_work = [(0, 0)]
-    if layer.others:
-        own = sk.own_names
-        tile_work = []
-        for v in range(len(own) + 1):
-            blocks_t = geo.blocks(list(sk.fused) + own[: len(own) - v], own[len(own) - v :])
-            cycles = sum(
-                profiles[x.name][0] * sum(n * vector_cycles(target, e) for n, e in blocks_t)
-                for x in layer.others
-            )
-            temps = max(profiles[x.name][1] for x in layer.others) * _align(
-                4 * max(e for _, e in blocks_t)
-            )
-            tile_work.append((cycles, temps))
-    memory = {t: "spad" for t in layer.tensors()}
-    if kind == "array":
-        memory[stmt.lhs.tensor] = "acc"
-    out = out_indices(program, stmt)
-    first_reduction = next(
-        (k for k, x in enumerate(order) if geo.base[x] not in out and geo.trips[x] > 1), 10**6
-    )
-    return Probe(
-        tuple(order),
-        sk.fused,
-        {x: geo.trips[x] for x in order},
-        sizes,
-        band_cycles,
-        band_temps,
-        tile_work,
-        _ragged(stmt, blocks),
-        memory,
-        written,
-        stored,
-        first_reduction=first_reduction,
-        passes=loop_passes({i: stmt.extent(i) for i in stmt.indices}, blocks, order),
-    )
-
-
-def _matmul_band_cycles(
-    target: Target, layer: Layer, geo: Geometry, sk: Skeleton, order, m_loops, per_block: int
-) -> int:
-    """The contraction's MATMULs (`per_block` per block of M rows), costed by isa.matmul_cycles:
-    back to back on EX, each hides what it can of the next one's fill (two weight buffers),
-    except the first of each tile of a fused layer, which follows the vector unit's work."""
-    blocks = geo.blocks(list(order), m_loops)
-    cycles = per_block * sum(n * isa.matmul_cycles(target, rows, rows) for n, rows in blocks)
-    runs = math.prod(geo.trips[x] for x in sk.fused) if layer.others else 1
-    rows = max(r for _, r in blocks)
-    return cycles + runs * (isa.matmul_cycles(target, rows) - isa.matmul_cycles(target, rows, rows))
-
-
-def _align(n: int) -> int:
-    return -(-n // 16) * 16
-
-
-def _shapes(
-    stmt: Statement,
-    out,
-    reds,
-    mp,
-    m: str,
-    blocks,
-    kind: str,
-    acc_rows: int,
-    fused: bool,
-    vector_elements: int,
-    k_more: list[str],
-    spad: int,
-):
-    """(blocks to split, loop orders outside the band, the band's M loops, the band) to try.
-
-    On the MAC array, N and K are blocked by the array; M streams: the M index alone, or with
-    a block of a second output index (image rows) so that more rows share one fill. Rows of
-    M: up to 256, and no more than `acc_rows`, the rows of an accumulator tile that fit; M
-    itself is blocked (equal blocks of at most `acc_rows`) if need be: in a fused layer that tile
-    must stay on chip, and in any layer the accumulators must hold at least one tile of M rows;
-    and blocks of a half and a quarter of `acc_rows` are tried too, whose tiles the accumulators
-    can double-buffer."""
-
-    def split_name(name: str, size: int, part: str) -> str:
-        return f"{name}_{part}" if stmt.extent(name) > size else name
-
-    inner = [
-        split_name(n, size, "i") for n, size in blocks
-    ] + k_more  # N, then K (and what folds into it)
-    n_outer = [f"{n}_o" for n, size in blocks[:1] if stmt.extent(n) > size]
-    k_outer = [f"{n}_o" for n, size in blocks[1:] if stmt.extent(n) > size]
-    others_red = [i for i in reds if i not in (mp.k if mp else ()) and i not in k_more]
-    base_out = [i for i in out if i not in (m, mp.n if mp else None)]
-    if kind == "vector":
-        yield blocks, [tuple(base_out + others_red)], [m], [m]
-        yield from _vector_bands(stmt, out, others_red, vector_elements)
-        return
-    m2 = max(
-        (i for i in base_out if stmt.extent(i) > 1),
-        key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
-        default=None,
-    )
-    factors = {1}
-    fill_rows = min(256, acc_rows)
-    m_split = stmt.extent(m) > acc_rows
-    array_blocks, array_out, m0, m_rows = blocks, base_out, m, stmt.extent(m)
-    if m_split:
-        blocks = blocks + [(m, _m_block(m_rows, acc_rows))]
-        base_out = base_out + [f"{m}_o"]
-        m, m2 = f"{m}_i", None
-    elif m2 is not None and stmt.extent(m) < fill_rows:
-        # rows of M up to 256 per fill; half or a quarter as many when the accumulators or the
-        # budget are tight (a quarter: a tile of every output channel double-buffered in 'acc')
-        widest = max(1, min(stmt.extent(m2), fill_rows // stmt.extent(m)))
-        factors = {widest, max(1, widest // 2), max(1, widest // 4)}
-    n, cols = blocks[0]
-    if m2 is None and not m_split and stmt.extent(n) > 2 * cols:
-        # a super-block of N columns whose accumulators stay on chip, so that each block of A
-        # (M x K) is loaded once per super-block instead of once per column block
-        yield from _super_blocks(stmt, blocks, base_out, others_red, m, k_outer, k_more)
-    for f in sorted(factors):
-        blocks_f, others_out, m_loops = list(blocks), list(base_out), [m]
-        if f > 1:
-            if f < stmt.extent(m2):
-                blocks_f.append((m2, f))
-                others_out[others_out.index(m2)] = f"{m2}_o"
-                m_loops = [f"{m2}_i", m]
-            else:
-                others_out.remove(m2)
-                m_loops = [m2, m]
-        orders = list(
-            dict.fromkeys(
-                [
-                    tuple(others_out + n_outer + k_outer + others_red),
-                    tuple(n_outer + others_out + k_outer + others_red),
-                ]
-            )
-        )
-        yield blocks_f, orders, m_loops, m_loops + inner
-    if (
-        m2 is None
-        and not m_split
-        and not fused
-        and stmt.extent(m) * stmt.extent(blocks[1][0]) > spad
-    ):
-        yield from _k_chunks(stmt, blocks, base_out, others_red, m)
-    # M blocked by a half or a quarter of the accumulator rows, whose tiles can be double-buffered
-    done = {_m_block(m_rows, acc_rows)} if m_split else set()
-    for rows in (acc_rows // 2, acc_rows // 4):
-        size = _m_block(m_rows, max(rows, 1))
-        if rows >= 1 and m_rows > rows and size not in done:
-            done.add(size)
-            others_out = array_out + [f"{m0}_o"]
-            orders = list(
-                dict.fromkeys(
-                    [
-                        tuple(others_out + n_outer + k_outer + others_red),
-                        tuple(n_outer + others_out + k_outer + others_red),
-                    ]
-                )
-            )
-            yield array_blocks + [(m0, size)], orders, [f"{m0}_i"], [f"{m0}_i"] + inner
-
-
-def _m_block(extent: int, rows: int) -> int:
-    """Rows of the blocks of M that split `extent` rows into blocks of at most `rows`, all of
-    equal size as near as can be: a ragged last block is peeled out of its loop, not pipelined."""
-    return -(-extent // -(-extent // rows))
-
-
-def _vector_bands(stmt: Statement, out, others_red, cap: int):
-    """Vector bands of two and three output indices (the widest ones), which pay the vector
-    unit's setup once for many rows; the outermost of them blocked when the band would hold
-    more than `cap` elements."""
-    wide = sorted(
-        (i for i in out if stmt.extent(i) > 1),
-        key=lambda i: (stmt.extent(i), stmt.indices.index(i)),
-        reverse=True,
-    )
-    for count in (2, 3):
-        if len(wide) < count:
-            return
-        band = sorted(wide[:count], key=stmt.indices.index)
-        rest = [i for i in out if i not in band]
-        blocks = []
-        inner = math.prod(stmt.extent(i) for i in band[1:])
-        if inner * stmt.extent(band[0]) > cap:
-            if inner > cap:
-                return
-            f = cap // inner
-            blocks = [(band[0], f)]
-            rest.append(f"{band[0]}_o")
-            band = [f"{band[0]}_i"] + band[1:]
-        yield blocks, [tuple(rest + others_red)], band, band
-
-
-def _super_blocks(stmt: Statement, blocks, others_out, others_red, m: str, k_outer, k_more):
-    (n, cols), (k, rows) = blocks
-    for columns in (4 * cols, 8 * cols):
-        if columns >= stmt.extent(n):
-            continue
-        split = [(n, columns), (f"{n}_i", cols), (k, rows)]
-        inner = [
-            f"{n}_i_i" if columns > cols else f"{n}_i",
-            f"{k}_i" if stmt.extent(k) > rows else k,
-        ] + k_more
-        head = [f"{n}_o"]
-        orders = [
-            tuple(head + others_out + k_outer + [f"{n}_i_o"] + others_red),
-            tuple(others_out + head + k_outer + [f"{n}_i_o"] + others_red),
-        ]
-        yield split, list(dict.fromkeys(orders)), [m], [m] + inner
-
-
-def _k_chunks(stmt: Statement, blocks, others_out, others_red, m: str):
-    """K split into two or three even chunks outside the column blocks of N, so that a chunk of A
-    (M x K, which does not fit the scratchpad whole) staged once serves every column block,
-    instead of A being loaded again for each super-block of columns whose accumulators fit: the
-    accumulators of a column block are then stored after each chunk and loaded back for the
-    next (not before the first)."""
-    (n, cols), (k, rows) = blocks
-    extent = stmt.extent(k)
-    n_outer = [f"{n}_o"] if stmt.extent(n) > cols else []
-    inner = [f"{n}_i" if n_outer else n, f"{k}_i_i"]
-    # even chunks only: in a last, partial chunk the loops inside would vary, and not pipeline
-    for chunk in [extent // count for count in (2, 3) if extent % (count * rows) == 0]:
-        if rows < chunk:
-            order = tuple(others_out + [f"{k}_o"] + n_outer + [f"{k}_i_o"] + others_red)
-            yield [(n, cols), (k, chunk), (f"{k}_i", rows)], [order], [m], [m] + inner
-
-
-def _ragged(stmt: Statement, blocks) -> set[str]:
-    """Outer loops of splits whose last iteration is partial: isl peels such an iteration out
-    of its loop, and a peeled iteration is not pipelined."""
-    extent = {i: stmt.extent(i) for i in stmt.indices}
-    varies: set[str] = set()
-    ragged: set[str] = set()
-    for name, size in blocks:
-        e = extent.get(name, size)
-        if e <= size:
-            continue
-        extent[f"{name}_o"], extent[f"{name}_i"] = -(-e // size), size
-        if e % size or name in varies:
-            ragged.add(f"{name}_o")
-            varies.add(f"{name}_i")
-    return ragged

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import numerics
+from tensorgen.frontend import fx_pooling, numerics
 from tensorgen.frontend.layers import NATURAL, Layer, Port, axes, f32, idx, module_path
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ def mean(lw: _Lowering, node: fx.Node) -> None:
             "tensor there (channels-last) or its own integer kernel, neither reproduced yet; "
             "use nn.AdaptiveAvgPool2d(1), or --engine qnnpack"
         )
-    lw.adaptive_avg_pool(node, (1, 1))
+    fx_pooling.adaptive_avg_pool(lw, node, (1, 1))
 
 
 MODULES = (

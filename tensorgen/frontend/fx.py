@@ -6,7 +6,8 @@ parameters (scale, zero point) of every value come from PyTorch itself, not from
 its observer logic. Each node is then lowered by the function registered for its operator.
 A node that is not supported, has a shape that is not static, or computes in float where the
 accelerator cannot be bit-exact, is refused with a one-line SpecError naming the operator and
-its place in the model.
+its place in the model. The conv and linear layers are built by conv_layer.py (shared with the
+PT2E lowering), the pooling layers by fx_pooling.py.
 """
 
 from __future__ import annotations
@@ -25,15 +26,14 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import elementwise, numerics, ops, pooling
+from tensorgen.frontend import elementwise, fx_pooling, numerics, ops
+from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer, linear_layer
 from tensorgen.frontend.layers import (
     NATURAL,
     Layer,
     Port,
-    affine,
     axes,
     clamp,
-    f32,
     idx,
     module_path,
 )
@@ -306,80 +306,10 @@ class _Lowering:
             raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
         wq, s_w, w_zp = weights(mod.weight())
         rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), wq.shape[0]))
-        (sh, sw), (ph, pw), (dh, dw), g = mod.stride, mod.padding, mod.dilation, mod.groups
-        n, c, _, _ = x.shape
-        k = y.shape[1]
-        relu = "ReLU" in type(mod).__name__
-        rows = affine((sh, "h"), (dh, "r"), const=-ph)
-        cols = affine((sw, "w"), (dw, "s"), const=-pw)
-        xz = f" - {x.zp}" if x.zp else ""
-        wz = f" - {w_zp}" if w_zp else ""
-        if g == c == k and x.zp and not w_zp:
-            # depthwise runs on the vector unit, where subtracting the input's zero point costs
-            # two more instructions per tap: fold it into the bias instead,
-            # sum((x - zp) * w) = sum(x * w) - zp * sum(w); padding reads zp, so its taps still cancel
-            rq = rq.plus(-x.zp * wq.reshape(k, -1).astype(np.int64).sum(axis=1))
-            xz = ""
-        ports = [x.port("X", "input")]
-        if g == 1:
-            acc, xin, wt, bias_ix = (
-                "n, k, h, w",
-                f"X[n, c, {rows}, {cols}]",
-                "W[k, c, r, s]",
-                "B[k]",
-            )
-            shape = y.shape
-        elif g == c == k:
-            acc, xin, wt, bias_ix = (
-                "n, k, h, w",
-                f"X[n, k, {rows}, {cols}]",
-                "W[k, 0, r, s]",
-                "B[k]",
-            )
-            shape = y.shape
-        else:  # grouped: a 5-d view with the group as its own index (reshapes are free in DRAM)
-            cg, kg = c // g, k // g
-            ports = [Port("X", (n, g, cg, *x.shape[2:]), x.dtype, "input", x.zp, x.buffer)]
-            wq = wq.reshape(g, kg, cg, *wq.shape[2:])
-            rq = rq.grouped(g, kg)
-            acc, xin, wt, bias_ix = (
-                "n, g, k, h, w",
-                f"X[n, g, c, {rows}, {cols}]",
-                "W[g, k, c, r, s]",
-                "B[g, k]",
-            )
-            shape = (n, g, kg, *y.shape[2:])
-        ports += [
-            Port("W", wq.shape, "int8", "input", 0, None, wq),
-            *rq.ports,
-            Port("ACC", shape, "int32", "none"),
-            Port("Y", shape, y.dtype, "output", y.zp, y.buffer),
-        ]
-        natural = NATURAL[y.dtype]
-        channel = bias_ix[2:-1]  # the output-channel indices, "k" or "g, k"
-
-        def body(lo, hi):
-            return [
-                f"ACC[{acc}] = {rq.init(channel)}",
-                f"ACC[{acc}] += ({xin}{xz}) * ({wt}{wz})"
-                if (xz and wz)
-                else f"ACC[{acc}] += ({xin}{xz}) * {wt}"
-                if xz
-                else f"ACC[{acc}] += {xin} * {wt}",
-                f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", channel, y.zp), lo, hi, natural),
-            ]
-
-        lo, hi = (y.zp, natural[1]) if relu else natural
-        layer = Layer(
-            node.name,
-            module_path(node),
-            "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped",
-            ports,
-            body,
-            lo,
-            hi,
-            fusable=True,
-            epilogue=["relu"] if relu else [],
+        geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)
+        lo, hi, epilogue = _fused_relu(mod, y)
+        layer = conv_layer(
+            node.name, module_path(node), x, y, (wq, w_zp), rq, geometry, (lo, hi), epilogue
         )
         self.add(layer, y)
 
@@ -388,49 +318,9 @@ class _Lowering:
         y = self.result_value(node)
         wq, s_w, w_zp = weights(mod.weight())
         rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), wq.shape[0]))
-        rows = int(np.prod(x.shape[:-1]))
-        o, i = wq.shape
-        relu = "ReLU" in type(mod).__name__
-        xz = f" - {x.zp}" if x.zp else ""
-        wz = f" - {w_zp}" if w_zp else ""
-        ports = [
-            Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
-            Port("W", wq.shape, "int8", "input", 0, None, wq),
-            *rq.ports,
-            Port("ACC", (rows, o), "int32", "none"),
-            Port("Y", (rows, o), y.dtype, "output", y.zp, y.buffer),
-        ]
-        natural = NATURAL[y.dtype]
-        product = (
-            f"(X[n, i]{xz}) * (W[o, i]{wz})"
-            if wz
-            else f"(X[n, i]{xz}) * W[o, i]"
-            if xz
-            else "X[n, i] * W[o, i]"
-        )
-
-        def body(lo, hi):
-            return [
-                f"ACC[n, o] = {rq.init('o')}",
-                f"ACC[n, o] += {product}",
-                "Y[n, o] = " + clamp(rq.expr("ACC[n, o]", "o", y.zp), lo, hi, natural),
-            ]
-
-        lo, hi = (y.zp, natural[1]) if relu else natural
-        self.add(
-            Layer(
-                node.name,
-                module_path(node),
-                "linear",
-                ports,
-                body,
-                lo,
-                hi,
-                fusable=True,
-                epilogue=["relu"] if relu else [],
-            ),
-            y,
-        )
+        lo, hi, epilogue = _fused_relu(mod, y)
+        layer = linear_layer(node.name, module_path(node), x, y, (wq, w_zp), rq, (lo, hi), epilogue)
+        self.add(layer, y)
 
     # -- element-wise ------------------------------------------------------------------------
     def clamp_op(self, node: fx.Node, kind: str, lo_f: float | None, hi_f: float | None) -> None:
@@ -565,143 +455,6 @@ class _Lowering:
             return True
         return False
 
-    # -- pooling -----------------------------------------------------------------------------
-    def max_pool(self, node: fx.Node, kernel, stride, padding, dilation) -> None:
-        x = self.value_of(node.args[0])
-        y = self.result_value(node)
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
-            _pair(v) for v in (kernel, stride or kernel, padding, dilation)
-        )
-        if self.engine == "qnnpack" and max(dh, dw) > 1 and max(ph, pw) > 0:
-            # see tests/frontend/test_models.py::test_qnnpack_dilated_max_pool_bug_is_still_in_torch
-            raise SpecError(
-                "torch's qnnpack quantized max pooling is "
-                f"wrong at the borders when dilation > 1 and padding > 0 (dilation {dh}x{dw}, "
-                f"padding {ph}x{pw}), so PyTorch's reference is wrong; use --engine x86, or padding 0"
-            )
-        lo, _ = NATURAL[x.dtype]
-        rows, cols = (
-            affine((sh, "h"), (dh, "i"), const=-ph),
-            affine((sw, "w"), (dw, "j"), const=-pw),
-        )
-
-        def body(lo_, hi_):
-            return [
-                f"Y[n, c, h, w] = {lo}",
-                {
-                    "stmt": f"Y[n, c, h, w] max= X[n, c, {rows}, {cols}]",
-                    "where": f"0 <= i < {kh} and 0 <= j < {kw}",
-                },
-            ]
-
-        # padding acts as -inf: the dtype's minimum never beats a real element of the window
-        self.add(
-            Layer(
-                node.name,
-                module_path(node),
-                "max_pool2d",
-                [x.port("X", "input", lo), y.port("Y", "output")],
-                body,
-            ),
-            y,
-        )
-
-    def adaptive_avg_pool(self, node: fx.Node, output_size) -> None:
-        x = self.value_of(node.args[0])
-        y = self.result_value(node)
-        n, c, h, w = x.shape
-        oh, ow = y.shape[2:]
-        if h % oh or w % ow:
-            raise SpecError(
-                f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: only sizes that divide"
-            )
-        kh, kw = h // oh, w // ow
-        xz = f" - {x.zp}" if x.zp else ""
-        if self.engine != "qnnpack" and (oh, ow) != (1, 1):
-            raise SpecError(f"adaptive_avg_pool2d to {oh}x{ow} under {self.engine} (only to 1x1)")
-        if self.engine == "qnnpack":
-            mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
-            result = f"requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
-        elif self.results[
-            node.args[0]
-        ].is_contiguous():  # fbgemm's NCHW kernel: zero points never enter
-            mult = numerics.fbgemm_avgpool_multiplier(kh, kw, channels_last=False)
-            xz, result = "", f"requant(ACC[n, c, h, w], {f32(mult)}, 0)"
-        else:  # channels-last: the zero point inside one fused multiply-add, on 8-channel vectors
-            if c % 8:
-                raise SpecError(
-                    f"adaptive_avg_pool2d under {self.engine} of {c} channels: fbgemm rounds the last "
-                    f"{c % 8} differently; only multiples of 8 are supported"
-                )
-            mult = numerics.fbgemm_avgpool_multiplier(kh, kw, True, x.scale, y.scale)
-            result = f"requant_fma(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
-
-        def body(lo, hi):  # the explicit zero: linked layers share DRAM, nothing starts at zero
-            return [
-                "ACC[n, c, h, w] = 0",
-                {
-                    "stmt": f"ACC[n, c, h, w] += X[n, c, {affine((kh, 'h'), (1, 'i'))}, "
-                    f"{affine((kw, 'w'), (1, 'j'))}]{xz}",
-                    "where": f"0 <= i < {kh} and 0 <= j < {kw}",
-                },
-                f"Y[n, c, h, w] = {result}",
-            ]
-
-        self.add(
-            Layer(
-                node.name,
-                module_path(node),
-                "adaptive_avg_pool2d",
-                [
-                    x.port("X", "input"),
-                    Port("ACC", y.shape, "int32", "none"),
-                    y.port("Y", "output"),
-                ],
-                body,
-            ),
-            y,
-        )
-
-    def avg_pool(
-        self, node: fx.Node, kernel, stride, padding, ceil_mode: bool, include_pad=True, div=None
-    ) -> None:
-        """qnnpack's average pooling: padding holds the zero point and counts in the divisor
-        (qnnpack ignores count_include_pad=False and divisor_override), one float multiplier.
-        Anything else runs ATen's kernel: tensorgen.frontend.pooling."""
-        if self.engine != "qnnpack" or ceil_mode:
-            return pooling.avg_pool_aten(self, node, kernel, stride, padding, include_pad, div)
-        x = self.value_of(node.args[0])
-        y = self.result_value(node)
-        (kh, kw), (sh, sw), (ph, pw) = (_pair(v) for v in (kernel, stride or kernel, padding))
-        mult = numerics.avgpool_multiplier(x.scale, y.scale, kh * kw)
-        xz = f" - {x.zp}" if x.zp else ""
-        rows, cols = affine((sh, "h"), (1, "i"), const=-ph), affine((sw, "w"), (1, "j"), const=-pw)
-
-        def body(lo, hi):
-            return [
-                "ACC[n, c, h, w] = 0",
-                {
-                    "stmt": f"ACC[n, c, h, w] += X[n, c, {rows}, {cols}]{xz}",
-                    "where": f"0 <= i < {kh} and 0 <= j < {kw}",
-                },
-                f"Y[n, c, h, w] = requant(ACC[n, c, h, w], {f32(mult)}, {y.zp})",
-            ]
-
-        self.add(
-            Layer(
-                node.name,
-                module_path(node),
-                "avg_pool2d",
-                [
-                    x.port("X", "input"),
-                    Port("ACC", y.shape, "int32", "none"),
-                    y.port("Y", "output"),
-                ],
-                body,
-            ),
-            y,
-        )
-
     # -- shapes ------------------------------------------------------------------------------
     def alias(self, node: fx.Node) -> None:
         """flatten / reshape / view / contiguous of a contiguous tensor: the same bytes."""
@@ -736,45 +489,13 @@ class _Lowering:
         )
 
 
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
-
-
-def _max_pool_module(lw: _Lowering, node: fx.Node, mod: nn.MaxPool2d) -> None:
-    if mod.return_indices:
-        raise SpecError("max_pool2d with return_indices")
-    lw.max_pool(node, mod.kernel_size, mod.stride, mod.padding, mod.dilation)
-
-
-def _max_pool_fn(lw: _Lowering, node: fx.Node) -> None:
-    args = list(node.args[1:]) + [None] * 5
-    kw = node.kwargs
-    kernel = kw.get("kernel_size", args[0])
-    stride = kw.get("stride", args[1]) or kernel
-    lw.max_pool(
-        node, kernel, stride, kw.get("padding", args[2] or 0), kw.get("dilation", args[3] or 1)
-    )
-
-
-def _avg_pool_args(node: fx.Node):
-    names = (
-        "kernel_size",
-        "stride",
-        "padding",
-        "ceil_mode",
-        "count_include_pad",
-        "divisor_override",
-    )
-    args = dict(zip(names, node.args[1:], strict=False))
-    args.update({k: v for k, v in node.kwargs.items() if k in names})
-    return (
-        args["kernel_size"],
-        args.get("stride"),
-        args.get("padding", 0),
-        args.get("ceil_mode", False),
-        args.get("count_include_pad", True),
-        args.get("divisor_override"),
-    )
+def _fused_relu(mod, y: Value) -> tuple[int, int, list[str]]:
+    """The output bounds of a conv or linear module and its epilogue: ConvReLU2d and LinearReLU
+    clamp at the zero point."""
+    natural = NATURAL[y.dtype]
+    if "ReLU" in type(mod).__name__:
+        return y.zp, natural[1], ["relu"]
+    return *natural, []
 
 
 def _hardtanh_module(lw, node, mod):
@@ -788,11 +509,12 @@ MODULES = (
     (torch.ao.nn.quantized.Linear, lambda lw, n, m: lw.linear(n, m)),  # LinearReLU derives from it
     (nn.ReLU, lambda lw, n, m: lw.clamp_op(n, "relu", 0.0, None)),
     (nn.Hardtanh, _hardtanh_module),  # ReLU6 derives from it
-    (nn.MaxPool2d, _max_pool_module),
-    (nn.AdaptiveAvgPool2d, lambda lw, n, m: lw.adaptive_avg_pool(n, m.output_size)),
+    (nn.MaxPool2d, fx_pooling.max_pool_module),
+    (nn.AdaptiveAvgPool2d, lambda lw, n, m: fx_pooling.adaptive_avg_pool(lw, n, m.output_size)),
     (
         nn.AvgPool2d,
-        lambda lw, n, m: lw.avg_pool(
+        lambda lw, n, m: fx_pooling.avg_pool(
+            lw,
             n,
             m.kernel_size,
             m.stride,
@@ -827,10 +549,10 @@ FUNCTIONS = {
     F.interpolate: lambda lw, n: ops.nearest_upsample(
         lw, n, lambda t: n.target(t, *n.args[1:], **n.kwargs)
     ),
-    F.max_pool2d: _max_pool_fn,
-    torch.max_pool2d: _max_pool_fn,
-    F.adaptive_avg_pool2d: lambda lw, n: lw.adaptive_avg_pool(n, n.args[1]),
-    F.avg_pool2d: lambda lw, n: lw.avg_pool(n, *_avg_pool_args(n)),
+    F.max_pool2d: fx_pooling.max_pool_function,
+    torch.max_pool2d: fx_pooling.max_pool_function,
+    F.adaptive_avg_pool2d: lambda lw, n: fx_pooling.adaptive_avg_pool(lw, n, n.args[1]),
+    F.avg_pool2d: lambda lw, n: fx_pooling.avg_pool(lw, n, *fx_pooling.avg_pool_args(n)),
     operator.getitem: ops.piece,
     torch.transpose: ops.transpose,
     torch.chunk: ops.split,

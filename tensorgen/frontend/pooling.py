@@ -1,9 +1,10 @@
 """Average pooling of every size PyTorch accepts, by the rule of the kernel PyTorch runs.
 
-qnnpack runs its own kernel for `avg_pool2d` without `ceil_mode` (tensorgen.frontend.fx); every
-other `avg_pool2d` -- `ceil_mode` under qnnpack, all of them under x86 -- runs ATen's generic
-kernel: the window sum of `q - zp` over its real elements, one float32 multiplier per divisor
-(the padded window, the real one, or `divisor_override`), two float roundings
+qnnpack runs its own kernel for `avg_pool2d` without `ceil_mode`
+(tensorgen.frontend.fx_pooling); every other `avg_pool2d` -- `ceil_mode` under qnnpack, all of
+them under x86 -- runs ATen's generic kernel: the window sum of `q - zp` over its real
+elements, one float32 multiplier per divisor (the padded window, the real one, or
+`divisor_override`), two float roundings
 (`numerics.aten_avgpool`). The accelerator rounds once, so for each divisor a multiplier is
 found that gives ATen's result on the window's whole accumulator range
 (`numerics.single_rounding_for`), else the layer is refused in one line. ATen's channels-last

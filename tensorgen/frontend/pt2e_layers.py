@@ -13,6 +13,7 @@ import numpy as np
 from torch import fx
 
 from tensorgen.errors import SpecError
+from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer, linear_layer
 from tensorgen.frontend.layers import NATURAL, Layer, Port, affine, axes, clamp, f32, idx
 from tensorgen.frontend.layers import module_path as path_of
 from tensorgen.frontend.pt2e import DQ, inv_scale, op_of, requant_per_channel
@@ -109,54 +110,12 @@ def conv(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     x, wq, s_w, b_q = _conv_parts(lw, src)
     y = lw.new_value(q)
     stride, padding, dilation, g = _args(src, (None, None, (1, 1), (0, 0), (1, 1), 1))[2:6]
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    geometry = ConvGeometry(_pair(stride), _pair(padding), _pair(dilation), g)
     if isinstance(padding, str):
         raise SpecError(f"padding '{padding}'")
     rq = requant_per_channel(b_q, x.scale, s_w, y.scale)
-    n, c = x.shape[:2]
-    k = y.shape[1]
-    rows = affine((sh, "h"), (dh, "r"), const=-ph)
-    cols = affine((sw, "w"), (dw, "s"), const=-pw)
-    xz = f" - {x.zp}" if x.zp else ""
-    ports = [x.port("X", "input")]
-    shape = y.shape
-    if g == 1:
-        acc, xin, wt, ch = "n, k, h, w", f"X[n, c, {rows}, {cols}]", "W[k, c, r, s]", "k"
-    elif g == c == k:
-        if x.zp:  # Σ(x − zp)·w = Σ x·w − zp·Σ w: the zero point folds into the bias
-            rq = rq.plus(-x.zp * wq.reshape(k, -1).astype(np.int64).sum(axis=1))
-            xz = ""
-        acc, xin, wt, ch = "n, k, h, w", f"X[n, k, {rows}, {cols}]", "W[k, 0, r, s]", "k"
-    else:  # grouped: a 5-d view with the group as its own index
-        cg, kg = c // g, k // g
-        ports = [Port("X", (n, g, cg, *x.shape[2:]), x.dtype, "input", x.zp, x.buffer)]
-        wq = wq.reshape(g, kg, cg, *wq.shape[2:])
-        rq = rq.grouped(g, kg)
-        acc, xin, wt, ch = (
-            "n, g, k, h, w",
-            f"X[n, g, c, {rows}, {cols}]",
-            "W[g, k, c, r, s]",
-            "g, k",
-        )
-        shape = (n, g, kg, *y.shape[2:])
-    ports += [
-        Port("W", wq.shape, "int8", "input", 0, None, wq),
-        *rq.ports,
-        Port("ACC", shape, "int32", "none"),
-        Port("Y", shape, y.dtype, "output", y.zp, y.buffer),
-    ]
-    natural = NATURAL[y.dtype]
-
-    def body(lo, hi):
-        return [
-            f"ACC[{acc}] = {rq.init(ch)}",
-            f"ACC[{acc}] += ({xin}{xz}) * {wt}" if xz else f"ACC[{acc}] += {xin} * {wt}",
-            f"Y[{acc}] = " + clamp(rq.expr(f"ACC[{acc}]", ch, y.zp), lo, hi, natural),
-        ]
-
-    lo, hi = lw.bounds(y, lo_f, hi_f)
-    op = "conv2d" if g == 1 else "depthwise" if g == c == k else "grouped"
-    lw.add(Layer(src.name, path_of(src), op, ports, body, lo, hi, fusable=True))
+    bounds = lw.bounds(y, lo_f, hi_f)
+    lw.add(conv_layer(src.name, path_of(src), x, y, (wq, 0), rq, geometry, bounds, []))
 
 
 def linear(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
@@ -164,27 +123,8 @@ def linear(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     x, wq, s_w, b_q = _conv_parts(lw, src)
     y = lw.new_value(q)
     rq = requant_per_channel(b_q, x.scale, s_w, y.scale)
-    rows = int(np.prod(x.shape[:-1]))
-    o, i = wq.shape
-    xz = f" - {x.zp}" if x.zp else ""
-    ports = [
-        Port("X", (rows, i), x.dtype, "input", x.zp, x.buffer),
-        Port("W", wq.shape, "int8", "input", 0, None, wq),
-        *rq.ports,
-        Port("ACC", (rows, o), "int32", "none"),
-        Port("Y", (rows, o), y.dtype, "output", y.zp, y.buffer),
-    ]
-    natural = NATURAL[y.dtype]
-
-    def body(lo, hi):
-        return [
-            f"ACC[n, o] = {rq.init('o')}",
-            f"ACC[n, o] += (X[n, i]{xz}) * W[o, i]",
-            "Y[n, o] = " + clamp(rq.expr("ACC[n, o]", "o", y.zp), lo, hi, natural),
-        ]
-
-    lo, hi = lw.bounds(y, lo_f, hi_f)
-    lw.add(Layer(src.name, path_of(src), "linear", ports, body, lo, hi, fusable=True))
+    bounds = lw.bounds(y, lo_f, hi_f)
+    lw.add(linear_layer(src.name, path_of(src), x, y, (wq, 0), rq, bounds, []))
 
 
 def add(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:

@@ -72,7 +72,7 @@ def test_cost_product_is_cost_of_each_choice(target):
     import itertools
 
     from tensorgen.autosched.layer import accumulator_levels
-    from tensorgen.autosched.search import _levels, _probe  # noqa: PLC2701 - same package
+    from tensorgen.autosched.probe import probe_nest, staging_levels
 
     tgt = load_target(target)
     program = conv()
@@ -83,7 +83,7 @@ def test_cost_product_is_cost_of_each_choice(target):
         blocks, _, m_loops, band = shape
         sk = build_skeleton(program, tgt, layer, blocks, order, band, checked=False)
         fold = space.fold(band)
-        probe = _probe(
+        probe = probe_nest(
             program,
             tgt,
             layer,
@@ -97,9 +97,9 @@ def test_cost_product_is_cost_of_each_choice(target):
             fold,
         )
         tensors = layer.tensors()
-        levels = [_levels(program, layer, sk, order, t, fold) for t in tensors]
+        levels = [staging_levels(program, layer, sk, order, t, fold) for t in tensors]
         levels = accumulator_levels(program, layer, blocks, order, tensors, levels)
-        fresh = _probe(
+        fresh = probe_nest(
             program,
             tgt,
             layer,
