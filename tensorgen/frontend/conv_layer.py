@@ -81,10 +81,11 @@ def conv_layer(
         )
         shape = (n, g, kg, *y.shape[2:])
     ports = [x_port, *_operands(wq, rq, shape, y)]
-    if xz and wz:
-        product = f"({xin}{xz}) * ({wt}{wz})"
-    else:  # without an input zero point the weights' is not subtracted: fx.py's rule, kept
-        product = f"({xin}{xz}) * {wt}" if xz else f"{xin} * {wt}"
+    # the weights' zero point is subtracted with or without the input's (the conv rule dropped
+    # it when the input's was 0: sum(x * w) for sum(x * (w - zp_w)) on per-tensor affine weights)
+    product = (
+        f"({xin}{xz}) * ({wt}{wz})" if wz else f"({xin}{xz}) * {wt}" if xz else f"{xin} * {wt}"
+    )
     body = _statements(acc, channel, product, rq, y)
     lo, hi = bounds
     op = conv_op(x, y, g)
