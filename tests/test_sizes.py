@@ -14,7 +14,6 @@ MAX_MODULE, MAX_FUNCTION = 600, 60
 # (path under tensorgen/, function or None for the module): the size it has today, and why.
 KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     # the lowering's passes (codegen/lowering/), moved out of one class but not yet shortened
-    ("codegen/link.py", "link"): (86, "the model linker, onecomp's (codegen/)"),
     ("autosched/search.py", None): (
         794,
         "the layer search: probe and explain to modules of their own",
