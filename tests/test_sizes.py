@@ -13,7 +13,6 @@ MAX_MODULE, MAX_FUNCTION = 600, 60
 
 # (path under tensorgen/, function or None for the module): the size it has today, and why.
 KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
-    # the lowering's passes (codegen/lowering/), moved out of one class but not yet shortened
     ("autosched/search.py", None): (
         794,
         "the layer search: probe and explain to modules of their own",
@@ -21,8 +20,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("autosched/search.py", "_probe"): (111, "re-derives the lowering's facts: goes with item 4"),
     ("autosched/search.py", "explain"): (62, "the plan's explanation, one table"),
     ("autosched/search.py", "_shapes"): (103, "the layer search's enumeration of tile shapes"),
-    # cost defines each instruction's cost once in isa.py and documents it from there
-    ("mc/doc.py", "isa_markdown"): (72, "the ISA document, rewritten with the costs (cost)"),
     # simspeed reworks the simulator's hot loop for speed this session
     # frontend: the FX lowering of every supported PyTorch module
     ("frontend/fx.py", None): (859, "the FX graph lowering, frontend's this session"),
