@@ -28,9 +28,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("testing/fuzz.py", None): (682, "the fuzzers, fuzz2's this session"),
     ("testing/fuzzbin.py", "mutate_tgb"): (71, "the binary mutator, fuzz2's this session"),
     ("testing/fuzzbin.py", "mutate_array"): (66, "the array mutator, fuzz2's this session"),
-    # the command line: one module with every subcommand and its argparse table
-    ("cli/analysis.py", "cmd_sweep"): (71, "the sweep command's options and output in one place"),
-    ("cli/__init__.py", "build_parser"): (101, "argparse's table of every subcommand"),
 }
 
 
