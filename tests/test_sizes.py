@@ -26,8 +26,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     ("frontend/fx.py", "conv"): (83, "the FX graph lowering, frontend's this session"),
     # fuzz2 extends the fuzzers this session
     ("testing/fuzz.py", None): (682, "the fuzzers, fuzz2's this session"),
-    ("testing/fuzzbin.py", "mutate_tgb"): (71, "the binary mutator, fuzz2's this session"),
-    ("testing/fuzzbin.py", "mutate_array"): (66, "the array mutator, fuzz2's this session"),
 }
 
 
