@@ -24,8 +24,6 @@ KNOWN: dict[tuple[str, str | None], tuple[int, str]] = {
     # frontend: the FX lowering of every supported PyTorch module
     ("frontend/fx.py", None): (859, "the FX graph lowering, frontend's this session"),
     ("frontend/fx.py", "conv"): (83, "the FX graph lowering, frontend's this session"),
-    # fuzz2 extends the fuzzers this session
-    ("testing/fuzz.py", None): (682, "the fuzzers, fuzz2's this session"),
 }
 
 
