@@ -26,11 +26,22 @@ from tensorgen.errors import TensorgenError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand's options, in the order `--help` lists them: the operator's (emit, check),
+    the model's (compile), the binary's (run, disasm), the reference (isa-doc), the architect's."""
     p = argparse.ArgumentParser(
         prog="tensorgen", description="Compile tensor operators to accelerator microcode."
     )
     sub = p.add_subparsers(dest="command", required=True)
+    _emit_parser(sub)
+    _check_parser(sub)
+    _compile_parser(sub)
+    _run_parser(sub)
+    _disasm_and_isa_doc_parsers(sub)
+    analysis_parsers(sub)
+    return p
 
+
+def _emit_parser(sub) -> None:
     e = sub.add_parser("emit", help="compile an op.yaml to a .tgb binary")
     e.add_argument("op")
     e.add_argument("-o", "--output", required=True)
@@ -46,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     schedule_time_limit_option(e)
     e.set_defaults(func=cmd_emit)
 
+
+def _check_parser(sub) -> None:
     c = sub.add_parser(
         "check", help="compile, simulate on random inputs, compare with PyTorch bit for bit"
     )
@@ -83,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=cmd_check)
 
+
+def _compile_parser(sub) -> None:
     m = sub.add_parser("compile", help="compile a quantized PyTorch model to one .tgb binary")
     m.add_argument(
         "model", help="FILE.py[:FACTORY] (default factory: build) or a saved torch.export FILE.pt2"
@@ -101,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(m)
     m.set_defaults(func=cmd_compile)
 
+
+def _run_parser(sub) -> None:
     r = sub.add_parser("run", help="simulate a .tgb on given inputs")
     r.add_argument("binary")
     r.add_argument("--in", dest="inputs", action="append", metavar="NAME=FILE.npy")
@@ -115,14 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     max_steps_option(r)
     r.set_defaults(func=cmd_run)
 
+
+def _disasm_and_isa_doc_parsers(sub) -> None:
     d = sub.add_parser("disasm", help="print a .tgb as assembly text")
     d.add_argument("binary")
     d.set_defaults(func=cmd_disasm)
 
     i = sub.add_parser("isa-doc", help="print the instruction set reference (Markdown)")
     i.set_defaults(func=cmd_isa_doc)
-    analysis_parsers(sub)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

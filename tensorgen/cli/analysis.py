@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 
 from tensorgen.cli.common import factory_params
 from tensorgen.errors import TensorgenError
@@ -50,21 +51,10 @@ def _report_options(rp: argparse.ArgumentParser) -> None:
 
 
 def cmd_sweep(args) -> int:
-    import json
     import os
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from tensorgen.analysis import sweep as sw
-    from tensorgen.analysis.plots import pareto_png
-    from tensorgen.analysis.report import csv_bytes, out_dir, write
+    from tensorgen.analysis.report import out_dir
 
     vary = sw.parse_vary(args.vary or [])
     params = factory_params(args.param)
@@ -74,6 +64,36 @@ def cmd_sweep(args) -> int:
     sw.load_base(args.target)  # an unknown base target fails before any work
     out = out_dir(args.output)
     t0 = time.perf_counter()
+    with _sweep_progress(t0) as progress:
+        rows, reused = sw.sweep(
+            args.source,
+            vary,
+            out,
+            args.target,
+            params,
+            args.engine,
+            args.jobs or os.cpu_count() or 1,
+            args.executor,
+            args.scheduler,
+            progress,
+        )
+    _write_sweep(out, rows, reused, vary, t0)
+    return 1 if any(r.get("ok") and not r.get("bit_exact") for r in rows) else 0
+
+
+@contextmanager
+def _sweep_progress(t0: float):
+    """A progress callback (points done, points in all) for the sweep: a bar on a terminal, else
+    one line per point on stderr, so that a log shows how far a long sweep got."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     tty = sys.stderr.isatty()
     with Progress(
         TextColumn("sweep"),
@@ -95,18 +115,18 @@ def cmd_sweep(args) -> int:
                     file=sys.stderr,
                 )
 
-        rows, reused = sw.sweep(
-            args.source,
-            vary,
-            out,
-            args.target,
-            params,
-            args.engine,
-            args.jobs or os.cpu_count() or 1,
-            args.executor,
-            args.scheduler,
-            progress,
-        )
+        yield progress
+
+
+def _write_sweep(out, rows: list[dict], reused: int, vary: dict, t0: float) -> None:
+    """The sweep's files (points.csv, points.json, pareto.png when a point is on the front), its
+    Pareto table, and one line of totals naming what it wrote."""
+    import json
+
+    from tensorgen.analysis import sweep as sw
+    from tensorgen.analysis.plots import pareto_png
+    from tensorgen.analysis.report import csv_bytes, write
+
     write(out / "points.csv", csv_bytes(rows))
     write(out / "points.json", json.dumps(rows, indent=1).encode())
     front = sw.pareto(rows)
@@ -119,7 +139,6 @@ def cmd_sweep(args) -> int:
         f"{len(rows) - len(bad)} bit-exact, {len(bad)} with a reason; wrote {out / 'points.csv'}, "
         f"{out / 'points.json'}" + (f", {out / 'pareto.png'}" if front else "")
     )
-    return 1 if any(r.get("ok") and not r.get("bit_exact") for r in rows) else 0
 
 
 def _print_pareto(rows: list[dict], front: list[dict], vary: dict) -> None:

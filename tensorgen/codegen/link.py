@@ -92,9 +92,34 @@ def link(
 ) -> Linked:
     """One binary running `layers` in order. `public` names the model's inputs and outputs: buffer
     name -> the name the tensor table shows (what `tensorgen run` reads and writes)."""
+    used = [_referenced(layer.binary) for layer in layers]
+    buffers, lifetimes = _bind(layers, buffers, used)
+    placement = plan_dram(buffers, lifetimes)
+    table = _Table()
+    code: list[isa.Instruction] = []
+    ranges = []
+    for i, layer in enumerate(layers):
+        index = table.layer_index(layer, i, used[i], buffers, public, placement)
+        if code:
+            code.extend(barrier())
+        start = len(code)
+        code.extend(_rebind(ins, index) for ins in layer.binary.code)
+        ranges.append((start, len(code)))
+    dram = placement.const_bytes + placement.peak_bytes
+    binary = Binary(
+        target_name, target_hash, tuple(table.entries), tuple(code), dram, bytes(table.constants)
+    )
+    return Linked(binary, placement, ranges)
+
+
+def _bind(
+    layers: list[LinkLayer], buffers: dict[str, Buffer], used: list[set[int]]
+) -> tuple[dict[str, Buffer], dict[str, tuple[int, int]]]:
+    """The buffers the layers use, with a private one for each temporary a layer spilled, and
+    the [first, last] layer each is live in: what the DRAM plan packs. A tensor bound to a buffer
+    must fit it; a buffer no layer touches is dropped."""
     buffers = dict(buffers)
     lifetimes: dict[str, tuple[int, int]] = {}
-    used = [_referenced(layer.binary) for layer in layers]
     for i, layer in enumerate(layers):
         for k, t in enumerate(layer.binary.tensors):
             name = layer.bindings.get(t.name)
@@ -122,17 +147,32 @@ def link(
             lifetimes[name] = (0, len(layers) - 1)
         elif name not in lifetimes:  # no layer touches it (a value a fused epilogue kept on chip)
             del buffers[name]
-    placement = plan_dram(buffers, lifetimes)
+    return buffers, lifetimes
 
-    entries: list[TensorEntry] = []
-    constants = bytearray()
-    const_entry: dict[str, tuple[int, int]] = {}
-    code: list[isa.Instruction] = []
-    ranges = []
-    for i, layer in enumerate(layers):
+
+@dataclass
+class _Table:
+    """The linked binary's tensor table and constant section, grown layer by layer: a model
+    input or output, and each constant, appear once however many layers address them."""
+
+    entries: list[TensorEntry] = field(default_factory=list)
+    constants: bytearray = field(default_factory=bytearray)
+    const_at: dict[str, tuple[int, int]] = field(default_factory=dict)  # offset, bytes
+
+    def layer_index(
+        self,
+        layer: LinkLayer,
+        i: int,
+        used: set[int],
+        buffers: dict[str, Buffer],
+        public: dict[str, str],
+        placement: Placement,
+    ) -> list[int]:
+        """For each tensor of layer `i`'s own table, its index in the linked table (-1 for one
+        the layer never addresses in DRAM)."""
         index = []
         for k, t in enumerate(layer.binary.tensors):
-            if t.name not in layer.bindings and k not in used[i]:
+            if t.name not in layer.bindings and k not in used:
                 index.append(-1)  # never addressed
                 continue
             name = layer.bindings.get(t.name, f"{layer.name}/{t.name}")
@@ -141,34 +181,24 @@ def link(
             entry_name = (
                 public.get(name) if role in ("input", "output") else _short(layer.name, t.name, i)
             )
+            offset = placement.offsets[name]
             if b.role == "const":
-                if name not in const_entry:
-                    const_entry[name] = (len(constants), len(b.data))
-                    constants += b.data + bytes(-len(b.data) % 8)
-                coff, cbytes = const_entry[name]
+                coff, cbytes = self.constant(name, b)
                 entry = TensorEntry(
-                    entry_name,
-                    t.dtype,
-                    t.shape,
-                    "const",
-                    placement.offsets[name],
-                    t.pad,
-                    coff,
-                    cbytes,
+                    entry_name, t.dtype, t.shape, "const", offset, t.pad, coff, cbytes
                 )
             else:
-                entry = TensorEntry(
-                    entry_name, t.dtype, t.shape, role, placement.offsets[name], t.pad
-                )
-            index.append(_intern(entries, entry))
-        if code:
-            code.extend(barrier())
-        start = len(code)
-        code.extend(_rebind(ins, index) for ins in layer.binary.code)
-        ranges.append((start, len(code)))
-    dram = placement.const_bytes + placement.peak_bytes
-    binary = Binary(target_name, target_hash, tuple(entries), tuple(code), dram, bytes(constants))
-    return Linked(binary, placement, ranges)
+                entry = TensorEntry(entry_name, t.dtype, t.shape, role, offset, t.pad)
+            index.append(_intern(self.entries, entry))
+        return index
+
+    def constant(self, name: str, b: Buffer) -> tuple[int, int]:
+        """Where constant buffer `name`'s bytes sit in the constant section (offset, length),
+        appended the first time, padded to 8 bytes."""
+        if name not in self.const_at:
+            self.const_at[name] = (len(self.constants), len(b.data))
+            self.constants += b.data + bytes(-len(b.data) % 8)
+        return self.const_at[name]
 
 
 def barrier() -> list[isa.Instruction]:

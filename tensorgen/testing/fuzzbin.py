@@ -284,77 +284,97 @@ def _code_shuffle(rng, data: bytes) -> bytes:
     return bytes(head) + data[_HEADER.size : lay["code"]] + b"".join(words) + data[lay["consts"] :]
 
 
+TGB_MUTATORS = (
+    "flip",
+    "flip-crc",
+    "truncate",
+    "extend",
+    "header",
+    "tensor",
+    "pool",
+    "code",
+    "shuffle",
+)
+RETARGET = ("header-target-name", "header-target-hash")  # header edits only `run` must refuse
+
+
 def mutate_tgb(
     rng: random.Random, data: bytes, kinds: frozenset[str] | None
 ) -> tuple[bytes, tuple[str, ...], tuple[bool, bool], list[str]]:
     """(mutated bytes, mutators, (an accept is suspicious, the header names another target), paths
-    that must not appear)."""
-    ops = [
-        k
-        for k in (
-            "flip",
-            "flip-crc",
-            "truncate",
-            "extend",
-            "header",
-            "tensor",
-            "pool",
-            "code",
-            "shuffle",
-        )
-        if kinds is None or k in kinds
-    ]
+    that must not appear). One or two mutations; one that leaves the layout unreadable (or a bare
+    flip, whose broken checksum a later mutation would repair) is the last."""
+    ops = [k for k in TGB_MUTATORS if kinds is None or k in kinds]
     applied, suspicious, forbidden = [], False, []
     retarget = False  # the header names another target (or hash): only `run` must refuse that
     for _ in range(rng.choice((1, 1, 2))):
         op = rng.choice(ops)
-        buf = bytearray(data)
         if op in ("flip", "flip-crc"):
-            lo = _HEADER.size if op == "flip-crc" else 0
-            for _ in range(rng.randrange(1, 4)):
-                at = rng.randrange(lo, len(buf))
-                if op == "flip" and 6 <= at < 8:  # the reserved field: nobody reads it
-                    continue
-                buf[at] ^= 1 << rng.randrange(8)
-                suspicious |= op == "flip" and not 48 <= at < 56  # any DRAM size may be valid
-            data = bytes(buf) if op == "flip" else _with_crc(bytes(buf))
+            data, susp = _flip_bits(rng, data, op == "flip-crc")
+            suspicious |= susp
             applied.append(op)
             if op == "flip":  # a later mutation would recompute the checksum the flip broke
                 break
-        elif op == "truncate":
-            data, suspicious = data[: rng.randrange(len(data))], True
+        elif op in ("truncate", "extend"):
+            data, suspicious = _resize(rng, data, op), True
             applied.append(op)
             break  # the layout is gone: nothing to mutate field by field
-        elif op == "extend":
-            data += rng.choice(
-                (b"\0", b"\0" * 32, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))))
-            )
-            suspicious = True
-            applied.append(op)
-            break
         elif op == "shuffle":
             data = _with_crc(_code_shuffle(rng, data))
             applied.append("code-shuffle")
         else:
-            if op == "header":
-                name, susp = _header_field(rng, buf)
-                if name in ("header-target-name", "header-target-hash"):
-                    retarget |= susp
-                else:
-                    suspicious |= susp
-                data = _with_crc(bytes(buf))
+            data, name, susp = _edit_field(rng, data, op, forbidden)
+            if name in RETARGET:
+                retarget |= susp
             else:
-                if op == "tensor":
-                    name = _tensor_field(rng, buf, forbidden)
-                elif op == "pool":
-                    name = _pool_field(rng, buf)
-                else:
-                    name = _code_field(rng, buf)
-                data = _with_crc(bytes(buf))
+                suspicious |= susp
             applied.append(name)
             if op == "header":  # the layout the other mutators read may be gone
                 break
     return data, tuple(applied), (suspicious, retarget), forbidden
+
+
+def _flip_bits(rng: random.Random, data: bytes, keep_crc: bool) -> tuple[bytes, bool]:
+    """One to three random bits flipped: anywhere (the checksum then fails), or past the header
+    with the checksum recomputed (`keep_crc`), so that the reader's own checks meet them.
+    Suspicious if accepted: a flip in the checksummed file outside the DRAM size field."""
+    buf = bytearray(data)
+    lo = _HEADER.size if keep_crc else 0
+    suspicious = False
+    for _ in range(rng.randrange(1, 4)):
+        at = rng.randrange(lo, len(buf))
+        if not keep_crc and 6 <= at < 8:  # the reserved field: nobody reads it
+            continue
+        buf[at] ^= 1 << rng.randrange(8)
+        suspicious |= not keep_crc and not 48 <= at < 56  # any DRAM size may be valid
+    return (_with_crc(bytes(buf)) if keep_crc else bytes(buf)), suspicious
+
+
+def _resize(rng: random.Random, data: bytes, op: str) -> bytes:
+    """The file cut short ("truncate") or with bytes after its end ("extend")."""
+    if op == "truncate":
+        return data[: rng.randrange(len(data))]
+    return data + rng.choice(
+        (b"\0", b"\0" * 32, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))))
+    )
+
+
+def _edit_field(
+    rng: random.Random, data: bytes, op: str, forbidden: list[str]
+) -> tuple[bytes, str, bool]:
+    """One field of the header, the tensor table, the operand pool or a code word set to an
+    interesting value, the checksum recomputed: (bytes, mutator, suspicious if accepted)."""
+    buf = bytearray(data)
+    suspicious = False
+    if op == "header":
+        name, suspicious = _header_field(rng, buf)
+    elif op == "tensor":
+        name = _tensor_field(rng, buf, forbidden)
+    elif op == "pool":
+        name = _pool_field(rng, buf)
+    else:
+        name = _code_field(rng, buf)
+    return _with_crc(bytes(buf)), name, suspicious
 
 
 def _run_argv(base: Base, names=None) -> tuple[str, ...]:
@@ -406,70 +426,75 @@ def _npy_header(shape: tuple[int, ...], dtype: str = "<i4") -> bytes:
 
 def mutate_array(rng: random.Random, a: np.ndarray, kinds) -> tuple[bytes | str, str, bool]:
     """(file content or a special kind, mutator, accept is suspicious)."""
-    ops = [
-        k
-        for k in (
-            "dtype",
-            "shape",
-            "fortran",
-            "object",
-            "pickle",
-            "truncate",
-            "empty",
-            "header-lie",
-            "npz",
-            "random-bytes",
-            "fifo",
-            "dir",
-            "strided",
-        )
-        if kinds is None or k in kinds
-    ]
-    ops = ops or ["dtype"]
+    ops = [k for k in ARRAY_MUTATORS if kinds is None or k in kinds] or ["dtype"]
     op = rng.choice(ops)
-    if op == "dtype":
-        dt = rng.choice(DTYPES)
-        try:
-            b = a.astype(dt)
-        except (TypeError, ValueError):
-            b = np.zeros(a.shape, dt)
-        return npy_bytes(b), op, b.dtype != a.dtype
-    if op == "shape":
-        shapes = [
-            a.T.shape,
-            (1, *a.shape),
-            (a.size,),
-            (0, *a.shape[1:]),
-            (),
-            tuple(s + 1 for s in a.shape),
-        ]
-        shape = rng.choice(shapes)
-        return npy_bytes(np.resize(a, shape)), op, shape != a.shape
-    if op == "fortran":
-        return npy_bytes(np.asfortranarray(a)), op, False
-    if op == "strided":
-        return npy_bytes(a[::-1]), op, False
-    if op == "object":
-        return npy_bytes(a.astype(object), allow_pickle=True), op, True
-    if op == "pickle":
-        return pickle.dumps(a.tolist()), op, True
-    if op == "truncate":
-        raw = npy_bytes(a)
-        return raw[: rng.randrange(len(raw))], op, True
-    if op == "empty":
-        return b"", op, True
-    if op == "header-lie":
-        shape = rng.choice(
-            ((10**12,), (2**62,), (2**31, 2**31), (-1,), (*a.shape[:-1], a.shape[-1] * 4))
-        )
-        return _npy_header(shape, a.dtype.str) + a.tobytes(), op, True
-    if op == "npz":
-        buf = io.BytesIO()
-        np.savez(buf, x=a)
-        return buf.getvalue(), op, True
-    if op == "random-bytes":
-        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))), op, True
-    return op, op, True  # "fifo", "dir"
+    content, suspicious = ARRAY_MUTATORS[op](rng, a)
+    return content, op, suspicious
+
+
+def _other_dtype(rng: random.Random, a: np.ndarray) -> tuple[bytes, bool]:
+    """The array cast to another dtype (zeros of it when the values do not convert)."""
+    dt = rng.choice(DTYPES)
+    try:
+        b = a.astype(dt)
+    except (TypeError, ValueError):
+        b = np.zeros(a.shape, dt)
+    return npy_bytes(b), b.dtype != a.dtype
+
+
+def _other_shape(rng: random.Random, a: np.ndarray) -> tuple[bytes, bool]:
+    """The values in another shape: transposed, with a leading 1, flat, empty, scalar, larger."""
+    shapes = [
+        a.T.shape,
+        (1, *a.shape),
+        (a.size,),
+        (0, *a.shape[1:]),
+        (),
+        tuple(s + 1 for s in a.shape),
+    ]
+    shape = rng.choice(shapes)
+    return npy_bytes(np.resize(a, shape)), shape != a.shape
+
+
+def _truncated(rng: random.Random, a: np.ndarray) -> tuple[bytes, bool]:
+    raw = npy_bytes(a)
+    return raw[: rng.randrange(len(raw))], True
+
+
+def _header_lie(rng: random.Random, a: np.ndarray) -> tuple[bytes, bool]:
+    """A header whose shape the data cannot hold (huge, negative, or four times too long)."""
+    shape = rng.choice(
+        ((10**12,), (2**62,), (2**31, 2**31), (-1,), (*a.shape[:-1], a.shape[-1] * 4))
+    )
+    return _npy_header(shape, a.dtype.str) + a.tobytes(), True
+
+
+def _npz(rng: random.Random, a: np.ndarray) -> tuple[bytes, bool]:
+    buf = io.BytesIO()
+    np.savez(buf, x=a)
+    return buf.getvalue(), True
+
+
+# mutator -> (rng, the array) -> (file content, or "fifo" / "dir"; an accept is suspicious),
+# in the order the seeds draw from
+ARRAY_MUTATORS = {
+    "dtype": _other_dtype,
+    "shape": _other_shape,
+    "fortran": lambda rng, a: (npy_bytes(np.asfortranarray(a)), False),
+    "object": lambda rng, a: (npy_bytes(a.astype(object), allow_pickle=True), True),
+    "pickle": lambda rng, a: (pickle.dumps(a.tolist()), True),
+    "truncate": _truncated,
+    "empty": lambda rng, a: (b"", True),
+    "header-lie": _header_lie,
+    "npz": _npz,
+    "random-bytes": lambda rng, a: (
+        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))),
+        True,
+    ),
+    "fifo": lambda rng, a: ("fifo", True),
+    "dir": lambda rng, a: ("dir", True),
+    "strided": lambda rng, a: (npy_bytes(a[::-1]), False),
+}
 
 
 def npy_case(rng: random.Random, kinds: frozenset[str] | None = None):

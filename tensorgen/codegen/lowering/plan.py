@@ -19,23 +19,10 @@ class _BufferPlan:
 
     # -- memory -----------------------------------------------------------------------------
     def _layout(self) -> None:
-        self.entries, self.index, offset = [], {}, 0
-        for t in self.program.tensors:
-            self.index[t.name] = len(self.entries)
-            self.entries.append(
-                TensorEntry(
-                    t.name, t.dtype, t.shape, "temp" if t.role == "none" else t.role, offset, t.pad
-                )
-            )
-            offset += -(-t.nbytes // 64) * 64
-        self.dram = offset
-        on_array = {
-            s.lhs.tensor
-            for s in self.program.statements
-            for band in self.schedule.tensorized
-            if mac_mapping(self.program, s)
-        }
-        top = {"spad": 0, "acc": 0}
+        """Where every tensor lives: its slot in DRAM, and the scratchpad or accumulator buffer
+        of each staged one (those staged at a loop first, then those staged whole), checked
+        against the target's capacities; with the facts about each buffer the lowering needs."""
+        self._dram_layout()
         self.buf: dict[
             str, tuple[str, int, tuple[int, ...], tuple[int, ...]]
         ] = {}  # mem, base, origin, size
@@ -50,13 +37,42 @@ class _BufferPlan:
             set()
         )  # written loop-staged tensors whose boxes in a pass of the loop are disjoint
         self.no_fill: set[str] = set()  # tensors in `first` whose first iterations need no zeros
-        explicit = {st.tensor: st for st in self.schedule.stages}
         self.layouts = {
             st.tensor: st.layout for st in self.schedule.stages if st.layout is not None
         }
+        top = {"spad": 0, "acc": 0}
         for st in self.schedule.stages:
             if st.loop:
                 self._plan_loop_stage(st, top)
+        self._plan_whole_stages(top)
+        self.temp_base = top["spad"]
+        self._check_buffers_fit(top)
+
+    def _dram_layout(self) -> None:
+        """The binary's tensor table: each tensor's slot in DRAM, 64-byte aligned, in program
+        order, temporaries included."""
+        self.entries, self.index, offset = [], {}, 0
+        for t in self.program.tensors:
+            self.index[t.name] = len(self.entries)
+            self.entries.append(
+                TensorEntry(
+                    t.name, t.dtype, t.shape, "temp" if t.role == "none" else t.role, offset, t.pad
+                )
+            )
+            offset += -(-t.nbytes // 64) * 64
+        self.dram = offset
+
+    def _plan_whole_stages(self, top: dict[str, int]) -> None:
+        """A buffer for each tensor staged around the whole nest (not at a loop), after the
+        loop-staged ones: in the memory its stage names, else the accumulator for the output of
+        a MAC-array statement and the scratchpad for the rest."""
+        explicit = {st.tensor: st for st in self.schedule.stages}
+        on_array = {
+            s.lhs.tensor
+            for s in self.program.statements
+            for band in self.schedule.tensorized
+            if mac_mapping(self.program, s)
+        }
         for t in self.program.tensors:
             if t.name in self.loop_stages:
                 continue
@@ -72,7 +88,10 @@ class _BufferPlan:
             self.buf[t.name] = (mem, top[mem], tuple(const for const, _ in box.offset), size)
             top[mem] += align(int(np.prod(size)) * t.itemsize)
             self._note_fresh(t, box)
-        self.temp_base = top["spad"]
+
+    def _check_buffers_fit(self, top: dict[str, int]) -> None:
+        """Refuse a plan whose buffers overflow the scratchpad or the accumulator, naming what
+        each holds whole, so that the user knows which tensor to stage smaller."""
         for mem, cap in (("spad", self.target.spad.bytes), ("acc", self.target.acc.bytes)):
             need = top[mem]
             if need > cap:

@@ -105,6 +105,9 @@ class _InstructionSelection:
         return tuple(strides)
 
     def _matmul(self, stmt: Statement, values, band, accumulate: bool = True) -> None:
+        """A band of `stmt` tensorized as MATMULs: its loops are M, N or K by which operands they
+        move, the K loops one run of addresses cut into chunks of the array's rows; the first
+        chunk overwrites the accumulator unless `accumulate`."""
         mp = mac_mapping(self.program, stmt)
         if mp is None or not band:
             raise CodegenError(
@@ -112,18 +115,7 @@ class _InstructionSelection:
             )
         acc = self._view(stmt.lhs, values, band)
         a, b = self._view(mp.a, values, band), self._view(mp.b, values, band)
-        # band slots -> roles: k moves a and b but not acc; m moves acc and a; n moves acc and b
-        ms, n, k = [], [], []
-        for slot in range(len(band)):
-            moves = (acc.strides[slot] != 0, a.strides[slot] != 0, b.strides[slot] != 0)
-            role = {(False, True, True): k, (True, True, False): ms, (True, False, True): n}.get(
-                moves
-            )
-            if role is None:
-                raise CodegenError(
-                    f"tensorize: a loop of the band of {stmt.name} is not m, n or k of a matmul"
-                )
-            role.append(slot)
+        ms, n, k = _band_roles(stmt.name, acc, a, b, len(band))
         if (
             self._declared_n(stmt, band) in ms
         ):  # tensorize named a loop of the usual M as N: swap the roles
@@ -135,61 +127,80 @@ class _InstructionSelection:
                 f"tensorize: the band of {stmt.name} is not (m.., n, k..) of a matmul"
             )
         (n,) = n
-
-        def pick(v: View, *slots: int | None) -> View:
-            return View(
-                v.mem,
-                v.dtype,
-                v.base,
-                tuple(1 if x is None else v.shape[x] for x in slots),
-                tuple(0 if x is None else v.strides[x] for x in slots),
+        a_k, b_k, depth = _coalesced_k(a, b, k)
+        self._check_fits_array(stmt, a, b, k, n, depth)
+        acc_v, a_v, b_v = _pick(acc, *ms, n), _pick(a, *ms, None), _pick(b, None, n)
+        for lo in range(0, depth, self.target.rows):
+            rows = min(self.target.rows, depth - lo)
+            # a block that holds the first update of all it writes overwrites with its first MATMUL
+            self.em.emit(
+                isa.make(
+                    "MATMUL",
+                    acc=acc_v,
+                    a=_k_chunk(a_v, -1, lo, rows, a_k),
+                    b=_k_chunk(b_v, 0, lo, rows, b_k),
+                    accumulate=int(lo > 0 or accumulate),
+                    a_zp=mp.a_zp,
+                    b_zp=mp.b_zp,
+                )
             )
 
-        a_k, b_k, depth = _coalesced_k(a, b, k)
+    def _check_fits_array(self, stmt: Statement, a: View, b: View, k, n, depth) -> None:
+        """Refuse a band whose K loops are not one run of addresses in both operands, or whose N
+        is wider than the array (a K deeper than it is cut into chunks, but only one K loop)."""
         if depth is None:
             raise CodegenError(
                 f"tensorize: the K loops of {stmt.name} are not one run of addresses in both "
                 f"operands' buffers (strides {[a.strides[x] for x in k]} and "
                 f"{[b.strides[x] for x in k]}); stage them with a layout that makes them one"
             )
-        if pick(b, n).shape[0] > self.target.cols:
+        if _pick(b, n).shape[0] > self.target.cols:
             raise CodegenError(
-                f"tensorize: N={pick(b, n).shape[0]} exceeds the {self.target.cols} columns of "
+                f"tensorize: N={_pick(b, n).shape[0]} exceeds the {self.target.cols} columns of "
                 f"the array; split first"
             )
         if len(k) == 1 and depth > self.target.rows:
             raise CodegenError(
                 f"tensorize: K={depth} exceeds the {self.target.rows} rows of the array; split first"
             )
-        acc_v, a_v, b_v = pick(acc, *ms, n), pick(a, *ms, None), pick(b, None, n)
-        for lo in range(0, depth, self.target.rows):
-            rows = min(self.target.rows, depth - lo)
-            a_part = View(
-                a_v.mem,
-                a_v.dtype,
-                a_v.base + lo * a_k * ITEMSIZE[a_v.dtype],
-                a_v.shape[:-1] + (rows,),
-                a_v.strides[:-1] + (a_k,),
+
+
+def _band_roles(
+    name: str, acc: View, a: View, b: View, slots: int
+) -> tuple[list[int], list[int], list[int]]:
+    """The band's slots as the M, N and K of a matmul, by the operands each moves: K moves a and
+    b but not acc, M moves acc and a, N moves acc and b."""
+    ms, n, k = [], [], []
+    for slot in range(slots):
+        moves = (acc.strides[slot] != 0, a.strides[slot] != 0, b.strides[slot] != 0)
+        role = {(False, True, True): k, (True, True, False): ms, (True, False, True): n}.get(moves)
+        if role is None:
+            raise CodegenError(
+                f"tensorize: a loop of the band of {name} is not m, n or k of a matmul"
             )
-            b_part = View(
-                b_v.mem,
-                b_v.dtype,
-                b_v.base + lo * b_k * ITEMSIZE[b_v.dtype],
-                (rows,) + b_v.shape[1:],
-                (b_k,) + b_v.strides[1:],
-            )
-            # a block that holds the first update of all it writes overwrites with its first MATMUL
-            self.em.emit(
-                isa.make(
-                    "MATMUL",
-                    acc=acc_v,
-                    a=a_part,
-                    b=b_part,
-                    accumulate=int(lo > 0 or accumulate),
-                    a_zp=mp.a_zp,
-                    b_zp=mp.b_zp,
-                )
-            )
+        role.append(slot)
+    return ms, n, k
+
+
+def _pick(v: View, *slots: int | None) -> View:
+    """The view over the band slots `slots` only, in that order; None is a dimension of one."""
+    return View(
+        v.mem,
+        v.dtype,
+        v.base,
+        tuple(1 if x is None else v.shape[x] for x in slots),
+        tuple(0 if x is None else v.strides[x] for x in slots),
+    )
+
+
+def _k_chunk(v: View, axis: int, lo: int, rows: int, stride: int) -> View:
+    """Rows lo..lo+rows of the coalesced K run of an operand, its dimension `axis` (the last of
+    a, the first of b), whose element stride is `stride`: one MATMUL's share of K."""
+    shape, strides = list(v.shape), list(v.strides)
+    shape[axis], strides[axis] = rows, stride
+    return View(
+        v.mem, v.dtype, v.base + lo * stride * ITEMSIZE[v.dtype], tuple(shape), tuple(strides)
+    )
 
 
 def _coalesced_k(a: View, b: View, k: list[int | None]) -> tuple[int, int, int | None]:
