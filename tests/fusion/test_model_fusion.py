@@ -79,3 +79,51 @@ def test_cli_check_with_fuse_names_the_groups(capsys) -> None:
     assert "fusion: fused " in text and "DRAM bytes" in text
     assert main(["check", str(MODELS / "mlp.py"), "--trials", "1"]) == 0
     assert "fusion:" not in capsys.readouterr().out  # layer by layer unless asked
+
+
+class _TwoConvs(torch.nn.Module):
+    """conv 3x3 + ReLU twice: the activation between them has zero point 0, so its pad is 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+        self.b = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_a_zero_pad_halo_does_not_depend_on_what_the_scratchpad_held() -> None:
+    """Issue 14: an activation between fused layers is never loaded; its halo must be filled
+    with its pad even when that pad is 0, not left as the bytes the last unit wrote there."""
+    import numpy as np
+
+    from tensorgen.mc.binary import decode, encode
+    from tensorgen.model import reference_outputs
+    from tensorgen.sim.machine import Simulator
+
+    torch.manual_seed(0)
+    model, example = _TwoConvs().eval(), (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    assert any(r.schedule == "fused" and r.op.count("conv2d") == 2 for r in cm.layers), [
+        (r.name, r.op) for r in cm.layers
+    ]
+    for seed in (0, 1):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        (want,) = reference_outputs(cm, (x,))
+        sim = Simulator(decode(encode(cm.binary)), TG1)
+        # as a previous unit would leave it: anything but zeros
+        rng = np.random.default_rng(seed)
+        sim.machine.mem["spad"][:] = rng.integers(1, 256, sim.machine.mem["spad"].size, np.uint8)
+        got = sim.run({cm.input_names[0]: x.numpy()}).outputs[cm.output_names[0]]
+        assert np.array_equal(got.view(np.int32), want.view(np.int32)), seed
+
+
+def test_segnet_fused_is_bit_exact() -> None:
+    """Issue 14 as it was found: segnet at 16 with every group fused (two neighbouring groups
+    put their activations at the same scratchpad addresses)."""
+    model, example = load_factory(str(MODELS / "segnet.py"), {"size": 16})
+    cm = compile_model(model, example, TG1, fuse=True)
+    assert sum(r.schedule == "fused" for r in cm.layers) >= 3, [(r.name, r.op) for r in cm.layers]
+    cmp, _ = check_model(cm, example)
+    assert cmp.exact, cmp.message
