@@ -127,3 +127,39 @@ def test_segnet_fused_is_bit_exact() -> None:
     assert sum(r.schedule == "fused" for r in cm.layers) >= 3, [(r.name, r.op) for r in cm.layers]
     cmp, _ = check_model(cm, example)
     assert cmp.exact, cmp.message
+
+
+def test_a_mismatch_is_localised_in_one_line_and_never_raises(monkeypatch) -> None:
+    """check_model's MISMATCH names the first layer or fused group that differs alone, or says
+    that each agrees alone; whatever happens while it looks, the message stays one line."""
+    import numpy as np
+
+    from tensorgen import model as tg_model
+    from tensorgen.frontend import fx as tg_fx
+
+    torch.manual_seed(0)
+    example = (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(_TwoConvs().eval(), example, TG1, fuse=True)
+    exact = tg_model.reference_outputs
+    # PyTorch said otherwise at one element: every unit alone still agrees with PyTorch
+    monkeypatch.setattr(
+        tg_model, "reference_outputs", lambda cm, x: [o + 1.0 for o in exact(cm, x)]
+    )
+    cmp, _ = check_model(cm, example)
+    assert not cmp.exact and "\n" not in cmp.message
+    assert "every layer and fused group alone matches PyTorch" in cmp.message, cmp.message
+    # a fused group fed other weights than PyTorch's differs alone: named, with its layers
+    fused = next(u for u in cm.units if len(u.layers) > 1)
+    layer = next(cm.graph.layers[j] for j in fused.layers if cm.graph.layers[j].op == "conv2d")
+    port = next(p for p in layer.ports if p.const is not None and p.const.ndim == 4)
+    np.negative(port.const, out=port.const)  # this test's own compile: nothing else reads it
+    cmp, _ = check_model(cm, example)
+    assert "first differing unit: fused " in cmp.message and layer.name in cmp.message, cmp.message
+    assert "\n" not in cmp.message
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("recording failed\nsecond line")
+
+    monkeypatch.setattr(tg_fx, "record", broken)
+    cmp, _ = check_model(cm, example)
+    assert cmp.message.endswith("; no differing layer found (RuntimeError: recording failed)")
