@@ -163,3 +163,25 @@ def test_a_mismatch_is_localised_in_one_line_and_never_raises(monkeypatch) -> No
     monkeypatch.setattr(tg_fx, "record", broken)
     cmp, _ = check_model(cm, example)
     assert cmp.message.endswith("; no differing layer found (RuntimeError: recording failed)")
+
+
+def test_a_layer_with_a_lookup_table_fuses() -> None:
+    """A layer that passes a tensor whole (`lut(Q[...], T)`, a Hardswish after a conv) is
+    merged with its table renamed like its other tensors (it was `unknown tensor 'T'`)."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.Hardswish(),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(),
+    ).eval()
+    torch.manual_seed(0)
+    example = (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    assert not any("unknown tensor" in note for note in cm.fusion_notes), cm.fusion_notes
+    assert any(r.schedule == "fused" and r.op.count("conv2d") == 2 for r in cm.layers), [
+        (r.name, r.op, r.epilogue) for r in cm.layers
+    ]
+    for seed in (0, 1):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        cmp, _ = check_model(cm, (x,))
+        assert cmp.exact, cmp.message
