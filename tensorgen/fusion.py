@@ -130,7 +130,8 @@ def _group(graph: Graph, layers: list[Layer], sizes: dict[str, int], target: Tar
 
 
 # -- one program for a group ----------------------------------------------------------------
-_REF = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\[")
+# a name: an access `T[...]`, or a tensor passed whole (`lut(Q[i], T)`); not a call's function
+_REF = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()")
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def merge(graph: Graph, layers: list[Layer], target: str) -> Merged:
         offsets.append(count)
         for st in layer.body(layer.lo, layer.hi):
             text = st if isinstance(st, str) else st["stmt"]
-            text = _REF.sub(lambda m, r=rename: f"{r.get(m.group(1), m.group(1))}[", text)
+            text = _REF.sub(lambda m, r=rename: r.get(m.group(1), m.group(1)), text)
             item = text if isinstance(st, str) else {**st, "stmt": text}
             lines.append(f"  - {_flow(item)}")
             count += 1

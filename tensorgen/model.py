@@ -66,6 +66,7 @@ class CompiledModel:
     output_names: list[str] = field(default_factory=list)
     reference: torch.nn.Module | None = None  # a PT2E graph's: tensorgen's rule (pt2e_rule)
     fusion_notes: list[str] = field(default_factory=list)  # what was fused and why (--fuse)
+    units: list[Unit] = field(default_factory=list)  # what was linked: layers and fused groups
 
 
 def is_quantized(model: torch.nn.Module) -> bool:
@@ -120,6 +121,7 @@ def compile_model(
     )
     cm.reference = reference
     cm.fusion_notes = notes
+    cm.units = units
     _report(cm, units)
     cm.compile_s = time.perf_counter() - t0
     return cm
@@ -322,28 +324,60 @@ def check_model(
 
 
 def _first_bad_layer(cm: CompiledModel, inputs) -> str:
-    """Each layer alone on PyTorch's own values at its inputs: the first whose output differs."""
-    from tensorgen.frontend.fx import record
-
+    """Each unit (a layer, or a fused group) alone on PyTorch's own values at its inputs: the
+    first whose output differs, else that every one agrees (then the units interfere). One
+    line, never an exception: it only explains a mismatch already found."""
     if cm.reference is not None:  # PyTorch's values are float, not the rule's integers
         return ""
+    try:
+        return _first_bad_unit(cm, inputs)
+    except Exception as err:  # noqa: BLE001 - a diagnostic must not turn a MISMATCH into a crash
+        text = str(err).strip().splitlines()
+        return f"; no differing layer found ({type(err).__name__}{': ' + text[0] if text else ''})"
+
+
+def _first_bad_unit(cm: CompiledModel, inputs) -> str:
+    from tensorgen.frontend.fx import record
+
     with quantized_engine(cm.engine):
         results = {n.name: r for n, r in record(cm.qmodel, inputs).items()}
-    latest = {}  # buffer -> the model value it holds when the next layer runs
-    for layer, binary in zip(cm.graph.layers, cm.layer_binaries, strict=False):
+    consts = {
+        f"{lay.name}/{p.name}": p
+        for lay in cm.graph.layers
+        for p in lay.ports
+        if p.const is not None
+    }
+    latest: dict[str, str] = {}  # model value -> the node whose result it holds now
+    for unit in cm.units:
         feed = {}
-        for port in layer.ports:
-            if port.const is not None:
-                feed[port.name] = port.const.astype(np.dtype(port.dtype))
-            elif port.role == "input":
-                value = results[latest.get(port.value, port.value)]
-                feed[port.name] = _as_array(value).reshape(port.shape)
-        latest[layer.output.value] = layer.result or layer.name
-        out = simulate(binary, feed, cm.target).outputs["Y"]
-        expected = _as_array(results[layer.result or layer.name]).reshape(out.shape)
-        if not np.array_equal(out.view(np.uint8), expected.astype(out.dtype).view(np.uint8)):
-            return f"; first differing layer: {layer.op} {layer.name} at {layer.path}"
-    return ""
+        for t in unit.binary.tensors:
+            if t.role == "input":
+                buf = unit.bindings[t.name]
+                port = consts.get(buf)
+                value = (
+                    port.const.astype(np.dtype(port.dtype))
+                    if port is not None
+                    else _as_array(results[latest.get(buf, buf)])
+                )
+                feed[t.name] = np.ascontiguousarray(value).reshape(t.shape)
+        layers = [cm.graph.layers[j] for j in unit.layers]
+        for lay in layers:
+            latest[lay.output.value] = lay.result or lay.name
+        outputs = simulate(unit.binary, feed, cm.target).outputs
+        for name, out in outputs.items():
+            buf = unit.bindings[name]
+            want = np.ascontiguousarray(_as_array(results[latest.get(buf, buf)]))
+            if want.size != out.size or want.astype(out.dtype).tobytes() != out.tobytes():
+                return "; first differing " + (
+                    f"layer: {layers[0].op} {layers[0].name} at {layers[0].path}"
+                    if len(layers) == 1
+                    else f"unit: fused {'+'.join(lay.op for lay in layers)} "
+                    f"{' -> '.join(lay.name for lay in layers)} at {layers[0].path}"
+                )
+    return (
+        "; every layer and fused group alone matches PyTorch on PyTorch's values at its inputs"
+        " (they differ together: what one leaves on chip, or the linking)"
+    )
 
 
 def _as_array(t: torch.Tensor) -> np.ndarray:

@@ -51,6 +51,7 @@ class StagedBox:
     steps: tuple[
         int, ...
     ] = ()  # per dimension, the stride of the elements accessed (2: every other row)
+    halo: bool = False  # some access falls outside the tensor: its padding halo, read as the pad
 
 
 def staged_box(
@@ -128,7 +129,19 @@ def _staged_box(program: Program, tensor: str, pos: int, uptos, overlaps: bool) 
     steps = tuple(
         max(1, int(image.get_stride(d).to_python())) if n > 1 else 1 for d, n in enumerate(size)
     )
-    return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint, steps)
+    halo = _outside(t, image)
+    return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint, steps, halo)
+
+
+def _outside(t, image: isl.Set) -> bool:
+    """Whether some element of `image` (bounded: rectangular_hull checked it) lies outside the
+    tensor `t`: a padding halo, which a buffer that is never loaded must hold as the pad."""
+    for d, n in enumerate(t.shape):
+        lo = image.dim_min(d).min_val().to_python()
+        hi = image.dim_max(d).max_val().to_python()
+        if lo < 0 or hi >= n:
+            return True
+    return False
 
 
 def initial_value_read(program: Program, tensor: str) -> bool:

@@ -79,3 +79,109 @@ def test_cli_check_with_fuse_names_the_groups(capsys) -> None:
     assert "fusion: fused " in text and "DRAM bytes" in text
     assert main(["check", str(MODELS / "mlp.py"), "--trials", "1"]) == 0
     assert "fusion:" not in capsys.readouterr().out  # layer by layer unless asked
+
+
+class _TwoConvs(torch.nn.Module):
+    """conv 3x3 + ReLU twice: the activation between them has zero point 0, so its pad is 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+        self.b = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_a_zero_pad_halo_does_not_depend_on_what_the_scratchpad_held() -> None:
+    """Issue 14: an activation between fused layers is never loaded; its halo must be filled
+    with its pad even when that pad is 0, not left as the bytes the last unit wrote there."""
+    import numpy as np
+
+    from tensorgen.mc.binary import decode, encode
+    from tensorgen.model import reference_outputs
+    from tensorgen.sim.machine import Simulator
+
+    torch.manual_seed(0)
+    model, example = _TwoConvs().eval(), (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    assert any(r.schedule == "fused" and r.op.count("conv2d") == 2 for r in cm.layers), [
+        (r.name, r.op) for r in cm.layers
+    ]
+    for seed in (0, 1):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        (want,) = reference_outputs(cm, (x,))
+        sim = Simulator(decode(encode(cm.binary)), TG1)
+        # as a previous unit would leave it: anything but zeros
+        rng = np.random.default_rng(seed)
+        sim.machine.mem["spad"][:] = rng.integers(1, 256, sim.machine.mem["spad"].size, np.uint8)
+        got = sim.run({cm.input_names[0]: x.numpy()}).outputs[cm.output_names[0]]
+        assert np.array_equal(got.view(np.int32), want.view(np.int32)), seed
+
+
+def test_segnet_fused_is_bit_exact() -> None:
+    """Issue 14 as it was found: segnet at 16 with every group fused (two neighbouring groups
+    put their activations at the same scratchpad addresses)."""
+    model, example = load_factory(str(MODELS / "segnet.py"), {"size": 16})
+    cm = compile_model(model, example, TG1, fuse=True)
+    assert sum(r.schedule == "fused" for r in cm.layers) >= 3, [(r.name, r.op) for r in cm.layers]
+    cmp, _ = check_model(cm, example)
+    assert cmp.exact, cmp.message
+
+
+def test_a_mismatch_is_localised_in_one_line_and_never_raises(monkeypatch) -> None:
+    """check_model's MISMATCH names the first layer or fused group that differs alone, or says
+    that each agrees alone; whatever happens while it looks, the message stays one line."""
+    import numpy as np
+
+    from tensorgen import model as tg_model
+    from tensorgen.frontend import fx as tg_fx
+
+    torch.manual_seed(0)
+    example = (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(_TwoConvs().eval(), example, TG1, fuse=True)
+    exact = tg_model.reference_outputs
+    # PyTorch said otherwise at one element: every unit alone still agrees with PyTorch
+    monkeypatch.setattr(
+        tg_model, "reference_outputs", lambda cm, x: [o + 1.0 for o in exact(cm, x)]
+    )
+    cmp, _ = check_model(cm, example)
+    assert not cmp.exact and "\n" not in cmp.message
+    assert "every layer and fused group alone matches PyTorch" in cmp.message, cmp.message
+    # a fused group fed other weights than PyTorch's differs alone: named, with its layers
+    fused = next(u for u in cm.units if len(u.layers) > 1)
+    layer = next(cm.graph.layers[j] for j in fused.layers if cm.graph.layers[j].op == "conv2d")
+    port = next(p for p in layer.ports if p.const is not None and p.const.ndim == 4)
+    np.negative(port.const, out=port.const)  # this test's own compile: nothing else reads it
+    cmp, _ = check_model(cm, example)
+    assert "first differing unit: fused " in cmp.message and layer.name in cmp.message, cmp.message
+    assert "\n" not in cmp.message
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("recording failed\nsecond line")
+
+    monkeypatch.setattr(tg_fx, "record", broken)
+    cmp, _ = check_model(cm, example)
+    assert cmp.message.endswith("; no differing layer found (RuntimeError: recording failed)")
+
+
+def test_a_layer_with_a_lookup_table_fuses() -> None:
+    """A layer that passes a tensor whole (`lut(Q[...], T)`, a Hardswish after a conv) is
+    merged with its table renamed like its other tensors (it was `unknown tensor 'T'`)."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.Hardswish(),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(),
+    ).eval()
+    torch.manual_seed(0)
+    example = (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    assert not any("unknown tensor" in note for note in cm.fusion_notes), cm.fusion_notes
+    assert any(r.schedule == "fused" and r.op.count("conv2d") == 2 for r in cm.layers), [
+        (r.name, r.op, r.epilogue) for r in cm.layers
+    ]
+    for seed in (0, 1):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        cmp, _ = check_model(cm, (x,))
+        assert cmp.exact, cmp.message

@@ -156,8 +156,10 @@ class _BufferPlan:
         if t.role == "none":
             self.stored.discard(t.name)
         zeros_read = self.schedule.initial_value_read(t.name) and not self._overwrites_first(t.name)
-        if not zeros_read and t.pad and t.role == "none":
-            pass  # an activation between fused layers: filled with its pad, which its halo holds
+        if not zeros_read and t.role == "none" and (t.pad or box.halo):
+            # an activation between fused layers: filled with its pad, which its halo holds
+            # (a pad of 0 too: the buffer's bytes are what the last program left there)
+            pass
         elif not zeros_read and (t.name not in self.stored or box.covered):
             self.unfilled.add(t.name)
 
