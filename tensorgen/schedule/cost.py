@@ -376,9 +376,7 @@ def _candidate(
     compute = _band_cycles(probe) + tile
     if pipeline:
         dma += int(
-            round(
-                _pipelined_total(probe, target, inner, peeled, compute, tile, piped, first.blocks)
-            )
+            round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped, first))
         )
     return Candidate(
         order,
@@ -400,7 +398,8 @@ class _FirstBlocks(NamedTuple):
     cycles: int = 0  # the extra transfers, serial
     traffic: int = 0  # their DRAM bytes
     varying: str | None = None  # the loop whose bounds they make vary
-    blocks: int = 0  # how many (each one block of the band, run before the reduction loops)
+    blocks: int = 0  # how many (each one block of the band, run before the loops of `tail`)
+    tail: tuple[str, ...] = ()  # the reduction loops inside the innermost other loop
 
 
 _NO_FIRST_BLOCKS = _FirstBlocks()
@@ -409,10 +408,10 @@ _NO_FIRST_BLOCKS = _FirstBlocks()
 def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
     """An accumulator staged inside its reduction loops and reloaded there is not zeroed: the
     MATMULs that first touch it overwrite it (the lowering's `S__w` pieces). They are the first
-    iteration of every reduction loop, which isl emits apart, before the outermost reduction
-    loop, leaving the innermost one bounds that vary. An iteration of a staging loop with a
-    reduction loop inside it that holds such a block is then staged twice, around the block and
-    around the rest (scheduled._walk_nodes): one more load of each loaded tensor staged there and
+    iteration of every reduction loop, which isl emits apart, before the reduction loops inside
+    the innermost other loop (`tail`), leaving the innermost reduction loop bounds that vary. An
+    iteration of a staging loop of `tail` with a reduction loop inside it that holds such a
+    block is then staged twice, around the block and around the rest (scheduled._walk_nodes): one more load of each loaded tensor staged there and
     one more store of each stored one, per such iteration. Nothing when the accumulator is
     zeroed instead, or not staged inside a reduction loop."""
     order, reductions = probe.order, probe.reductions
@@ -424,18 +423,19 @@ def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
         return _NO_FIRST_BLOCKS
     if st.loads == st.count:  # no iteration is the first to touch its box
         return _NO_FIRST_BLOCKS
+    tail = max((k + 1 for k, x in enumerate(order) if x not in reductions), default=0)
     cycles = traffic = 0
     for k, (st, (_, level)) in enumerate(zip(staged, stages, strict=True)):
         at = order.index(level) if level is not None else -1
-        if at < probe.first_reduction or order.index(reductions[-1]) <= at:
-            continue  # staged outside the reductions, or no reduction loop inside its level
+        if at < tail or at == len(order) - 1:
+            continue  # staged outside the tail, or no reduction loop inside its level
         times = math.prod(probe.trips[x] for x in order[: at + 1] if x not in reductions)
         moves = (bool(st.loads) and k != acc) + bool(st.stores)
         cycles += times * moves * st.one
         traffic += times * moves * st.nbytes
     blocks = math.prod(probe.trips[x] for x in order if x not in reductions)
     varying = reductions[-1] if len(reductions) > 1 else None
-    return _FirstBlocks(cycles, traffic, varying, blocks)
+    return _FirstBlocks(cycles, traffic, varying, blocks, order[tail:])
 
 
 def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
@@ -508,14 +508,14 @@ def _pipelined_total(
     compute: int,
     tile: int,
     p: _Piped,
-    first_blocks: int = 0,
+    first: _FirstBlocks,
 ) -> float:
     """The exposed DMA cycles of a candidate whose loop `inner` double-buffers: each pass of the
     loop timed as the lowering's tokens order it (pipelined.pipelined_pass), a last, partial
     iteration that isl peels off running alone, passes of fewer than two iterations serial; with two weight
     buffers, a compute that waits for its loads exposes the fill that the band's cycles count
     hidden (not after the vector work of a fused tile, where it is counted); the overwriting first
-    blocks of a reloaded accumulator (_first_blocks) run before a reduction loop, serial."""
+    blocks of a reloaded accumulator (`first`) run before the loops of their tail, serial."""
     order, trips = probe.order, probe.trips
     depth = order.index(inner)
     passes = probe.passes.get(inner) or (
@@ -525,7 +525,7 @@ def _pipelined_total(
     e = in_loop / sum(n * times for n, times in passes) + p.fill
     # the overwriting first blocks run before a reduction loop, each taking its block out of the
     # first iteration of a pass
-    short = first_blocks if inner in probe.reductions else 0
+    short = first.blocks if inner in first.tail else 0
     block = _band_cycles(probe) / _iterations(probe, order[-1]) if short else 0.0
     in_loop -= short * block
     late = (
