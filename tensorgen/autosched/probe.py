@@ -70,9 +70,7 @@ def probe_nest(
     if kind == "array":
         memory[stmt.lhs.tensor] = "acc"
     out = out_indices(program, stmt)
-    first_reduction = next(
-        (k for k, x in enumerate(order) if geo.base[x] not in out and geo.trips[x] > 1), 10**6
-    )
+    reductions = tuple(x for x in order if geo.base[x] not in out and geo.trips[x] > 1)
     return Probe(
         tuple(order),
         sk.fused,
@@ -85,7 +83,7 @@ def probe_nest(
         memory,
         written,
         stored,
-        first_reduction=first_reduction,
+        reductions=reductions,
         passes=loop_passes({i: stmt.extent(i) for i in stmt.indices}, blocks, order),
     )
 

@@ -7,8 +7,8 @@ are isa.py's definitions, `matmul_cycles` and `vector_cycles`; how many instruct
 statement takes comes from the instruction selection itself).
 The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
 loads and stores overlap its compute: a pass of it is timed by the lowering's tokens on the
-simulator's own DRAM channel (`_pass`). Iterations are counted as the loops run them after
-ragged splits (`loop_passes`). A buffer whose boxes meet across iterations (partial sums
+simulator's own DRAM channel (`pipelined.one_pass`). Iterations are counted as the loops run
+them after ragged splits (`loop_passes`). A buffer whose boxes meet across iterations (partial sums
 of a chunk of the reduction) is loaded and stored, except that the iterations that are the first
 to touch their box zero it instead of loading it.
 """
@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from tensorgen.mc import isa
+from tensorgen.schedule.pipelined import pipelined_pass
 from tensorgen.target import Target
 
 ALIGN = 16  # the lowering's buffer alignment, in bytes
@@ -82,11 +83,16 @@ class Probe:
     memory: dict[str, str] = field(default_factory=dict)  # tensor -> "spad" or "acc"
     written: set[str] = field(default_factory=set)
     stored: set[str] = field(default_factory=set)  # written tensors whose buffers are stored
-    first_reduction: int = 10**6  # position in `order` of the outermost reduction loop of >1 trips
+    reductions: tuple[str, ...] = ()  # the loops of `order` over reduction indices of >1 trips
     table: dict = field(default_factory=dict)  # (tensor, level) -> _Staged, filled by cost()
     # loop -> ((trips, passes), ...): how often the loop runs with each trip count (loop_passes);
     # a loop not in it runs trips[loop] times per iteration of the loops outside it
     passes: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    @property
+    def first_reduction(self) -> int:
+        """Position in `order` of the outermost reduction loop of >1 trips (10**6: none)."""
+        return self.order.index(self.reductions[0]) if self.reductions else 10**6
 
 
 @lru_cache(maxsize=1 << 10)
@@ -338,9 +344,11 @@ def _candidate(
     peeled = pipeline and inner in probe.ragged
     if pipeline and (inner is None or trips[inner] - peeled < 2):
         return _refused(probe, stages, pipeline)
-    # a loop whose trip count differs between passes has bounds that vary (LOOPB): the lowering
-    # double-buffers only loops of constant bounds
-    if pipeline and len(probe.passes.get(inner, ())) > 1:
+    # a loop whose trip count differs between passes, or that the overwriting first blocks leave
+    # (_first_blocks), has bounds that vary (LOOPB): the lowering double-buffers only loops of
+    # constant bounds
+    first = _first_blocks(probe, stages, staged)
+    if pipeline and (len(probe.passes.get(inner, ())) > 1 or inner == first.varying):
         return _refused(probe, stages, pipeline)
     if memory is None:
         return _refused(probe, stages, pipeline)
@@ -358,6 +366,7 @@ def _candidate(
         dma = m.serial - m.serial_inner + (m.refills - m.refills_inner if deep else 0)
     else:
         dma = m.serial + (m.refills if deep else 0)
+    dma += first.cycles
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
     needs = _temps(probe)
@@ -366,19 +375,67 @@ def _candidate(
     spad += max(temps, probe.band_temps)
     compute = _band_cycles(probe) + tile
     if pipeline:
-        dma += int(round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped)))
+        dma += int(
+            round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped, first))
+        )
     return Candidate(
         order,
         stages,
         dma,
         compute,
-        m.traffic,
+        m.traffic + first.traffic,
         spad,
         acc,
         pipelined=pipeline,
         vector_cycles=tile,
         vector_loops=v,
     )
+
+
+class _FirstBlocks(NamedTuple):
+    """What the overwriting first blocks of a reloaded accumulator add (_first_blocks)."""
+
+    cycles: int = 0  # the extra transfers, serial
+    traffic: int = 0  # their DRAM bytes
+    varying: str | None = None  # the loop whose bounds they make vary
+    blocks: int = 0  # how many (each one block of the band, run before the loops of `tail`)
+    tail: tuple[str, ...] = ()  # the reduction loops inside the innermost other loop
+
+
+_NO_FIRST_BLOCKS = _FirstBlocks()
+
+
+def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
+    """An accumulator staged inside its reduction loops and reloaded there is not zeroed: the
+    MATMULs that first touch it overwrite it (the lowering's `S__w` pieces). They are the first
+    iteration of every reduction loop, which isl emits apart, before the reduction loops inside
+    the innermost other loop (`tail`), leaving the innermost reduction loop bounds that vary. An
+    iteration of a staging loop of `tail` with a reduction loop inside it that holds such a
+    block is then staged twice, around the block and around the rest (scheduled._walk_nodes): one more load of each loaded tensor staged there and
+    one more store of each stored one, per such iteration. Nothing when the accumulator is
+    zeroed instead, or not staged inside a reduction loop."""
+    order, reductions = probe.order, probe.reductions
+    acc = next((k for k, (t, _) in enumerate(stages) if probe.memory.get(t) == "acc"), None)
+    if acc is None or stages[acc][1] is None:
+        return _NO_FIRST_BLOCKS
+    st = staged[acc]
+    if order.index(stages[acc][1]) < probe.first_reduction or st.fresh or st.fills:
+        return _NO_FIRST_BLOCKS
+    if st.loads == st.count:  # no iteration is the first to touch its box
+        return _NO_FIRST_BLOCKS
+    tail = max((k + 1 for k, x in enumerate(order) if x not in reductions), default=0)
+    cycles = traffic = 0
+    for k, (st, (_, level)) in enumerate(zip(staged, stages, strict=True)):
+        at = order.index(level) if level is not None else -1
+        if at < tail or at == len(order) - 1:
+            continue  # staged outside the tail, or no reduction loop inside its level
+        times = math.prod(probe.trips[x] for x in order[: at + 1] if x not in reductions)
+        moves = (bool(st.loads) and k != acc) + bool(st.stores)
+        cycles += times * moves * st.one
+        traffic += times * moves * st.nbytes
+    blocks = math.prod(probe.trips[x] for x in order if x not in reductions)
+    varying = reductions[-1] if len(reductions) > 1 else None
+    return _FirstBlocks(cycles, traffic, varying, blocks, order[tail:])
 
 
 def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
@@ -444,13 +501,21 @@ class _Piped:
 
 
 def _pipelined_total(
-    probe: Probe, target: Target, inner: str, peeled: bool, compute: int, tile: int, p: _Piped
+    probe: Probe,
+    target: Target,
+    inner: str,
+    peeled: bool,
+    compute: int,
+    tile: int,
+    p: _Piped,
+    first: _FirstBlocks,
 ) -> float:
     """The exposed DMA cycles of a candidate whose loop `inner` double-buffers: each pass of the
-    loop timed as the lowering's tokens order it (_pipelined_pass), a last, partial iteration that
-    isl peels off running alone, passes of fewer than two iterations serial; with two weight
+    loop timed as the lowering's tokens order it (pipelined.pipelined_pass), a last, partial
+    iteration that isl peels off running alone, passes of fewer than two iterations serial; with two weight
     buffers, a compute that waits for its loads exposes the fill that the band's cycles count
-    hidden (not after the vector work of a fused tile, where it is counted)."""
+    hidden (not after the vector work of a fused tile, where it is counted); the overwriting first
+    blocks of a reloaded accumulator (`first`) run before the loops of their tail, serial."""
     order, trips = probe.order, probe.trips
     depth = order.index(inner)
     passes = probe.passes.get(inner) or (
@@ -458,6 +523,11 @@ def _pipelined_total(
     )
     in_loop = _band_cycles(probe) + (tile if depth < len(probe.fused) else 0)
     e = in_loop / sum(n * times for n, times in passes) + p.fill
+    # the overwriting first blocks run before a reduction loop, each taking its block out of the
+    # first iteration of a pass
+    short = first.blocks if inner in first.tail else 0
+    block = _band_cycles(probe) / _iterations(probe, order[-1]) if short else 0.0
+    in_loop -= short * block
     late = (
         target.fill_cycles
         if target.weight_buffers > 1
@@ -471,64 +541,10 @@ def _pipelined_total(
         if n - peeled < 2:
             total += times * n * alone
             continue
-        steady = _pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead)
+        steady = pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead)
         total += times * (steady + peeled * alone)
+        if short:  # of these passes, those whose first iteration lacks its first block
+            k, short = min(short, times), short - min(short, times)
+            lacking = pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead, e - block)
+            total += k * (lacking - steady)
     return total - compute
-
-
-PASS_PREFIX = 12  # iterations of a pipelined loop timed one by one (even: periods of two repeat)
-
-
-@lru_cache(maxsize=1 << 14)
-def _pipelined_pass(
-    loads: tuple, stores: tuple, e: float, n: int, late_fill: int, ahead: bool
-) -> float:
-    """The cycles of one pass of `n` iterations of a double-buffered loop (_pass); past
-    PASS_PREFIX iterations, the period of the last two (the lowering alternates two buffers)
-    repeats."""
-    if n <= PASS_PREFIX:
-        return _pass(loads, stores, e, n, late_fill, ahead)
-    whole = _pass(loads, stores, e, PASS_PREFIX, late_fill, ahead)
-    period = (whole - _pass(loads, stores, e, PASS_PREFIX - 2, late_fill, ahead)) / 2
-    return whole + (n - PASS_PREFIX) * period
-
-
-def _pass(loads: tuple, stores: tuple, e: float, n: int, late_fill: int, ahead: bool) -> float:
-    """The cycles of one pass of `n` iterations of a double-buffered loop, timed as the lowering
-    orders it: iteration i's compute (`e` cycles on EX) waits for its loads and for the stores
-    of iteration i - 2 (which used the same buffers); the loads of iteration i + 1 are issued
-    before it, once the compute of i - 1 has freed their buffers; its stores follow it. Each DMA
-    is its setup on its queue, then its bytes on the DRAM channel that both DMA queues share
-    (timing.Channel, the simulator's). `late_fill`: with two weight buffers, the MATMUL fill that
-    a compute whose tokens arrive after EX is free exposes (timing.matmul_stream_start); `e`
-    counts it hidden. `ahead`: a tensor is loaded and stored (scheduled._pipelined_ahead): a
-    buffer is loaded once the store of iteration i - 1 has emptied it, and the stores of
-    iteration i wait for the loads of i + 1."""
-    channel = isa.Channel()
-    ld = ex = st = 0.0
-    loaded = [0.0] * n
-    computed = [0.0] * n
-    stored = [0.0] * n
-
-    def load(i: int) -> None:
-        nonlocal ld
-        ld = max(ld, (stored if ahead else computed)[i - 2] if i >= 2 else 0.0)
-        for setup, cycles, dmas in loads:
-            for _ in range(dmas):
-                ld = channel.book(ld + setup, cycles / dmas)
-        loaded[i] = ld
-
-    load(0)
-    for i in range(n):
-        if i + 1 < n:
-            load(i + 1)
-        tokens = max(loaded[i], stored[i - 2] if i >= 2 else 0.0)
-        start = max(ex, tokens)
-        ex = start + e + min(late_fill, max(0.0, tokens + late_fill - ex)) if i else start + e
-        computed[i] = ex
-        st = max(st, ex, loaded[i + 1] if ahead and i + 1 < n else 0.0)
-        for setup, cycles, dmas in stores:
-            for _ in range(dmas):
-                st = channel.book(st + setup, cycles / dmas)
-        stored[i] = st
-    return max(ld, ex, st)
