@@ -128,3 +128,23 @@ def module_path(node: fx.Node) -> str:
     if stack:
         return f"{list(stack.values())[-1][0]} ({node.name})"
     return node.name
+
+
+def cat_parts(parts: list, rank: int, dim: int, value) -> tuple[list[Port], list[dict]]:
+    """The ports X0, X1, ... of a cat's `parts` along `dim` and one statement each, writing
+    `value(i, part, read)` (`read`: `Xi[...]`) at the part's offset; the `where` bounds the
+    concatenated index by the part (Y's dimension is larger)."""
+    ports, stmts, off = [], [], 0
+    for i, p in enumerate(parts):
+        ix = axes(rank)
+        out = list(ix)
+        out[dim] = affine((1, ix[dim]), const=off)
+        ports.append(p.port(f"X{i}", "input"))
+        stmts.append(
+            {
+                "stmt": f"Y[{idx(out)}] = {value(i, p, f'X{i}[{idx(ix)}]')}",
+                "where": f"0 <= {ix[dim]} < {p.shape[dim]}",
+            }
+        )
+        off += p.shape[dim]
+    return ports, stmts

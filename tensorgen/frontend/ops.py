@@ -16,7 +16,7 @@ import torch
 
 from tensorgen.errors import SpecError
 from tensorgen.frontend import numerics
-from tensorgen.frontend.layers import NATURAL, Layer, affine, axes, f32, idx, module_path
+from tensorgen.frontend.layers import NATURAL, Layer, affine, axes, cat_parts, f32, idx, module_path
 
 if TYPE_CHECKING:
     from torch import fx
@@ -56,20 +56,9 @@ def cat(lw: _Lowering, node: fx.Node) -> None:
     nhwc = dim == 1 and all(
         t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) for t in ins
     )
-    ports, stmts, off = [], [], 0
-    for i, p in enumerate(parts):
-        ix = axes(len(y.shape))
-        out = list(ix)
-        out[dim] = affine((1, ix[dim]), const=off)
-        ports.append(p.port(f"X{i}", "input"))
-        # where: bounds the concatenated index by this part (Y's dimension is larger)
-        stmts.append(
-            {
-                "stmt": f"Y[{idx(out)}] = {requant_expr(f'X{i}[{idx(ix)}]', p, y, nhwc)}",
-                "where": f"0 <= {ix[dim]} < {p.shape[dim]}",
-            }
-        )
-        off += p.shape[dim]
+    ports, stmts = cat_parts(
+        parts, len(y.shape), dim, lambda i, p, read: requant_expr(read, p, y, nhwc)
+    )
     lw.add(
         Layer(
             node.name,

@@ -14,7 +14,17 @@ from torch import fx
 
 from tensorgen.errors import SpecError
 from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer, linear_layer
-from tensorgen.frontend.layers import NATURAL, Layer, Port, affine, axes, clamp, f32, idx
+from tensorgen.frontend.layers import (
+    NATURAL,
+    Layer,
+    Port,
+    affine,
+    axes,
+    cat_parts,
+    clamp,
+    f32,
+    idx,
+)
 from tensorgen.frontend.layers import module_path as path_of
 from tensorgen.frontend.pt2e import DQ, inv_scale, op_of, requant_per_channel
 
@@ -230,20 +240,9 @@ def cat(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     parts = [lw.value_of(t) for t in src.args[0]]
     y = lw.new_value(q)
     dim = (src.args[1] if len(src.args) > 1 else 0) % len(y.shape)
-    ports, stmts, off = [], [], 0
-    for i, p in enumerate(parts):
+    for p in parts:
         _same_params(p, y)
-        ix = axes(len(y.shape))
-        out = list(ix)
-        out[dim] = affine((1, ix[dim]), const=off)
-        ports.append(p.port(f"X{i}", "input"))
-        stmts.append(
-            {
-                "stmt": f"Y[{idx(out)}] = X{i}[{idx(ix)}]",
-                "where": f"0 <= {ix[dim]} < {p.shape[dim]}",
-            }
-        )
-        off += p.shape[dim]
+    ports, stmts = cat_parts(parts, len(y.shape), dim, lambda i, p, read: read)
     lw.add(
         Layer(src.name, path_of(src), "cat", [*ports, y.port("Y", "output")], lambda lo, hi: stmts)
     )

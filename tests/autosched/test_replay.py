@@ -83,35 +83,13 @@ def test_cost_product_is_cost_of_each_choice(target):
         blocks, _, m_loops, band = shape
         sk = build_skeleton(program, tgt, layer, blocks, order, band, checked=False)
         fold = space.fold(band)
-        probe = probe_nest(
-            program,
-            tgt,
-            layer,
-            sk,
-            blocks,
-            order,
-            m_loops,
-            band,
-            space.band_kind,
-            space.profiles,
-            fold,
-        )
+        args = (program, tgt, layer, sk, blocks, order, m_loops, band)
+        args += (space.band_kind, space.profiles, fold)
+        probe = probe_nest(*args)
         tensors = layer.tensors()
         levels = [staging_levels(program, layer, sk, order, t, fold) for t in tensors]
         levels = accumulator_levels(program, layer, blocks, order, tensors, levels)
-        fresh = probe_nest(
-            program,
-            tgt,
-            layer,
-            sk,
-            blocks,
-            order,
-            m_loops,
-            band,
-            space.band_kind,
-            space.profiles,
-            fold,
-        )
+        fresh = probe_nest(*args)
         want = [
             cost(fresh, tgt, tensors, choice, pipeline)
             for choice in itertools.product(*levels)
