@@ -451,14 +451,21 @@ class Simulator:
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
         # Each queue's accesses end in nondecreasing time, so scanning another queue's list from
         # its newest entry stops at the first access that ended before this one starts.
+        store = ins.mnemonic == "STORE"
+        touched = [
+            (mem, lo, hi, write if write is not None else store)
+            for mem, lo, hi, write in self.machine.touched
+        ]
+        qt = self.queue_time
         for other, accesses in self.inflight.items():
-            if other == q:
+            if other == q or not accesses:
                 continue
-            horizon = min(t for qq, t in self.queue_time.items() if qq != other)
-            if accesses and accesses[0].end <= horizon:  # no other queue can start that early again
+            horizon = min(t for qq, t in qt.items() if qq != other)
+            if accesses[0].end <= horizon:  # no other queue can start that early again
                 del accesses[: bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
-            for mem, lo, hi, write in self.machine.touched:
-                is_write = write if write is not None else ins.mnemonic == "STORE"
+            if not accesses or accesses[-1].end <= start:
+                continue  # all ended before this one starts: `hazard` would find none
+            for mem, lo, hi, is_write in touched:
                 a = hazard(accesses, mem, lo, hi, is_write, start)
                 if a is not None:
                     raise SimulatorError(
@@ -467,8 +474,7 @@ class Simulator:
                         f"it (until cycle {a.end}) and no token orders them"
                     )
         mine = self.inflight.setdefault(q, [])
-        for mem, lo, hi, write in self.machine.touched:
-            is_write = write if write is not None else ins.mnemonic == "STORE"
+        for mem, lo, hi, is_write in touched:
             mine.append(Access(mem, lo, hi, end, q, is_write, pc))
 
 

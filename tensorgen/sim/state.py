@@ -22,6 +22,16 @@ def _values(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
 
+def _eval(aff, counters: tuple[int, ...]) -> int:
+    """`LoopAffine.eval` (an IndexError for a counter of no loop around it, as it gives)."""
+    if len(aff.coefs) > len(counters):
+        return aff.eval(counters)
+    v = aff.const
+    for c, n in zip(aff.coefs, counters, strict=False):
+        v += c * n
+    return v
+
+
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
@@ -37,6 +47,7 @@ class Machine:
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
         self.decoded: dict[int, Decoded] = {}
+        self._tensors: dict[int, tuple] = {}  # `_tensor`'s, by tensor index
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
@@ -79,7 +90,7 @@ class Machine:
         coefs = [view.base.coefs[lvl] if lvl < len(view.base.coefs) else 0 for lvl in levels]
         shape = tuple(n for _, n in self.loop) + view.shape
         byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
-        base = view.base.eval(self.counters)
+        base = _eval(view.base, self.counters)
         lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
         hi = (
             base
@@ -105,10 +116,18 @@ class Machine:
             raise SimulatorError(
                 f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
             )
-        arr = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset)
-        origin = [a.eval(self.counters) for a in box.origin]
-        self.touched.append(("dram", t.dram_offset, t.dram_offset + t.nbytes, None))
-        return t, arr, origin
+        known = self._tensors.get(box.tensor)
+        if known is None:  # per tensor, once a run: its array over the DRAM and its extent
+            arr = np.ndarray(
+                t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset
+            )
+            known = self._tensors[box.tensor] = (
+                arr,
+                ("dram", t.dram_offset, t.dram_offset + t.nbytes, None),
+            )
+        origin = [_eval(a, self.counters) for a in box.origin]
+        self.touched.append(known[1])
+        return t, known[0], origin
 
     def load_box(self, box: Box) -> np.ndarray:
         t, arr, origin = self._tensor(box)
