@@ -58,7 +58,8 @@ class Simulator:
         self.static = known
         self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
-        self.machine = Machine(binary, target)
+        spare, known.spare = known.spare, None  # taken: a second live Simulator maps its own
+        self.machine = Machine(binary, target, spare)
         self.machine.decoded = known.decoded
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
@@ -494,7 +495,12 @@ def simulate(
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
     timelines)."""
     with _blas().limit(limits=1, user_api="blas"):  # restored on return
-        return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)
+        sim = Simulator(binary, target, vectorize_loops, limits, record)
+        result = sim.run(inputs, marks)
+    # nothing refers to its memories any more (the outputs are copies): the next run of this
+    # binary zeroes them instead of mapping fresh pages
+    sim.static.spare = sim.machine.mem
+    return result
 
 
 @functools.lru_cache(maxsize=1)

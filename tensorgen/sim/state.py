@@ -35,13 +35,18 @@ def _eval(aff, counters: tuple[int, ...]) -> int:
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
-    def __init__(self, binary: Binary, target: Target) -> None:
+    def __init__(self, binary: Binary, target: Target, spare: dict | None = None) -> None:
+        """`spare`: the memories of an earlier run of the same binary on the same target,
+        zeroed and used again (their pages are mapped already: a fresh DRAM image of
+        megabytes costs a page fault per 4 KiB on first touch)."""
         self.binary, self.target = binary, target
-        self.mem = {
-            "spad": np.zeros(target.spad.bytes, np.uint8),
-            "acc": np.zeros(target.acc.bytes, np.uint8),
-            "dram": np.zeros(binary.dram_bytes, np.uint8),
-        }
+        sizes = {"spad": target.spad.bytes, "acc": target.acc.bytes, "dram": binary.dram_bytes}
+        if spare is not None and all(spare[m].size == n for m, n in sizes.items()):
+            for arr in spare.values():
+                arr.fill(0)
+            self.mem = spare
+        else:
+            self.mem = {m: np.zeros(n, np.uint8) for m, n in sizes.items()}
         self.counters: tuple[int, ...] = ()
         self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
