@@ -390,7 +390,8 @@ class VectorOp:
     def run(self, mem: dict[str, np.ndarray], bases: dict[str, int]) -> None:
         a = self.a.array(mem[self.a.mem], bases["a"]).astype(np.int32)
         if self.b is not None:
-            a *= self.b.array(mem[self.b.mem], bases["b"])  # wraps like int32
+            b = compact(self.b.array(mem[self.b.mem], bases["b"]))
+            a *= b.astype(np.int32)  # wraps like int32
         else:
             a *= np.int32(np.int64(self.imm).astype(np.int32))
         dst = self.dst.array(mem[self.dst.mem], bases["dst"])
@@ -398,3 +399,12 @@ class VectorOp:
             dst += a
         else:
             dst[...] = a
+
+
+def compact(x: np.ndarray) -> np.ndarray:
+    """`x` with every axis it broadcasts along (stride 0) cut to length 1: the same values
+    under broadcasting against its shape, and a cast of it touches only the distinct ones (a
+    depthwise tap's one weight, not a weight per output element)."""
+    if all(st or n == 1 for n, st in zip(x.shape, x.strides, strict=True)):
+        return x
+    return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)]

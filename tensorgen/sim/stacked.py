@@ -32,6 +32,7 @@ from tensorgen.sim.batch import (
     Nest,
     Piece,
     VectorOp,
+    compact,
     reduce_into,
 )
 from tensorgen.sim.boxes import dram_boxes, dram_order, store_boxes, write_loaded
@@ -154,7 +155,10 @@ class _Stacked:
 def _vector(e: Effect, array) -> None:
     """`batch.VectorOp.run` for every iteration: int32 in place."""
     dst_ref, a_ref, b_ref = e.refs
-    b = array(b_ref) if b_ref is not None else np.int32(np.int64(e.imm).astype(np.int32))
+    if b_ref is not None:
+        b = compact(array(b_ref)).astype(np.int32)  # a broadcast weight: a few values cast
+    else:
+        b = np.int32(np.int64(e.imm).astype(np.int32))
     prod = np.multiply(array(a_ref), b, dtype=np.int32)  # in int32: wraps as VectorOp.run
     dst = array(dst_ref, True)
     if e.kind == "VMAC":
