@@ -308,19 +308,20 @@ class MatmulRuns:
         for seg in segments:
             cost = sim.costs[seg.pc]
             k = len(seg.bases)
-            if not cost.fill or not double:
+            if not cost.fill:
                 for _ in range(k):
                     end, rf = sim._execute_timing(cost, 1, t, 0)
                     steps.append((t, end))
                     reads_from = rf if reads_from is None else min(reads_from, rf)
                     t = end
                 continue
-            # `_execute_timing` of token-free MATMULs with two weight buffers, inlined: each
-            # loads its weights from when the one before began to stream (`matmul_stream_start`)
+            # `_execute_timing` of token-free MATMULs, inlined: with two weight buffers each
+            # loads its weights from when the one before began to stream, else from its start
+            # (`matmul_stream_start`)
             rows = cost.cycles - cost.fill
             for _ in range(k):
                 streaming = sim.streaming
-                begin = t if streaming is None else max(streaming[0], 0)
+                begin = t if streaming is None or not double else max(streaming[0], 0)
                 end = max(t, begin + fill) + rows
                 sim.streaming = (end - rows, rows)
                 steps.append((t, end))

@@ -53,6 +53,7 @@ class Machine:
         self.touched: list[tuple[str, int, int, bool]] = []
         self.decoded: dict[int, Decoded] = {}
         self._tensors: dict[int, tuple] = {}  # `_tensor`'s, by tensor index
+        self._box_dtypes: dict[int, np.dtype] = {}  # `load_box`'s, by tensor index
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
@@ -136,11 +137,14 @@ class Machine:
 
     def load_box(self, box: Box) -> np.ndarray:
         t, arr, origin = self._tensor(box)
-        dt = np.dtype(t.dtype)
-        if dt.kind == "f":
-            dt = np.dtype(np.float32)
-        elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
-            dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
+        dt = self._box_dtypes.get(box.tensor)
+        if dt is None:
+            dt = np.dtype(t.dtype)
+            if dt.kind == "f":
+                dt = np.dtype(np.float32)
+            elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
+                dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
+            self._box_dtypes[box.tensor] = dt
         # the tensor's own dtype: the values are the same, without an int64 round trip
         out = np.full(box.shape, t.pad, dt)
         src, dst = [], []
