@@ -111,7 +111,7 @@ def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
         values = values.astype(np.float32)
     los, his = _extent(box, k)
     if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
-        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype)
+        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype, copy=False)
         return
     if _sparse(los, his, box, k):
         for i in range(k):  # disjoint boxes: any order
@@ -124,7 +124,7 @@ def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
         return  # every box wholly outside the tensor: halos
     scratch = np.empty([hi - lo for lo, hi in zip(los, his, strict=True)], arr.dtype)
     scratch[dst] = arr[src]
-    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype)
+    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype, copy=False)
     arr[src] = scratch[dst]
 
 

@@ -76,6 +76,12 @@ class Machine:
         self.touched.append((*self._last_range, False))
         return _values(arr)
 
+    def stored(self, view: View) -> np.ndarray:
+        """`read` without the conversion: the view itself, for a STORE (`isa._store`)."""
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, False))
+        return arr
+
     def write(self, view: View, values: np.ndarray) -> None:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, True))
@@ -166,4 +172,5 @@ class Machine:
                 return  # wholly outside the tensor: a halo, nothing to write
             dst.append(slice(lo, hi))
             src.append(slice(lo - o, hi - o))
-        arr[tuple(dst)] = values[tuple(src)].astype(arr.dtype)
+        part = values[tuple(src)]
+        arr[tuple(dst)] = part if part.dtype == arr.dtype else part.astype(arr.dtype)
