@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from tensorgen.mc.operands import ITEMSIZE, View
 from tensorgen.sim import stacked
-from tensorgen.sim.runs import Access, RunParts
+from tensorgen.sim.runs import MAX_PLANS, Access, RunParts
 
 # replay is tried for loops of at least this many iterations
 MIN_COUNT = 3
@@ -322,7 +322,15 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
     ins = sim.binary.code[pc]
     count, body = ins.arg("count"), ins.arg("body")
     moving = frozenset(q for q, _ in f.moving)
-    hull = moving_hull(sim, pc, counters, f) if moving else {}
+    hull = {}
+    if moving:  # a pure function of the binary (it scans the code): kept across runs
+        hulls = sim.static.runs.setdefault("hulls", {})
+        key = (pc, counters)
+        hull = hulls.get(key, False)
+        if hull is False:
+            hull = moving_hull(sim, pc, counters, f)
+            if len(hulls) < MAX_PLANS:
+                hulls[key] = hull
     if hull is None:
         for c in range(count):  # addresses that move in a way a hazard might see: stepped
             sim._block(pc + 1, pc + 1 + body, counters + (c,))
