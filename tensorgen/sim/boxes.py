@@ -1,6 +1,7 @@
 """DRAM boxes of every iteration of a replayed loop at once (`tensorgen.sim.stacked`): what
 `Machine.load_box` / `store_box` do per iteration, over a leading axis, and the check that
-doing each box instruction for every iteration in a row touches the DRAM as stepping does."""
+doing each box instruction for every iteration in a row touches the DRAM as stepping does;
+and the on-chip dependences among a body's effects (`meetings`)."""
 
 from __future__ import annotations
 
@@ -159,3 +160,35 @@ def dram_order(boxes, k: int, binary) -> list[tuple[int, int]] | None:
             if meet.any():
                 edges.append((j, i) if later else (i, j))
     return edges
+
+
+def meetings(accesses, modes) -> list[tuple[int, int, bool]]:
+    """For `stacked._Builder._order`: (i, j, i reads the "prev" row) for every pair of accesses of effects i < j that meet
+    in one memory, one of them writing, neither of bytes the body never writes ("shared"): a
+    dependence of every iteration, found for all pairs at once (numpy) rather than four
+    nested Python loops."""
+    rows = [
+        (i, m, lo, hi, w, modes[r])
+        for i, acc in enumerate(accesses)
+        for m, lo, hi, w, r, _ in acc
+        if modes[r] != "shared"
+    ]
+    if len(rows) < 2:
+        return []
+    mems = {m: k for k, m in enumerate(sorted({row[1] for row in rows}))}
+    eff = np.array([row[0] for row in rows])
+    mem = np.array([mems[row[1]] for row in rows])
+    lo = np.array([row[2] for row in rows], np.int64)
+    hi = np.array([row[3] for row in rows], np.int64)
+    w = np.array([bool(row[4]) for row in rows])
+    prev = np.array([row[5] == "prev" for row in rows])
+    meet = (
+        (eff[:, None] < eff[None, :])
+        & (mem[:, None] == mem[None, :])
+        & (lo[:, None] < hi[None, :])
+        & (lo[None, :] < hi[:, None])
+        & (w[:, None] | w[None, :])
+    )
+    a, b = np.nonzero(meet)
+    back = ~w[a] & prev[a]
+    return list(zip(eff[a].tolist(), eff[b].tolist(), back.tolist(), strict=True))

@@ -35,7 +35,7 @@ from tensorgen.sim.batch import (
     compact,
     reduce_into,
 )
-from tensorgen.sim.boxes import dram_boxes, dram_order, store_boxes, write_loaded
+from tensorgen.sim.boxes import dram_boxes, dram_order, meetings, store_boxes, write_loaded
 
 
 @dataclass(frozen=True)
@@ -538,18 +538,11 @@ class _Builder:
                     and any(w and m == m1 and lo < hi1 and lo1 < hi for m, lo, hi, w, _, _ in acc)
                 ):
                     return None  # a recurrence: it reads what it wrote the iteration before
-        for i in range(n):
-            for j in range(i + 1, n):
-                for m1, lo1, hi1, w1, r1, _ in self.accesses[i]:
-                    for m2, lo2, hi2, w2, r2, _ in self.accesses[j]:
-                        if m1 != m2 or not (lo1 < hi2 and lo2 < hi1) or not (w1 or w2):
-                            continue
-                        if "shared" in (modes[r1], modes[r2]):
-                            continue
-                        if not w1 and modes[r1] == "prev":
-                            after[j].add(i)  # i reads what j wrote the iteration before
-                        else:
-                            after[i].add(j)
+        for i, j, back in meetings(self.accesses, modes):
+            if back:
+                after[j].add(i)  # i reads what j wrote the iteration before
+            else:
+                after[i].add(j)
         for i, j in dram:
             after[i].add(j)
         indegree = [0] * n
