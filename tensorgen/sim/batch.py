@@ -360,6 +360,7 @@ class VectorOp:
     a: Decoded
     b: Decoded | None
     imm: int
+    b_narrow: Decoded | None = None  # b with the axes it broadcasts along (stride 0) cut to 1
 
     @staticmethod
     def of(ins: isa.Instruction) -> VectorOp | None:
@@ -372,12 +373,13 @@ class VectorOp:
             return None
         if a.shape != dst.shape or (b is not None and b.shape != dst.shape):
             return None
+        db = Decoded.of(b) if b is not None else None
+        narrow = None
+        if db is not None:  # the same values under broadcasting; a cast of it casts each once
+            shape = tuple(1 if st == 0 else n for n, st in zip(db.shape, db.strides, strict=True))
+            narrow = Decoded(db.mem, db.dtype, shape, db.strides, db.const, db.coefs, db.lo, db.hi)
         return VectorOp(
-            ins.mnemonic,
-            Decoded.of(dst),
-            Decoded.of(a),
-            Decoded.of(b) if b is not None else None,
-            int(f.get("imm", 0)),
+            ins.mnemonic, Decoded.of(dst), Decoded.of(a), db, int(f.get("imm", 0)), narrow
         )
 
     def operands(self) -> tuple[tuple[str, Decoded, bool], ...]:
@@ -388,17 +390,17 @@ class VectorOp:
         return (*ab, ("dst", self.dst, True))
 
     def run(self, mem: dict[str, np.ndarray], bases: dict[str, int]) -> None:
-        a = self.a.array(mem[self.a.mem], bases["a"]).astype(np.int32)
-        if self.b is not None:
-            b = compact(self.b.array(mem[self.b.mem], bases["b"]))
-            a *= b.astype(np.int32)  # wraps like int32
+        a = self.a.array(mem[self.a.mem], bases["a"])
+        if self.b_narrow is not None:
+            b = self.b_narrow.array(mem[self.b.mem], bases["b"]).astype(np.int32)
         else:
-            a *= np.int32(np.int64(self.imm).astype(np.int32))
+            b = np.int32(np.int64(self.imm).astype(np.int32))
+        prod = np.multiply(a, b, dtype=np.int32)  # in int32: wraps
         dst = self.dst.array(mem[self.dst.mem], bases["dst"])
         if self.mnemonic == "VMAC":
-            dst += a
+            dst += prod
         else:
-            dst[...] = a
+            dst[...] = prod
 
 
 def compact(x: np.ndarray) -> np.ndarray:
