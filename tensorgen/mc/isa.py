@@ -102,7 +102,11 @@ def _load(state: MachineState, a) -> None:
 
 
 def _store(state: MachineState, a) -> None:
-    state.store_box(a["dst"], state.read(a["src"]))
+    # a state's `stored` (the simulator's) reads the values as held, bounds-checked like `read`:
+    # store_box wraps them to the tensor's dtype just as it wraps read's int64 ones, without
+    # the round trip through int64
+    read = getattr(state, "stored", None) or state.read
+    state.store_box(a["dst"], read(a["src"]))
 
 
 def _matmul(state: MachineState, a) -> None:

@@ -1,6 +1,7 @@
 """DRAM boxes of every iteration of a replayed loop at once (`tensorgen.sim.stacked`): what
 `Machine.load_box` / `store_box` do per iteration, over a leading axis, and the check that
-doing each box instruction for every iteration in a row touches the DRAM as stepping does."""
+doing each box instruction for every iteration in a row touches the DRAM as stepping does;
+and the on-chip dependences among a body's effects (`meetings`)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,16 @@ def _stack(arr: np.ndarray, los, box, k: int, writeable: bool) -> np.ndarray:
     """Every iteration's box of `arr` (whose index 0 is coordinate `los`)."""
     _, origin, steps, shape = box
     at = tuple(o - lo for o, lo in zip(origin, los, strict=True))
-    first = arr[tuple(slice(a, a + n) for a, n in zip(at, shape, strict=True))]
+    # `arr` is C-contiguous (a tensor in DRAM, or a padded copy): one constructor over it, not
+    # a slice and `as_strided` of it (4x the time); every iteration's box lies in it (`_extent`)
+    offset = sum(a * st for a, st in zip(at, arr.strides, strict=True))
     lead = sum(s * st for s, st in zip(steps, arr.strides, strict=True))
-    return np.lib.stride_tricks.as_strided(
-        first, (k, *shape), (lead, *first.strides), writeable=writeable
+    out = np.ndarray(
+        (k, *shape), arr.dtype, buffer=arr, offset=offset, strides=(lead, *arr.strides)
     )
+    if not writeable:
+        out.flags.writeable = False
+    return out
 
 
 def _sparse(los, his, box, k: int) -> bool:
@@ -106,7 +112,7 @@ def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
         values = values.astype(np.float32)
     los, his = _extent(box, k)
     if all(lo >= 0 for lo in los) and all(hi <= n for hi, n in zip(his, t.shape, strict=True)):
-        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype)
+        _stack(arr, [0] * len(los), box, k, True)[...] = values.astype(arr.dtype, copy=False)
         return
     if _sparse(los, his, box, k):
         for i in range(k):  # disjoint boxes: any order
@@ -119,7 +125,7 @@ def store_boxes(binary, mem, box, k: int, values: np.ndarray) -> None:
         return  # every box wholly outside the tensor: halos
     scratch = np.empty([hi - lo for lo, hi in zip(los, his, strict=True)], arr.dtype)
     scratch[dst] = arr[src]
-    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype)
+    _stack(scratch, los, box, k, True)[...] = values.astype(arr.dtype, copy=False)
     arr[src] = scratch[dst]
 
 
@@ -154,3 +160,35 @@ def dram_order(boxes, k: int, binary) -> list[tuple[int, int]] | None:
             if meet.any():
                 edges.append((j, i) if later else (i, j))
     return edges
+
+
+def meetings(accesses, modes) -> list[tuple[int, int, bool]]:
+    """For `stacked._Builder._order`: (i, j, i reads the "prev" row) for every pair of accesses of effects i < j that meet
+    in one memory, one of them writing, neither of bytes the body never writes ("shared"): a
+    dependence of every iteration, found for all pairs at once (numpy) rather than four
+    nested Python loops."""
+    rows = [
+        (i, m, lo, hi, w, modes[r])
+        for i, acc in enumerate(accesses)
+        for m, lo, hi, w, r, _ in acc
+        if modes[r] != "shared"
+    ]
+    if len(rows) < 2:
+        return []
+    mems = {m: k for k, m in enumerate(sorted({row[1] for row in rows}))}
+    eff = np.array([row[0] for row in rows])
+    mem = np.array([mems[row[1]] for row in rows])
+    lo = np.array([row[2] for row in rows], np.int64)
+    hi = np.array([row[3] for row in rows], np.int64)
+    w = np.array([bool(row[4]) for row in rows])
+    prev = np.array([row[5] == "prev" for row in rows])
+    meet = (
+        (eff[:, None] < eff[None, :])
+        & (mem[:, None] == mem[None, :])
+        & (lo[:, None] < hi[None, :])
+        & (lo[None, :] < hi[:, None])
+        & (w[:, None] | w[None, :])
+    )
+    a, b = np.nonzero(meet)
+    back = ~w[a] & prev[a]
+    return list(zip(eff[a].tolist(), eff[b].tolist(), back.tolist(), strict=True))

@@ -22,10 +22,9 @@ from tensorgen.sim.batch import (
     batched,
     batched_piece,
     box_piece,
-    piece,
     reduce_into,
 )
-from tensorgen.sim.runs import MatmulRuns, Segment, _same_view
+from tensorgen.sim.runs import MAX_PLANS, MatmulRuns, Segment, _same_view
 
 
 @dataclass(frozen=True)
@@ -81,40 +80,77 @@ def _step(d, level: int) -> int:
     return d.coefs[level] if level < len(d.coefs) else 0
 
 
+@dataclass(frozen=True)
+class LoopPlan:
+    """What running a loop at some outer counters needs that depends only on the binary
+    (`_plan`): kept across runs, as the decode is."""
+
+    segs0: list  # the first iteration's segments
+    spans: dict
+    steps: int  # MATMULs over all the iterations
+    iterations: int  # hardware-loop iterations, as stepping counts them
+    box: tuple | None
+    deltas: list
+    ordered: list  # every iteration's segments, in program order
+
+
 def run_loop(runs: MatmulRuns, form: LoopForm, counters: tuple[int, ...]) -> bool:
     """Execute every iteration of the loop `form` at outer `counters`; False, with nothing
     changed, when it must be iterated instead."""
-    sim, count, level = runs.sim, form.count, form.level
+    sim = runs.sim
+    plans = runs.loop_plans
+    key = (form.after, form.level, counters)
+    plan = plans.get(key, False)
+    if plan is False:
+        plan = _plan(runs, form, counters)
+        if len(plans) < MAX_PLANS:
+            plans[key] = plan
+    if plan is None:
+        return False
+    if (
+        sim.stats.instructions + plan.steps > sim.limits.max_steps
+        or sim.iterations + plan.iterations > sim.limits.max_iterations
+    ):
+        return False
+    steps = runs._timing(plan.ordered, plan.spans)
+    if steps is None:
+        return False
+    sim.iterations += plan.iterations
+    _compute(runs, form, plan.segs0, plan.deltas, plan.box)
+    runs._commit(plan.ordered, plan.spans, steps)
+    return True
+
+
+def _plan(runs: MatmulRuns, form: LoopForm, counters: tuple[int, ...]) -> LoopPlan | None:
+    """The loop's plan at outer `counters`, or None when it must be iterated: whatever
+    makes it decline that does not depend on the run's state (its limits, the accesses in
+    flight: `run_loop`)."""
+    count, level = form.count, form.level
     first, last = counters + (0,), counters + (count - 1,)
     shape = runs.shape(form.nest, first) if form.nest is not None else None
     if shape is not None and (shape.box is None or not len(shape.points)):
-        return False
+        return None
     ends = [runs._plan(list(form.singles), form.nest, shape, c) for c in (first, last)]
     if ends[0] is None or ends[1] is None:
-        return False
+        return None
     segs0, spans = ends[0][0], _union(ends[0][1], ends[1][1])
     acc = segs0[0].op.acc
     if abs(_step(acc, level)) < acc.hi - acc.lo:
-        return False  # the iterations' accumulators overlap: each needs the one before
+        return None  # the iterations' accumulators overlap: each needs the one before
     m_acc, lo, hi = spans[("acc", True)]
     for key in (("a", False), ("b", False)):
         m, a_lo, a_hi = spans[key]
         if m == m_acc and a_lo < hi and lo < a_hi:
-            return False  # an iteration would read what another writes
+            return None  # an iteration would read what another writes
     per = sum(len(s.bases) for s in segs0)
     body = segs0[-1].op
     largest = max(body.a.hi - body.a.lo, body.b.hi - body.b.lo)  # bytes >= elements
     if count * per * largest > MAX_BATCH_ELEMENTS:
-        return False
+        return None
     iterations = count + count * (shape.iterations if shape is not None else 0)
-    if (
-        sim.stats.instructions + count * per > sim.limits.max_steps
-        or sim.iterations + iterations > sim.limits.max_iterations
-    ):
-        return False
     box = _box(runs, form, shape, segs0, ends[1][0], first, last)
     if box is False:
-        return False
+        return None
     deltas = [tuple(_step(d, level) for d in (s.op.acc, s.op.a, s.op.b)) for s in segs0]
     ordered = [
         Segment(
@@ -127,13 +163,7 @@ def run_loop(runs: MatmulRuns, form: LoopForm, counters: tuple[int, ...]) -> boo
         for c in range(count)
         for s, dl in zip(segs0, deltas, strict=True)
     ]
-    steps = runs._timing(ordered, spans)
-    if steps is None:
-        return False
-    sim.iterations += iterations
-    _compute(runs, form, segs0, deltas, box)
-    runs._commit(ordered, spans, steps)
-    return True
+    return LoopPlan(segs0, spans, count * per, iterations, box, deltas, ordered)
 
 
 def _union(x: dict, y: dict) -> dict:
@@ -158,7 +188,7 @@ def _compute(runs: MatmulRuns, form: LoopForm, segs0, deltas, box) -> None:
     with a leading axis over the loop (`batch.batched`)."""
     mem, count, n = runs.sim.machine.mem, form.count, len(form.singles)
     pieces = [
-        batched_piece(piece(s.op, mem, tuple(s.bases[0].tolist())), count, dl[1], dl[2])
+        batched_piece(s.op, mem, s.bases[0].tolist(), count, dl[1], dl[2])
         for s, dl in zip(segs0[:n], deltas, strict=False)
     ]
     if form.nest is not None:
@@ -166,9 +196,7 @@ def _compute(runs: MatmulRuns, form: LoopForm, segs0, deltas, box) -> None:
         if drop_first:
             pieces = pieces[1:]
         seg, dl = segs0[-1], deltas[-1]
-        p = box_piece(seg.op, mem, bases, dims, levels)
-        pieces.append(batched_piece(p, count, dl[1], dl[2]))
+        pieces.append(box_piece(seg.op, mem, bases, dims, levels, (count, dl[1], dl[2])))
     first = segs0[0].op
-    acc0 = first.acc.array(mem[first.acc.mem], int(segs0[0].bases[0, 0]))
-    acc = batched(acc0, count, deltas[0][0], writeable=True)
+    acc = batched(first.acc, mem[first.acc.mem], int(segs0[0].bases[0, 0]), count, deltas[0][0])
     reduce_into(acc, pieces, first.accumulate, batch=count)

@@ -58,7 +58,8 @@ class Simulator:
         self.static = known
         self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
-        self.machine = Machine(binary, target)
+        spare, known.spare = known.spare, None  # taken: a second live Simulator maps its own
+        self.machine = Machine(binary, target, spare)
         self.machine.decoded = known.decoded
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
@@ -451,14 +452,21 @@ class Simulator:
     def _check_hazards(self, pc: int, ins: isa.Instruction, q: str, start: int, end: int) -> None:
         # Each queue's accesses end in nondecreasing time, so scanning another queue's list from
         # its newest entry stops at the first access that ended before this one starts.
+        store = ins.mnemonic == "STORE"
+        touched = [
+            (mem, lo, hi, write if write is not None else store)
+            for mem, lo, hi, write in self.machine.touched
+        ]
+        qt = self.queue_time
         for other, accesses in self.inflight.items():
-            if other == q:
+            if other == q or not accesses:
                 continue
-            horizon = min(t for qq, t in self.queue_time.items() if qq != other)
-            if accesses and accesses[0].end <= horizon:  # no other queue can start that early again
+            horizon = min(t for qq, t in qt.items() if qq != other)
+            if accesses[0].end <= horizon:  # no other queue can start that early again
                 del accesses[: bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
-            for mem, lo, hi, write in self.machine.touched:
-                is_write = write if write is not None else ins.mnemonic == "STORE"
+            if not accesses or accesses[-1].end <= start:
+                continue  # all ended before this one starts: `hazard` would find none
+            for mem, lo, hi, is_write in touched:
                 a = hazard(accesses, mem, lo, hi, is_write, start)
                 if a is not None:
                     raise SimulatorError(
@@ -467,8 +475,7 @@ class Simulator:
                         f"it (until cycle {a.end}) and no token orders them"
                     )
         mine = self.inflight.setdefault(q, [])
-        for mem, lo, hi, write in self.machine.touched:
-            is_write = write if write is not None else ins.mnemonic == "STORE"
+        for mem, lo, hi, is_write in touched:
             mine.append(Access(mem, lo, hi, end, q, is_write, pc))
 
 
@@ -488,7 +495,12 @@ def simulate(
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
     timelines)."""
     with _blas().limit(limits=1, user_api="blas"):  # restored on return
-        return Simulator(binary, target, vectorize_loops, limits, record).run(inputs, marks)
+        sim = Simulator(binary, target, vectorize_loops, limits, record)
+        result = sim.run(inputs, marks)
+    # nothing refers to its memories any more (the outputs are copies): the next run of this
+    # binary zeroes them instead of mapping fresh pages
+    sim.static.spare = sim.machine.mem
+    return result
 
 
 @functools.lru_cache(maxsize=1)

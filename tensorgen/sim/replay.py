@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from tensorgen.mc.operands import ITEMSIZE, View
 from tensorgen.sim import stacked
-from tensorgen.sim.runs import Access, RunParts
+from tensorgen.sim.runs import MAX_PLANS, Access, RunParts
 
 # replay is tried for loops of at least this many iterations
 MIN_COUNT = 3
@@ -229,8 +229,18 @@ def _access_key(a: Access, t: int, moving):
 
 
 def snapshot(sim):
-    """What is in flight now, to tell what the next iteration adds (`replicate`)."""
-    return {q: {id(a) for a in acc} for q, acc in sim.inflight.items()}, set(sim.channel.busy)
+    """What is in flight now, to tell what the next iteration adds (`replicate`): each
+    queue's newest access (its list only grows at the end and loses its oldest ones, while a
+    queue idles), and the channel's bookings."""
+    return {q: acc[-1] if acc else None for q, acc in sim.inflight.items()}, set(sim.channel.busy)
+
+
+def _added(accesses: list[Access], newest: Access | None) -> list[Access]:
+    """The accesses appended after `newest` (all of them if it is gone)."""
+    for i in range(len(accesses) - 1, -1, -1):
+        if accesses[i] is newest:
+            return accesses[i + 1 :]
+    return list(accesses)
 
 
 def replicate(sim, snap, k: int, d: int, active) -> None:
@@ -238,9 +248,9 @@ def replicate(sim, snap, k: int, d: int, active) -> None:
     it), `d` cycles apart, when a queue the loop does not use keeps its time: its later
     instructions may still meet every access and DMA of the loop, so those of the copies are
     added (shifted), as stepping them would have."""
-    ids, busy = snap
+    newest, busy = snap
     for q, acc in sim.inflight.items():
-        new = [a for a in acc if id(a) not in ids[q]]
+        new = _added(acc, newest[q])
         acc += [_shifted(a, i * d) for i in range(1, k + 1) for a in new]
     new = [b for b in sim.channel.busy if b not in busy]
     sim.channel.busy += [(a + i * d, b + i * d) for i in range(1, k + 1) for a, b in new]
@@ -312,7 +322,15 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
     ins = sim.binary.code[pc]
     count, body = ins.arg("count"), ins.arg("body")
     moving = frozenset(q for q, _ in f.moving)
-    hull = moving_hull(sim, pc, counters, f) if moving else {}
+    hull = {}
+    if moving:  # a pure function of the binary (it scans the code): kept across runs
+        hulls = sim.static.runs.setdefault("hulls", {})
+        key = (pc, counters)
+        hull = hulls.get(key, False)
+        if hull is False:
+            hull = moving_hull(sim, pc, counters, f)
+            if len(hulls) < MAX_PLANS:
+                hulls[key] = hull
     if hull is None:
         for c in range(count):  # addresses that move in a way a hazard might see: stepped
             sim._block(pc + 1, pc + 1 + body, counters + (c,))

@@ -98,6 +98,8 @@ class Segment:
 
 
 _COLUMN = {"acc": 0, "a": 1, "b": 2}
+# plans kept per binary (`tensorgen.sim.static`): beyond this many, new ones are not kept
+MAX_PLANS = 4096
 
 
 def _same_view(x: Decoded, y: Decoded) -> bool:
@@ -108,7 +110,8 @@ class MatmulRuns:
     def __init__(self, sim) -> None:
         self.sim = sim
         known = sim.static.runs  # decoded once per binary (`static`), shared by its runs
-        for name in ("ops", "nests", "shapes", "vectors", "coefs", "loops"):
+        names = ("ops", "nests", "shapes", "vectors", "coefs", "loops", "loop_plans", "run_plans")
+        for name in names:
             known.setdefault(name, {})
         self.ops: dict[int, MatmulOp | None] = known["ops"]
         self.nests: dict[tuple[int, int], Nest | None] = known["nests"]
@@ -116,6 +119,8 @@ class MatmulRuns:
         self.vectors: dict[int, VectorOp | None] = known["vectors"]
         self.coefs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = known["coefs"]
         self.loops: dict[tuple[int, int], object] = known["loops"]  # loops.LoopForm or None
+        self.loop_plans: dict[tuple, object] = known["loop_plans"]  # loops.LoopPlan or None
+        self.run_plans: dict[tuple, tuple] = known["run_plans"]  # (shape, `_plan`) of `run`
 
     def op(self, pc: int) -> MatmulOp | None:
         if pc not in self.ops:
@@ -212,8 +217,14 @@ class MatmulRuns:
     def run(self, singles: list[int], nest: Nest | None, counters: tuple[int, ...]) -> bool:
         """Execute the run (the MATMULs at `singles`, in order, then `nest`); False, with
         nothing changed, when it must be stepped instead."""
-        shape = self.shape(nest, counters) if nest is not None else None
-        plan = self._plan(singles, nest, shape, counters)
+        key = (tuple(singles), nest, counters)
+        known = self.run_plans.get(key, False)
+        if known is False:  # a pure function of the binary: kept across runs, as the decode
+            shape = self.shape(nest, counters) if nest is not None else None
+            known = (shape, self._plan(singles, nest, shape, counters))
+            if len(self.run_plans) < MAX_PLANS:
+                self.run_plans[key] = known
+        shape, plan = known
         if plan is None:
             return False
         segments, spans = plan
@@ -292,11 +303,29 @@ class MatmulRuns:
         saved = sim.streaming
         t = sim.queue_time["EX"]
         steps, reads_from = [], None
+        target = sim.target
+        fill, double = target.fill_cycles, target.weight_buffers > 1
         for seg in segments:
             cost = sim.costs[seg.pc]
-            for _ in range(len(seg.bases)):
-                end, rf = sim._execute_timing(cost, 1, t, 0)
+            k = len(seg.bases)
+            if not cost.fill:
+                for _ in range(k):
+                    end, rf = sim._execute_timing(cost, 1, t, 0)
+                    steps.append((t, end))
+                    reads_from = rf if reads_from is None else min(reads_from, rf)
+                    t = end
+                continue
+            # `_execute_timing` of token-free MATMULs, inlined: with two weight buffers each
+            # loads its weights from when the one before began to stream, else from its start
+            # (`matmul_stream_start`)
+            rows = cost.cycles - cost.fill
+            for _ in range(k):
+                streaming = sim.streaming
+                begin = t if streaming is None or not double else max(streaming[0], 0)
+                end = max(t, begin + fill) + rows
+                sim.streaming = (end - rows, rows)
                 steps.append((t, end))
+                rf = min(begin, t)
                 reads_from = rf if reads_from is None else min(reads_from, rf)
                 t = end
         for other, accesses in sim.inflight.items():

@@ -32,9 +32,10 @@ from tensorgen.sim.batch import (
     Nest,
     Piece,
     VectorOp,
+    compact,
     reduce_into,
 )
-from tensorgen.sim.boxes import dram_boxes, dram_order, store_boxes, write_loaded
+from tensorgen.sim.boxes import dram_boxes, dram_order, meetings, store_boxes, write_loaded
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,10 @@ class Plan:
             else:
                 buf, lead = rows[r.mem], rows[r.mem].shape[1]
                 off = r.offset - self.hulls[r.mem][0] + (lead if r.mode == "cur" else 0)
-            a = np.ndarray(r.shape, r.dtype, buffer=buf, offset=off, strides=r.strides)
-            return np.lib.stride_tricks.as_strided(
-                a, (k, *r.shape), (lead, *r.strides), writeable=writeable
+            # one constructor, not a view and `as_strided` of it (4x the time); the rows and
+            # the shared operands' extents are in bounds by construction (`plan`)
+            return np.ndarray(
+                (k, *r.shape), r.dtype, buffer=buf, offset=off, strides=(lead, *r.strides)
             )
 
         for e in self.effects:
@@ -153,7 +155,10 @@ class _Stacked:
 def _vector(e: Effect, array) -> None:
     """`batch.VectorOp.run` for every iteration: int32 in place."""
     dst_ref, a_ref, b_ref = e.refs
-    b = array(b_ref) if b_ref is not None else np.int32(np.int64(e.imm).astype(np.int32))
+    if b_ref is not None:
+        b = compact(array(b_ref)).astype(np.int32)  # a broadcast weight: a few values cast
+    else:
+        b = np.int32(np.int64(e.imm).astype(np.int32))
     prod = np.multiply(array(a_ref), b, dtype=np.int32)  # in int32: wraps as VectorOp.run
     dst = array(dst_ref, True)
     if e.kind == "VMAC":
@@ -533,18 +538,11 @@ class _Builder:
                     and any(w and m == m1 and lo < hi1 and lo1 < hi for m, lo, hi, w, _, _ in acc)
                 ):
                     return None  # a recurrence: it reads what it wrote the iteration before
-        for i in range(n):
-            for j in range(i + 1, n):
-                for m1, lo1, hi1, w1, r1, _ in self.accesses[i]:
-                    for m2, lo2, hi2, w2, r2, _ in self.accesses[j]:
-                        if m1 != m2 or not (lo1 < hi2 and lo2 < hi1) or not (w1 or w2):
-                            continue
-                        if "shared" in (modes[r1], modes[r2]):
-                            continue
-                        if not w1 and modes[r1] == "prev":
-                            after[j].add(i)  # i reads what j wrote the iteration before
-                        else:
-                            after[i].add(j)
+        for i, j, back in meetings(self.accesses, modes):
+            if back:
+                after[j].add(i)  # i reads what j wrote the iteration before
+            else:
+                after[i].add(j)
         for i, j in dram:
             after[i].add(j)
         indegree = [0] * n

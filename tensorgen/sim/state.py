@@ -22,21 +22,38 @@ def _values(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
 
+def _eval(aff, counters: tuple[int, ...]) -> int:
+    """`LoopAffine.eval` (an IndexError for a counter of no loop around it, as it gives)."""
+    if len(aff.coefs) > len(counters):
+        return aff.eval(counters)
+    v = aff.const
+    for c, n in zip(aff.coefs, counters, strict=False):
+        v += c * n
+    return v
+
+
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
-    def __init__(self, binary: Binary, target: Target) -> None:
+    def __init__(self, binary: Binary, target: Target, spare: dict | None = None) -> None:
+        """`spare`: the memories of an earlier run of the same binary on the same target,
+        zeroed and used again (their pages are mapped already: a fresh DRAM image of
+        megabytes costs a page fault per 4 KiB on first touch)."""
         self.binary, self.target = binary, target
-        self.mem = {
-            "spad": np.zeros(target.spad.bytes, np.uint8),
-            "acc": np.zeros(target.acc.bytes, np.uint8),
-            "dram": np.zeros(binary.dram_bytes, np.uint8),
-        }
+        sizes = {"spad": target.spad.bytes, "acc": target.acc.bytes, "dram": binary.dram_bytes}
+        if spare is not None and all(spare[m].size == n for m, n in sizes.items()):
+            for arr in spare.values():
+                arr.fill(0)
+            self.mem = spare
+        else:
+            self.mem = {m: np.zeros(n, np.uint8) for m, n in sizes.items()}
         self.counters: tuple[int, ...] = ()
         self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
         self.decoded: dict[int, Decoded] = {}
+        self._tensors: dict[int, tuple] = {}  # `_tensor`'s, by tensor index
+        self._box_dtypes: dict[int, np.dtype] = {}  # `load_box`'s, by tensor index
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
@@ -59,6 +76,12 @@ class Machine:
         self.touched.append((*self._last_range, False))
         return _values(arr)
 
+    def stored(self, view: View) -> np.ndarray:
+        """`read` without the conversion: the view itself, for a STORE (`isa._store`)."""
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, False))
+        return arr
+
     def write(self, view: View, values: np.ndarray) -> None:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, True))
@@ -79,7 +102,7 @@ class Machine:
         coefs = [view.base.coefs[lvl] if lvl < len(view.base.coefs) else 0 for lvl in levels]
         shape = tuple(n for _, n in self.loop) + view.shape
         byte_strides = tuple(coefs) + tuple(s * isz for s in view.strides)
-        base = view.base.eval(self.counters)
+        base = _eval(view.base, self.counters)
         lo = base + sum(min(0, (n - 1) * st) for n, st in zip(shape, byte_strides, strict=False))
         hi = (
             base
@@ -105,18 +128,29 @@ class Machine:
             raise SimulatorError(
                 f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
             )
-        arr = np.ndarray(t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset)
-        origin = [a.eval(self.counters) for a in box.origin]
-        self.touched.append(("dram", t.dram_offset, t.dram_offset + t.nbytes, None))
-        return t, arr, origin
+        known = self._tensors.get(box.tensor)
+        if known is None:  # per tensor, once a run: its array over the DRAM and its extent
+            arr = np.ndarray(
+                t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset
+            )
+            known = self._tensors[box.tensor] = (
+                arr,
+                ("dram", t.dram_offset, t.dram_offset + t.nbytes, None),
+            )
+        origin = [_eval(a, self.counters) for a in box.origin]
+        self.touched.append(known[1])
+        return t, known[0], origin
 
     def load_box(self, box: Box) -> np.ndarray:
         t, arr, origin = self._tensor(box)
-        dt = np.dtype(t.dtype)
-        if dt.kind == "f":
-            dt = np.dtype(np.float32)
-        elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
-            dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
+        dt = self._box_dtypes.get(box.tensor)
+        if dt is None:
+            dt = np.dtype(t.dtype)
+            if dt.kind == "f":
+                dt = np.dtype(np.float32)
+            elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
+                dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
+            self._box_dtypes[box.tensor] = dt
         # the tensor's own dtype: the values are the same, without an int64 round trip
         out = np.full(box.shape, t.pad, dt)
         src, dst = [], []
@@ -138,4 +172,5 @@ class Machine:
                 return  # wholly outside the tensor: a halo, nothing to write
             dst.append(slice(lo, hi))
             src.append(slice(lo - o, hi - o))
-        arr[tuple(dst)] = values[tuple(src)].astype(arr.dtype)
+        part = values[tuple(src)]
+        arr[tuple(dst)] = part if part.dtype == arr.dtype else part.astype(arr.dtype)

@@ -31,6 +31,7 @@ class Static:
         self.plans: dict = {}  # replay: stacked.plan per (pc, counters, iterations)
         self.runs: dict[str, dict] = {}  # runs.MatmulRuns' caches by name
         self.decoded: dict = {}  # state.Machine's views
+        self.spare: dict | None = None  # memories a finished run left (`simulate`)
 
 
 _CACHE: dict[int, tuple] = {}

@@ -144,3 +144,28 @@ def test_missing_and_wrong_inputs_are_refused() -> None:
         simulate(b, {"A": _inputs()["A"]}, TINY)
     with pytest.raises(SimulatorError, match="has shape"):
         simulate(b, {"A": np.zeros((2, 2), np.int8), "B": _inputs()["B"]}, TINY)
+
+
+def test_a_second_run_reuses_the_memories_zeroed() -> None:
+    """`simulate` keeps a run's memories for the next run of the binary (`static.spare`),
+    zeroed first: a MATMUL accumulating into the untouched accumulator gives A @ B every
+    time, not A @ B plus what the run before left there."""
+    from tensorgen.mc.verify import SimLimits
+    from tensorgen.sim.static import static
+
+    binary = assemble(
+        HEAD
+        + LOADS
+        + MATMUL.replace("accumulate=0", "accumulate=1")
+        + " wait=LD signal=ST\n"
+        + STORE
+        + " wait=EX\n"
+    )
+    for seed in (0, 1, 1):
+        ins = _inputs(seed)
+        r = simulate(binary, ins, TINY)
+        np.testing.assert_array_equal(
+            r.outputs["C"], ins["A"].astype(np.int32) @ ins["B"].astype(np.int32)
+        )
+        known = static(binary, TINY, SimLimits())  # the kept decode, not a new one
+        assert known.spare is not None and known.spare["acc"].view(np.int32)[:16].any()
