@@ -276,19 +276,22 @@ def cost(
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
     merged = _merged(probe, stages)
     staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
-    return _candidate(
-        probe, target, stages, staged, inner, pipeline, _footprints(staged, stages, inner)
-    )
+    memory = _footprints(staged, stages, inner)
+    first = _first_blocks(probe, stages, staged)
+    return _candidate(probe, target, stages, staged, inner, pipeline, memory, first)
 
 
 def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> list[Candidate]:
     """`cost` of every choice of `itertools.product(*levels)`, single- then double-buffered,
     in that order: the same candidates, with what the two share (the staged tensors, the
-    innermost level, the merged levels) worked out once, and levels that cannot merge
-    skipped without asking."""
+    innermost level, the merged levels, the buffers, the overwriting first blocks) worked out
+    once, levels that cannot merge skipped without asking, and a choice whose single buffers
+    already overflow a memory refused twice without costing it (double buffers only add)."""
     order = probe.order
     rank = {lv: order.index(lv) for lvs in levels for lv in lvs if lv}
     mergeable = {lv for lv in rank if _mergeable(probe, lv)}
+    spad_room = target.spad.bytes - _least_temps(probe)
+    acc_room = target.acc.bytes
     out = []
     for choice in itertools.product(*levels):
         stages = tuple(zip(tensors, choice, strict=True))
@@ -296,8 +299,13 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> li
         merged = _merged(probe, stages) if mergeable.intersection(choice) else ()
         staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
         memory = _footprints(staged, stages, inner)
-        out.append(_candidate(probe, target, stages, staged, inner, False, memory))
-        out.append(_candidate(probe, target, stages, staged, inner, True, memory))
+        if memory is None or memory.acc > acc_room or memory.spad > spad_room:
+            out.append(_refused(probe, stages, False))
+            out.append(_refused(probe, stages, True))
+            continue
+        first = _first_blocks(probe, stages, staged)
+        out.append(_candidate(probe, target, stages, staged, inner, False, memory, first))
+        out.append(_candidate(probe, target, stages, staged, inner, True, memory, first))
     return out
 
 
@@ -335,10 +343,11 @@ def _footprints(staged, stages, inner) -> _Memory | None:
 
 
 def _candidate(
-    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory: _Memory | None
+    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory, first
 ) -> Candidate:
-    """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner` and
-    buffers `memory` (_footprints)."""
+    """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner`,
+    buffers `memory` (_footprints, None: one cannot be staged there) and overwriting first
+    blocks `first` (_first_blocks)."""
     order, trips = probe.order, probe.trips
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
     peeled = pipeline and inner in probe.ragged
@@ -347,7 +356,6 @@ def _candidate(
     # a loop whose trip count differs between passes, or that the overwriting first blocks leave
     # (_first_blocks), has bounds that vary (LOOPB): the lowering double-buffers only loops of
     # constant bounds
-    first = _first_blocks(probe, stages, staged)
     if pipeline and (len(probe.passes.get(inner, ())) > 1 or inner == first.varying):
         return _refused(probe, stages, pipeline)
     if memory is None:

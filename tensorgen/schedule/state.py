@@ -185,8 +185,20 @@ def union_map(state: State) -> isl.UnionMap:
 
 def transform(n: int, out: list[str]) -> isl.Map:
     """`{ [d0..d<n-1>] -> [out...] }`."""
-    ins = ", ".join(f"d{i}" for i in range(n))
-    return isl.Map(f"{{ [{ins}] -> [{', '.join(out)}] }}")
+    key = (n, tuple(out))
+    hit = _TRANSFORMS.get(key)
+    if hit is None:
+        ins = ", ".join(f"d{i}" for i in range(n))
+        hit = isl.Map(f"{{ [{ins}] -> [{', '.join(out)}] }}")
+        if isinstance(hit, isl.Map) and len(_TRANSFORMS) < TRANSFORM_CACHE:
+            _TRANSFORMS[key] = hit
+    return hit
+
+
+# transforms parsed once: the search's skeletons ask for the same few again and again (islpy's
+# maps are values: every operation on one returns a new map, so one may be shared)
+TRANSFORM_CACHE = 1 << 12
+_TRANSFORMS: dict[tuple, isl.Map] = {}
 
 
 def remap(maps: Mapping[str, isl.Map], changes: Mapping[str, isl.Map]) -> dict[str, isl.Map]:
