@@ -109,6 +109,10 @@ def auto_schedule(program: Program, target: Target, max_operations: int | None =
             if not exhausted():
                 raise
             plan = None
+        # a failure at the limit may also look like one of the search's own refusals (an
+        # unbounded footprint where isl gave up on its bounds)
+        if plan is not None and plan.schedule is None and exhausted():
+            plan = None
     if plan is None:
         reason = (
             f"the search exceeded isl's operation limit ({limit:,} operations, ISL_MAX_OPERATIONS)"

@@ -201,12 +201,26 @@ def quantize(
                 raise
             except Exception as err:  # torch.export or torchao refusing the model
                 raise SpecError(f"PT2E quantization failed: {_one_line(err)}") from None
-    with quantized_engine(engine), torch.no_grad():
+    with quantized_engine(engine), torch.no_grad(), _no_stack_traces():
         prepared = prepare_fx(float_model, get_default_qconfig_mapping(engine), example_inputs)
         for _ in range(calibration_batches):
             prepared(*_random_like(example_inputs, generator))
         converted = convert_fx(prepared)
     return repair_qnnpack_clamp(converted) if engine == "qnnpack" else converted
+
+
+@contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    # FX quantization's tracer records the Python stack of every node it creates (node.stack_trace,
+    # debugging metadata nothing of tensorgen reads): symbolizing them imports torch._dynamo and
+    # costs about a third of prepare_fx. Off inside the block, the previous setting restored.
+    config = torch.fx.config
+    previous = config.do_not_emit_stack_traces
+    config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        config.do_not_emit_stack_traces = previous
 
 
 @contextmanager

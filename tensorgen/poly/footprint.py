@@ -86,16 +86,26 @@ def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | 
     """The box around `image` (a set over parameters): per dimension, its lower bound as
     (constant, {parameter: coefficient}) when that is one affine function of the parameters
     (else None), and its largest extent over the parameters (a CodegenError when unbounded)."""
+    offset, size, _ = hull_and_range(image, False)
+    return offset, size
+
+
+def hull_and_range(
+    image: isl.Set, ranges: bool = True
+) -> tuple[list[tuple[int, dict[str, int]] | None], list[int], list[tuple[int, int]]]:
+    """rectangular_hull of `image`, and with `ranges` per dimension the least and the greatest
+    value it takes over all parameters (from the same bounds: isl computes them once)."""
+    spans: list[tuple[int, int]] = []
     names = [
         image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))
     ]
     offset, size = [], []
     for d in range(image.dim(isl.dim_type.set)):
         try:  # isl reports an unbounded dimension as an error, not as a value
-            lo = image.dim_min(d)
-            extent = image.dim_max(d).sub(lo).max_val()
+            lo, hi = image.dim_min(d), image.dim_max(d)
+            extent = hi.sub(lo).max_val()
         except isl.Error:
-            lo = extent = None
+            lo = hi = extent = None
         if (
             extent is None or not extent.is_int()
         ):  # unbounded or empty: infinity or NaN, not an integer
@@ -103,6 +113,8 @@ def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | 
                 f"the footprint of {image.get_tuple_name() or 'a tensor'} has no bounded box"
             )
         size.append(int(extent.to_python()) + 1)
+        if ranges:
+            spans.append((lo.min_val().to_python(), hi.max_val().to_python()))
         pieces = lo.get_pieces() if lo is not None else []
         # one affine piece without integer divisions (floor(o/2) is not an offset the DMA can take)
         if (
@@ -120,7 +132,7 @@ def rectangular_hull(image: isl.Set) -> tuple[list[tuple[int, dict[str, int]] | 
         offset.append(
             (int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c})
         )
-    return offset, size
+    return offset, size, spans
 
 
 def _has_division(aff: isl.Aff) -> bool:

@@ -113,7 +113,31 @@ def find_violation(
     its source. With them, dimensions [parallel_from, parallel_to) run at once (vector lanes,
     the MAC array): a dependence whose endpoints agree on every dimension before them and differ
     inside them is broken too; `among` limits that check to the statements of the band.
+    A legal schedule is remembered by its text (the lowering checks again what the search and
+    the schedule's primitives did).
     """
+    key = (id(program), str(schedule), parallel_from, parallel_to, among)
+    if _LEGAL.get(key) is program:  # the entry holds the program: its id is not reused
+        return None
+    viol = _find_violation(program, schedule, parallel_from, parallel_to, among)
+    if viol is None:
+        if len(_LEGAL) >= LEGAL_CACHE:
+            del _LEGAL[next(iter(_LEGAL))]
+        _LEGAL[key] = program
+    return viol
+
+
+LEGAL_CACHE = 1024  # legal schedules remembered (the oldest forgotten first)
+_LEGAL: dict[tuple, Program] = {}
+
+
+def _find_violation(
+    program: Program,
+    schedule: isl.UnionMap,
+    parallel_from: int | None,
+    parallel_to: int | None,
+    among: frozenset[str] | None,
+) -> Violation | None:
     dims = _n_out(schedule)
     space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dims)
     if parallel_from is None:

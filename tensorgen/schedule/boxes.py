@@ -15,7 +15,7 @@ import islpy as isl
 
 from tensorgen.ir import poly
 from tensorgen.ir.core import Program
-from tensorgen.poly.footprint import rectangular_hull, union_aligned
+from tensorgen.poly.footprint import hull_and_range, union_aligned
 from tensorgen.schedule.state import State, find, prefix, resolve
 
 
@@ -109,7 +109,7 @@ def _staged_box(program: Program, tensor: str, pos: int, uptos, overlaps: bool) 
                 written = union_aligned(written, part)
     if image is None or image.is_empty():
         return None
-    offset, size = rectangular_hull(image)
+    offset, size, spans = hull_and_range(image)
     fresh = (
         None not in offset
         and t.role in ("output", "none")
@@ -129,19 +129,15 @@ def _staged_box(program: Program, tensor: str, pos: int, uptos, overlaps: bool) 
     steps = tuple(
         max(1, int(image.get_stride(d).to_python())) if n > 1 else 1 for d, n in enumerate(size)
     )
-    halo = _outside(t, image)
+    halo = _outside(t, spans)
     return StagedBox(tuple(offset), tuple(size), fresh, covered, first, disjoint, steps, halo)
 
 
-def _outside(t, image: isl.Set) -> bool:
-    """Whether some element of `image` (bounded: rectangular_hull checked it) lies outside the
-    tensor `t`: a padding halo, which a buffer that is never loaded must hold as the pad."""
-    for d, n in enumerate(t.shape):
-        lo = image.dim_min(d).min_val().to_python()
-        hi = image.dim_max(d).max_val().to_python()
-        if lo < 0 or hi >= n:
-            return True
-    return False
+def _outside(t, spans: list[tuple[int, int]]) -> bool:
+    """Whether some element of an image whose least and greatest values per dimension are
+    `spans` (hull_and_range) lies outside the tensor `t`: a padding halo, which a buffer that
+    is never loaded must hold as the pad."""
+    return any(lo < 0 or hi >= n for (lo, hi), n in zip(spans, t.shape, strict=True))
 
 
 def initial_value_read(program: Program, tensor: str) -> bool:

@@ -276,28 +276,44 @@ def cost(
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
     merged = _merged(probe, stages)
     staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
-    return _candidate(
-        probe, target, stages, staged, inner, pipeline, _footprints(staged, stages, inner)
-    )
+    memory = _footprints(staged, stages, inner)
+    first = _first_blocks(probe, stages, staged)
+    return _candidate(probe, target, stages, staged, inner, pipeline, memory, first)
 
 
 def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> list[Candidate]:
     """`cost` of every choice of `itertools.product(*levels)`, single- then double-buffered,
     in that order: the same candidates, with what the two share (the staged tensors, the
-    innermost level, the merged levels) worked out once, and levels that cannot merge
-    skipped without asking."""
+    innermost level, the merged levels, the buffers, the overwriting first blocks) worked out
+    once, levels that cannot merge skipped without asking, and a choice whose single buffers
+    already overflow a memory refused twice without costing it (double buffers only add)."""
     order = probe.order
     rank = {lv: order.index(lv) for lvs in levels for lv in lvs if lv}
     mergeable = {lv for lv in rank if _mergeable(probe, lv)}
+    spad_room = target.spad.bytes - _least_temps(probe)
+    acc_room = target.acc.bytes
+    # each tensor's _Staged at each of its levels, unmerged
+    plain = [
+        {lv: _staged(probe, target, t, lv) for lv in lvs}
+        for t, lvs in zip(tensors, levels, strict=True)
+    ]
     out = []
     for choice in itertools.product(*levels):
         stages = tuple(zip(tensors, choice, strict=True))
         inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
-        merged = _merged(probe, stages) if mergeable.intersection(choice) else ()
-        staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+        if mergeable and mergeable.intersection(choice):
+            merged = _merged(probe, stages)
+            staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+        else:
+            staged = [at[lv] for at, lv in zip(plain, choice, strict=True)]
         memory = _footprints(staged, stages, inner)
-        out.append(_candidate(probe, target, stages, staged, inner, False, memory))
-        out.append(_candidate(probe, target, stages, staged, inner, True, memory))
+        if memory is None or memory.acc > acc_room or memory.spad > spad_room:
+            out.append(_refused(probe, stages, False))
+            out.append(_refused(probe, stages, True))
+            continue
+        first = _first_blocks(probe, stages, staged)
+        out.append(_candidate(probe, target, stages, staged, inner, False, memory, first))
+        out.append(_candidate(probe, target, stages, staged, inner, True, memory, first))
     return out
 
 
@@ -318,27 +334,35 @@ class _Memory(NamedTuple):
 def _footprints(staged, stages, inner) -> _Memory | None:
     """The sums of _Memory over the staged tensors; None if a tensor cannot be staged where
     `stages` say."""
-    sums = [0] * 9
+    spad = acc = spad_inner = acc_inner = serial = serial_inner = refills = refills_inner = 0
+    traffic = 0
     for st, (_, level) in zip(staged, stages, strict=True):
         if st is None:
             return None
         here = level == inner
-        sums[1 if st.in_acc else 0] += st.footprint
+        if st.in_acc:
+            acc += st.footprint
+            acc_inner += st.footprint if here else 0
+        else:
+            spad += st.footprint
+            spad_inner += st.footprint if here else 0
         if here:
-            sums[3 if st.in_acc else 2] += st.footprint
-            sums[5] += st.serial
-            sums[7] += st.refills
-        sums[4] += st.serial
-        sums[6] += st.refills
-        sums[8] += st.traffic
-    return _Memory(*sums)
+            serial_inner += st.serial
+            refills_inner += st.refills
+        serial += st.serial
+        refills += st.refills
+        traffic += st.traffic
+    return _Memory(
+        spad, acc, spad_inner, acc_inner, serial, serial_inner, refills, refills_inner, traffic
+    )
 
 
 def _candidate(
-    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory: _Memory | None
+    probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory, first
 ) -> Candidate:
-    """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner` and
-    buffers `memory` (_footprints)."""
+    """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner`,
+    buffers `memory` (_footprints, None: one cannot be staged there) and overwriting first
+    blocks `first` (_first_blocks)."""
     order, trips = probe.order, probe.trips
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone
     peeled = pipeline and inner in probe.ragged
@@ -347,7 +371,6 @@ def _candidate(
     # a loop whose trip count differs between passes, or that the overwriting first blocks leave
     # (_first_blocks), has bounds that vary (LOOPB): the lowering double-buffers only loops of
     # constant bounds
-    first = _first_blocks(probe, stages, staged)
     if pipeline and (len(probe.passes.get(inner, ())) > 1 or inner == first.varying):
         return _refused(probe, stages, pipeline)
     if memory is None:
@@ -360,7 +383,7 @@ def _candidate(
     # a staging loop inside a reduction loop: its first writes are not whole iterations of it
     deep = inner is not None and order.index(inner) >= probe.first_reduction
     if pipeline:  # the innermost level's transfers overlap compute; the others' add up
-        piped = _piped(target, stages, staged, inner, deep)
+        piped = _piped_once(probe, target, stages, staged, inner, deep)
         if piped is None:
             return _refused(probe, stages, pipeline)
         dma = m.serial - m.serial_inner + (m.refills - m.refills_inner if deep else 0)
@@ -369,15 +392,15 @@ def _candidate(
     dma += first.cycles
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
-    needs = _temps(probe)
-    v = max(k for k, need in enumerate(needs) if need <= room)
+    v = 0  # the most loops whose temporaries fit (the fewest do: checked above)
+    for k, need in enumerate(_temps(probe)):
+        if need <= room:
+            v = k
     tile, temps = probe.tile_work[v]
     spad += max(temps, probe.band_temps)
     compute = _band_cycles(probe) + tile
     if pipeline:
-        dma += int(
-            round(_pipelined_total(probe, target, inner, peeled, compute, tile, piped, first))
-        )
+        dma += _pipelined_once(probe, target, inner, peeled, compute, tile, piped, first)
     return Candidate(
         order,
         stages,
@@ -390,6 +413,29 @@ def _candidate(
         vector_cycles=tile,
         vector_loops=v,
     )
+
+
+def _piped_once(probe: Probe, target: Target, stages, staged, inner, deep: bool) -> _Piped | None:
+    """_piped, worked out once per probe for the same tensors staged at `inner` (the choices of
+    a product differ mostly in the levels outside it)."""
+    memo = probe.table.setdefault("piped", {})
+    here = tuple(id(st) for st, (_, lv) in zip(staged, stages, strict=True) if lv == inner)
+    key = (inner, deep, here)
+    if key not in memo:  # the _Staged live in probe.table: their ids are not reused
+        memo[key] = _piped(target, stages, staged, inner, deep)
+    return memo[key]
+
+
+def _pipelined_once(
+    probe: Probe, target: Target, inner, peeled, compute, tile, piped, first
+) -> int:
+    """_pipelined_total rounded, worked out once per probe for the same arguments."""
+    memo = probe.table.setdefault("pipelined", {})
+    key = (inner, peeled, compute, tile, id(piped), first)
+    if key not in memo:  # the _Piped live in the "piped" memo: their ids are not reused
+        total = _pipelined_total(probe, target, inner, peeled, compute, tile, piped, first)
+        memo[key] = int(round(total))
+    return memo[key]
 
 
 class _FirstBlocks(NamedTuple):

@@ -185,8 +185,20 @@ def union_map(state: State) -> isl.UnionMap:
 
 def transform(n: int, out: list[str]) -> isl.Map:
     """`{ [d0..d<n-1>] -> [out...] }`."""
-    ins = ", ".join(f"d{i}" for i in range(n))
-    return isl.Map(f"{{ [{ins}] -> [{', '.join(out)}] }}")
+    key = (n, tuple(out))
+    hit = _TRANSFORMS.get(key)
+    if hit is None:
+        ins = ", ".join(f"d{i}" for i in range(n))
+        hit = isl.Map(f"{{ [{ins}] -> [{', '.join(out)}] }}")
+        if isinstance(hit, isl.Map) and len(_TRANSFORMS) < TRANSFORM_CACHE:
+            _TRANSFORMS[key] = hit
+    return hit
+
+
+# transforms parsed once: the search's skeletons ask for the same few again and again (islpy's
+# maps are values: every operation on one returns a new map, so one may be shared)
+TRANSFORM_CACHE = 1 << 12
+_TRANSFORMS: dict[tuple, isl.Map] = {}
 
 
 def remap(maps: Mapping[str, isl.Map], changes: Mapping[str, isl.Map]) -> dict[str, isl.Map]:
@@ -197,6 +209,10 @@ def remap(maps: Mapping[str, isl.Map], changes: Mapping[str, isl.Map]) -> dict[s
 def prefix(state: State, statement: str, pos: int) -> isl.Map:
     """{ S[i] -> [d0..d<pos>] }: the schedule of `statement` up to dimension `pos`."""
     sched = state.maps[statement]
+    return _derived("prefix", sched, pos, lambda: _prefix(sched, pos))
+
+
+def _prefix(sched: isl.Map, pos: int) -> isl.Map:
     out = sched.project_out(isl.dim_type.out, pos + 1, sched.dim(isl.dim_type.out) - pos - 1)
     for k in range(pos + 1):
         out = out.set_dim_name(isl.dim_type.out, k, f"d{k}")
@@ -207,8 +223,34 @@ def const_at(state: State, statements: Iterable[str], pos: int) -> int | None:
     """The constant value of dimension `pos` shared by `statements`, or None."""
     values = set()
     for name in statements:
-        v = state.maps[name].range().dim_max(pos)
-        if not v.is_cst():
+        sched = state.maps[name]
+        v = _derived("const", sched, pos, lambda m=sched: _const_dim(m, pos))
+        if v is None:
             return None
-        values.add(int(v.get_pieces()[0][1].get_constant_val().to_python()))
+        values.add(v)
     return values.pop() if len(values) == 1 else None
+
+
+def _const_dim(sched: isl.Map, pos: int) -> int | None:
+    v = sched.range().dim_max(pos)
+    if not v.is_cst():
+        return None
+    return int(v.get_pieces()[0][1].get_constant_val().to_python())
+
+
+def _derived(kind: str, sched: isl.Map, pos: int, compute):
+    """`compute()`, remembered per schedule map (by identity: a state's maps are shared by the
+    states derived from it, and never change) and position."""
+    key = (kind, id(sched), pos)
+    hit = _DERIVED.get(key)
+    if hit is not None and hit[0] is sched:  # the entry holds the map: its id is not reused
+        return hit[1]
+    value = compute()
+    if len(_DERIVED) >= DERIVED_CACHE:
+        del _DERIVED[next(iter(_DERIVED))]
+    _DERIVED[key] = (sched, value)
+    return value
+
+
+DERIVED_CACHE = 1 << 14  # prefixes and constant dimensions remembered (the oldest forgotten first)
+_DERIVED: dict[tuple, tuple[isl.Map, object]] = {}

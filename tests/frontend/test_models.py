@@ -277,6 +277,27 @@ def test_quantize_is_close_to_float_across_seeds(name: str, seed: int, engine: s
         assert cosine(qmodel(*inputs), model(*inputs)) > 0.95
 
 
+def test_quantize_records_no_stack_traces_and_restores_the_setting(monkeypatch) -> None:
+    # FX's tracer would symbolize a Python stack per node (importing torch._dynamo) for metadata
+    # nothing reads: quantize turns that off while it traces, and only then
+    import tensorgen.frontend.quantize as q
+
+    config = torch.fx.config
+    before = config.do_not_emit_stack_traces
+    seen = []
+
+    def prepare(*args, **kwargs):
+        seen.append(config.do_not_emit_stack_traces)
+        return prepare_fx(*args, **kwargs)
+
+    prepare_fx = q.prepare_fx
+    monkeypatch.setattr(q, "prepare_fx", prepare)
+    model, inputs = build("small_cnn")
+    assert is_quantized(quantize(model, inputs, calibration_batches=1))
+    assert seen == [True]
+    assert config.do_not_emit_stack_traces == before
+
+
 def test_quantize_is_deterministic_and_silent(capsys) -> None:
     model, inputs = build("small_cnn")
     first = quantize(model, inputs, calibration_batches=2, seed=5)
