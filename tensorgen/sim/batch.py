@@ -183,6 +183,9 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     n = pieces[0].b.shape[-1]
     m = acc.size // n // (batch or 1)
     ks = [p.b.size // n // (batch or 1) for p in pieces]
+    if _m_contiguous(pieces[0], len(lead)):
+        _transposed(acc, pieces, accumulate, lead, (n, m, ks))
+        return
     x = np.empty((*lead, m, sum(ks)), np.float32)
     w = np.empty((*lead, sum(ks), n), np.float32)
     at = 0
@@ -198,6 +201,40 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
     if accumulate:
         acc += prod  # int32 in place: wraps as the hardware's accumulator does
+    else:
+        acc[...] = prod
+
+
+def _m_contiguous(p: Piece, lead: int) -> bool:
+    """Whether A's last M axis is closer-strided than its last K axis (channel-major
+    activations): its copy is then cheaper K-major, for the transposed product."""
+    nk = p.b.ndim - lead - 1
+    return p.a.ndim - lead - nk > 0 and abs(p.a.strides[-1]) > abs(p.a.strides[-1 - nk])
+
+
+def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dims) -> None:
+    """`reduce_into`'s general case as B^T @ A^T, (lead.., N, K) @ (lead.., K, M), for A
+    whose M axis is the contiguous one (`_m_contiguous`): A gathered K-major. The same
+    integers: the same dot products over the same K, chunked alike, int32 sums wrapping alike."""
+    n, m, ks = dims
+    x = np.empty((*lead, sum(ks), m), np.float32)
+    w = np.empty((*lead, sum(ks), n), np.float32)
+    at, nl = 0, len(lead)
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[..., at : at + k, :], w[..., at : at + k, :]
+        nk, nd = p.b.ndim - nl - 1, p.a.ndim  # (lead.., M.., K..) -> (lead.., K.., M..)
+        a = p.a.transpose(*range(nl), *range(nd - nk, nd), *range(nl, nd - nk))
+        np.copyto(xs.reshape(a.shape), a, casting="unsafe")  # splitting axes: still a view
+        np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
+        if p.a_zp:
+            xs -= np.float32(p.a_zp)
+        if p.b_zp:
+            ws -= np.float32(p.b_zp)
+        at += k
+    prod = exact_product(w.swapaxes(-1, -2), x, max(p.term for p in pieces))
+    prod = prod.swapaxes(-1, -2).reshape(acc.shape)
+    if accumulate:
+        acc += prod
     else:
         acc[...] = prod
 

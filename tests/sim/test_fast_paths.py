@@ -235,39 +235,43 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
         assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    batch_n=st.integers(1, 4),
+    batch_n=st.integers(0, 4),
     m=st.sampled_from([(3,), (2, 5)]),
     k=st.sampled_from([(4,), (3, 2)]),
     n=st.integers(1, 5),
     channel_major=st.booleans(),
+    shared_b=st.booleans(),
     zps=st.tuples(st.integers(-3, 3), st.integers(-3, 3)),
     accumulate=st.integers(0, 1),
     seed=st.integers(0, 2**16),
 )
-def test_shared_b_product_either_orientation(
-    batch_n, m, k, n, channel_major, zps, accumulate, seed
+def test_products_equal_int64_in_either_orientation(
+    batch_n, m, k, n, channel_major, shared_b, zps, accumulate, seed
 ) -> None:
-    """A batch against one B (`_reduce_shared_b`) equals int64 arithmetic whether A's K axis
-    (row-major activations) or its M axis (channel-major: the transposed product) is the
-    contiguous one, accumulating or not, with zero points, wrapping like int32."""
+    """`reduce_into` (unbatched, batched, a batch against one B) equals int64 arithmetic
+    whether A's K axis (row-major activations) or its M axis (channel-major: the transposed
+    product) is the contiguous one, accumulating or not, with zero points, wrapping like int32."""
     rng = np.random.default_rng(seed)
-    shape = (batch_n, *m, *k)
+    lead = (batch_n,) if batch_n else ()
+    shape = (*lead, *m, *k)
     a_full = rng.integers(-128, 128, shape).astype(np.int8)
-    if channel_major:  # K axes outermost in memory, M innermost
-        nk, nd = len(k), len(shape)
-        order = (*range(nd - nk, nd), 0, *range(1, nd - nk))
+    if channel_major:  # K axes outermost in memory, then the batch, M innermost
+        nk, nd, nl = len(k), len(shape), len(lead)
+        order = (*range(nd - nk, nd), *range(nl), *range(nl, nd - nk))
         a = np.ascontiguousarray(a_full.transpose(order)).transpose(np.argsort(order))
         assert abs(a.strides[-1]) > abs(a.strides[-1 - nk])
     else:
         a = a_full
-    b0 = rng.integers(-128, 128, (*k, n)).astype(np.int8)
-    b = np.broadcast_to(b0, (batch_n, *k, n))
-    acc = rng.integers(-(2**31), 2**31, (batch_n, *m, n)).astype(np.int32)
-    ai = a_full.astype(np.int64).reshape(batch_n, math.prod(m), math.prod(k)) - zps[0]
-    bi = b0.astype(np.int64).reshape(math.prod(k), n) - zps[1]
+    if shared_b and batch_n:
+        b_full = np.broadcast_to(rng.integers(-128, 128, (*k, n)).astype(np.int8), (*lead, *k, n))
+    else:
+        b_full = rng.integers(-128, 128, (*lead, *k, n)).astype(np.int8)
+    acc = rng.integers(-(2**31), 2**31, (*lead, *m, n)).astype(np.int32)
+    ai = a_full.astype(np.int64).reshape(*lead, math.prod(m), math.prod(k)) - zps[0]
+    bi = b_full.astype(np.int64).reshape(*lead, math.prod(k), n) - zps[1]
     want = (ai @ bi).reshape(acc.shape) + (acc.astype(np.int64) if accumulate else 0)
-    term = 256 * 256
-    batch.reduce_into(acc, [batch.Piece(a, b, zps[0], zps[1], term)], accumulate, batch_n)
+    piece = batch.Piece(a, b_full, zps[0], zps[1], 256 * 256)
+    batch.reduce_into(acc, [piece], accumulate, batch_n)
     np.testing.assert_array_equal(acc, want.astype(np.int32))
