@@ -246,12 +246,17 @@ def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch:
     n = pieces[0].b.shape[-1]
     m = acc.size // n // batch
     ks = [p.b.size // n // batch for p in pieces]
-    x = np.empty((m, sum(ks)), np.float32)
+    t = _m_contiguous(pieces[0], 1)  # then x is (K, M), for the transposed product
+    x = np.empty((sum(ks), m) if t else (m, sum(ks)), np.float32)
     w = np.empty((sum(ks), batch, n), np.float32)
     at = 0
     for p, k in zip(pieces, ks, strict=True):
-        xs, ws = x[:, at : at + k], w[at : at + k]
-        np.copyto(xs.reshape(p.a.shape[1:]), p.a[0], casting="unsafe")
+        xs, ws = (x[at : at + k] if t else x[:, at : at + k]), w[at : at + k]
+        a = p.a[0]
+        if t:  # (M.., K..) -> (K.., M..)
+            nk = p.b.ndim - 2
+            a = a.transpose(*range(a.ndim - nk, a.ndim), *range(a.ndim - nk))
+        np.copyto(xs.reshape(a.shape), a, casting="unsafe")
         nd = p.b.ndim  # (K.., batch, N): `np.moveaxis(p.b, 0, -2)` at a tenth of the cost
         b = p.b.transpose(*range(1, nd - 1), 0, nd - 1)
         np.copyto(ws.reshape(b.shape), b, casting="unsafe")
@@ -260,8 +265,13 @@ def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch:
         if p.b_zp:
             ws -= np.float32(p.b_zp)
         at += k
-    prod = exact_product(x, w.reshape(len(w), batch * n), max(p.term for p in pieces))
-    prod = prod.reshape(m, batch, n).transpose(1, 0, 2).reshape(acc.shape)
+    term = max(p.term for p in pieces)
+    if t:  # (batch * N, K) @ (K, M)
+        prod = exact_product(w.reshape(len(w), batch * n).T, x, term)
+        prod = prod.reshape(batch, n, m).swapaxes(1, 2).reshape(acc.shape)
+    else:
+        prod = exact_product(x, w.reshape(len(w), batch * n), term)
+        prod = prod.reshape(m, batch, n).transpose(1, 0, 2).reshape(acc.shape)
     if accumulate:
         acc += prod
     else:

@@ -242,21 +242,23 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
     k=st.sampled_from([(4,), (3, 2)]),
     n=st.integers(1, 5),
     channel_major=st.booleans(),
-    shared_b=st.booleans(),
+    shared=st.sampled_from(["none", "a", "b"]),
     zps=st.tuples(st.integers(-3, 3), st.integers(-3, 3)),
     accumulate=st.integers(0, 1),
     seed=st.integers(0, 2**16),
 )
 def test_products_equal_int64_in_either_orientation(
-    batch_n, m, k, n, channel_major, shared_b, zps, accumulate, seed
+    batch_n, m, k, n, channel_major, shared, zps, accumulate, seed
 ) -> None:
-    """`reduce_into` (unbatched, batched, a batch against one B) equals int64 arithmetic
+    """`reduce_into` (unbatched, batched, a batch against one A or one B) equals int64 arithmetic
     whether A's K axis (row-major activations) or its M axis (channel-major: the transposed
     product) is the contiguous one, accumulating or not, with zero points, wrapping like int32."""
     rng = np.random.default_rng(seed)
     lead = (batch_n,) if batch_n else ()
     shape = (*lead, *m, *k)
     a_full = rng.integers(-128, 128, shape).astype(np.int8)
+    if shared == "a" and batch_n:
+        a_full = np.ascontiguousarray(np.broadcast_to(a_full[:1], shape))
     if channel_major:  # K axes outermost in memory, then the batch, M innermost
         nk, nd, nl = len(k), len(shape), len(lead)
         order = (*range(nd - nk, nd), *range(nl), *range(nl, nd - nk))
@@ -264,7 +266,9 @@ def test_products_equal_int64_in_either_orientation(
         assert abs(a.strides[-1]) > abs(a.strides[-1 - nk])
     else:
         a = a_full
-    if shared_b and batch_n:
+    if shared == "a" and batch_n:
+        a = np.broadcast_to(a[:1], shape)  # stride 0 on the batch axis
+    if shared == "b" and batch_n:
         b_full = np.broadcast_to(rng.integers(-128, 128, (*k, n)).astype(np.int8), (*lead, *k, n))
     else:
         b_full = rng.integers(-128, 128, (*lead, *k, n)).astype(np.int8)
