@@ -457,13 +457,15 @@ class Simulator:
             (mem, lo, hi, write if write is not None else store)
             for mem, lo, hi, write in self.machine.touched
         ]
-        qt = self.queue_time
+        # each queue's horizon, the earliest time of the other queues: the smallest time, or
+        # the second smallest for the queue that holds the smallest
+        (t1, q1), (t2, _) = sorted(zip(self.queue_time.values(), self.queue_time, strict=True))[:2]
         for other, accesses in self.inflight.items():
             if other == q or not accesses:
                 continue
-            horizon = min(t for qq, t in qt.items() if qq != other)
+            horizon = t2 if other == q1 else t1
             if accesses[0].end <= horizon:  # no other queue can start that early again
-                del accesses[: bisect.bisect_right(accesses, horizon, key=lambda a: a.end)]
+                del accesses[: bisect.bisect_right(accesses, horizon, key=_end)]
             if not accesses or accesses[-1].end <= start:
                 continue  # all ended before this one starts: `hazard` would find none
             for mem, lo, hi, is_write in touched:
@@ -475,8 +477,11 @@ class Simulator:
                         f"it (until cycle {a.end}) and no token orders them"
                     )
         mine = self.inflight.setdefault(q, [])
-        for mem, lo, hi, is_write in touched:
-            mine.append(Access(mem, lo, hi, end, q, is_write, pc))
+        mine += [Access(mem, lo, hi, end, q, w, pc) for mem, lo, hi, w in touched]
+
+
+def _end(a: Access) -> int:
+    return a.end
 
 
 def simulate(

@@ -251,7 +251,14 @@ def replicate(sim, snap, k: int, d: int, active) -> None:
     newest, busy = snap
     for q, acc in sim.inflight.items():
         new = _added(acc, newest[q])
-        acc += [_shifted(a, i * d) for i in range(1, k + 1) for a in new]
+        if any(a.parts is not None for a in new):
+            acc += [_shifted(a, i * d) for i in range(1, k + 1) for a in new]
+        else:  # `_shifted` inlined: this is most of a replay with a queue idle
+            acc += [
+                Access(a.mem, a.lo, a.hi, a.end + i * d, a.queue, a.write, a.pc, None, a.spans)
+                for i in range(1, k + 1)
+                for a in new
+            ]
     new = [b for b in sim.channel.busy if b not in busy]
     sim.channel.busy += [(a + i * d, b + i * d) for i in range(1, k + 1) for a, b in new]
     sim.channel.busy.sort()

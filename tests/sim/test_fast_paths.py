@@ -5,6 +5,7 @@ events and the DRAM channel -- or the same error, hazards included."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,3 +233,49 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
         assert len(shared) == (group == "shared")  # one A for every iteration: one product
         shared.clear()
         assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch_n=st.integers(0, 4),
+    m=st.sampled_from([(3,), (2, 5)]),
+    k=st.sampled_from([(4,), (3, 2)]),
+    n=st.integers(1, 5),
+    channel_major=st.booleans(),
+    shared=st.sampled_from(["none", "a", "b"]),
+    zps=st.tuples(st.integers(-3, 3), st.integers(-3, 3)),
+    accumulate=st.integers(0, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_products_equal_int64_in_either_orientation(
+    batch_n, m, k, n, channel_major, shared, zps, accumulate, seed
+) -> None:
+    """`reduce_into` (unbatched, batched, a batch against one A or one B) equals int64 arithmetic
+    whether A's K axis (row-major activations) or its M axis (channel-major: the transposed
+    product) is the contiguous one, accumulating or not, with zero points, wrapping like int32."""
+    rng = np.random.default_rng(seed)
+    lead = (batch_n,) if batch_n else ()
+    shape = (*lead, *m, *k)
+    a_full = rng.integers(-128, 128, shape).astype(np.int8)
+    if shared == "a" and batch_n:
+        a_full = np.ascontiguousarray(np.broadcast_to(a_full[:1], shape))
+    if channel_major:  # K axes outermost in memory, then the batch, M innermost
+        nk, nd, nl = len(k), len(shape), len(lead)
+        order = (*range(nd - nk, nd), *range(nl), *range(nl, nd - nk))
+        a = np.ascontiguousarray(a_full.transpose(order)).transpose(np.argsort(order))
+        assert abs(a.strides[-1]) > abs(a.strides[-1 - nk])
+    else:
+        a = a_full
+    if shared == "a" and batch_n:
+        a = np.broadcast_to(a[:1], shape)  # stride 0 on the batch axis
+    if shared == "b" and batch_n:
+        b_full = np.broadcast_to(rng.integers(-128, 128, (*k, n)).astype(np.int8), (*lead, *k, n))
+    else:
+        b_full = rng.integers(-128, 128, (*lead, *k, n)).astype(np.int8)
+    acc = rng.integers(-(2**31), 2**31, (*lead, *m, n)).astype(np.int32)
+    ai = a_full.astype(np.int64).reshape(*lead, math.prod(m), math.prod(k)) - zps[0]
+    bi = b_full.astype(np.int64).reshape(*lead, math.prod(k), n) - zps[1]
+    want = (ai @ bi).reshape(acc.shape) + (acc.astype(np.int64) if accumulate else 0)
+    piece = batch.Piece(a, b_full, zps[0], zps[1], 256 * 256)
+    batch.reduce_into(acc, [piece], accumulate, batch_n)
+    np.testing.assert_array_equal(acc, want.astype(np.int32))
