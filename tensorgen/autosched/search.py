@@ -33,11 +33,14 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import islpy as isl
 
+from tensorgen.autosched.bound import Bound, Considered
 from tensorgen.autosched.explain import explain
 from tensorgen.autosched.layer import (
     Layer,
@@ -81,7 +84,7 @@ class Plan:
 
     schedule: Schedule | None
     chosen: Candidate | None
-    considered: list[Candidate] = field(default_factory=list)
+    considered: Sequence[Candidate] = field(default_factory=list)  # bound.Considered, searched
     reason: str = ""  # why the default schedule is used instead, if it is
     search_s: float = 0.0
     layer: Layer | None = None
@@ -263,6 +266,11 @@ class Space:
     def costed(self, shape, order) -> list[Candidate]:
         """Every staging and double-buffer choice of one loop nest, costed; those that overflow
         a memory or cannot double-buffer cost math.inf cycles."""
+        return cost_model.cost_product(*self.probed(shape, order))
+
+    def probed(self, shape, order) -> tuple:
+        """The arguments of cost_product for one loop nest: its probe, the target, the tensors
+        and each one's staging levels."""
         blocks_f, _, m_loops, band = shape
         program, target, layer = self.program, self.target, self.layer
         tensors = layer.tensors()
@@ -283,7 +291,7 @@ class Space:
         )
         levels = [staging_levels(program, layer, sk, order, t, fold) for t in tensors]
         levels = accumulator_levels(program, layer, blocks_f, order, tensors, levels)
-        return cost_model.cost_product(probe, target, tensors, levels)
+        return probe, target, tensors, levels
 
     def schedule(self, cand: Candidate, shape) -> tuple[Schedule, Skeleton]:
         """The schedule of `cand` (a candidate of `shape`): its skeleton, built unchecked like the
@@ -320,8 +328,9 @@ class Space:
 
 
 def _search(program: Program, target: Target, layer: Layer) -> Plan:
-    considered: list[Candidate] = []
+    considered = Considered()
     fitting: list[tuple[Candidate, tuple]] = []
+    bound = Bound(TIE)  # skips what cannot beat the fastest so far (bound.py): the same choice
     shapes = None
     # while nothing fits: M blocks and vector bands half as large, until they are one row
     for shrink in range(
@@ -334,10 +343,10 @@ def _search(program: Program, target: Target, layer: Layer) -> Plan:
         for shape, order in space.nests():
             if len(considered) >= MAX_CANDIDATES and fitting:
                 break
-            for cand in space.costed(shape, order):
-                considered.append(cand)
-                if cand.cycles != math.inf:
-                    fitting.append((cand, shape))
+            args = space.probed(shape, order)
+            cands = cost_model.cost_product(*args, bound)
+            considered.extend(cands, partial(cost_model.cost_product, *args))
+            fitting += ((c, shape) for c in cands if c is not None and c.cycles != math.inf)
         if fitting:
             break
     if not fitting:

@@ -281,19 +281,18 @@ def cost(
     return _candidate(probe, target, stages, staged, inner, pipeline, memory, first)
 
 
-def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> list[Candidate]:
-    """`cost` of every choice of `itertools.product(*levels)`, single- then double-buffered,
-    in that order: the same candidates, with what the two share (the staged tensors, the
-    innermost level, the merged levels, the buffers, the overwriting first blocks) worked out
-    once, levels that cannot merge skipped without asking, and a choice whose single buffers
-    already overflow a memory refused twice without costing it (double buffers only add)."""
+def cost_product(probe: Probe, target: Target, tensors: list[str], levels, bound=None) -> list:
+    """`cost` of every choice of `itertools.product(*levels)`, single- then double-buffered, in
+    that order: what the two share (staged tensors, innermost and merged levels, buffers, first
+    blocks) worked out once, levels that cannot merge skipped without asking, a choice whose single
+    buffers overflow a memory refused twice uncosted (double buffers only add), and with `bound`
+    (autosched/bound.py) None for a choice whose least cycles it cuts."""
     order = probe.order
     rank = {lv: order.index(lv) for lvs in levels for lv in lvs if lv}
     mergeable = {lv for lv in rank if _mergeable(probe, lv)}
     spad_room = target.spad.bytes - _least_temps(probe)
-    acc_room = target.acc.bytes
-    # each tensor's _Staged at each of its levels, unmerged
-    plain = [
+    acc_room, floor = target.acc.bytes, _band_cycles(probe) + min(w[0] for w in probe.tile_work)
+    plain = [  # each tensor's _Staged at each of its levels, unmerged
         {lv: _staged(probe, target, t, lv) for lv in lvs}
         for t, lvs in zip(tensors, levels, strict=True)
     ]
@@ -308,12 +307,16 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels) -> li
             staged = [at[lv] for at, lv in zip(plain, choice, strict=True)]
         memory = _footprints(staged, stages, inner)
         if memory is None or memory.acc > acc_room or memory.spad > spad_room:
-            out.append(_refused(probe, stages, False))
-            out.append(_refused(probe, stages, True))
+            out += [_refused(probe, stages, False), _refused(probe, stages, True)]
             continue
-        first = _first_blocks(probe, stages, staged)
-        out.append(_candidate(probe, target, stages, staged, inner, False, memory, first))
-        out.append(_candidate(probe, target, stages, staged, inner, True, memory, first))
+        first = None  # the least cycles: serial transfers (not overlapped), band, fewest tile
+        for pipe, least in ((False, memory.serial), (True, memory.serial - memory.serial_inner)):
+            if bound is not None and bound.cut(floor + least):
+                out.append(None)
+                continue
+            first = first or _first_blocks(probe, stages, staged)
+            out.append(_candidate(probe, target, stages, staged, inner, pipe, memory, first))
+            bound is None or bound.add(out[-1])
     return out
 
 
