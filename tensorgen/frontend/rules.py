@@ -19,10 +19,12 @@ from tensorgen.frontend.probe import x86_behaviour
 @dataclass(frozen=True)
 class Requant:
     """Bias and requantization of a conv/linear layer: qnnpack's int32 bias and one float32
-    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel."""
+    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel (with the
+    output's zero point folded into that bias when `zp_in_bias`: oneDNN's rule, onednn.py)."""
 
     ports: list[Port]
     multiplier: float | None = None
+    zp_in_bias: bool = False
 
     def init(self, channel: str) -> str:
         return f"B[{channel}]" if any(p.name == "B" for p in self.ports) else "0"
@@ -32,12 +34,15 @@ class Requant:
         ports = [p for p in self.ports if p.name != "B"]
         old = next((p.const for p in self.ports if p.name == "B"), np.zeros(offset.shape, np.int64))
         b = (old.astype(np.int64) + offset).astype(np.int32)  # int32 wrap, like the accumulator
-        return Requant([Port("B", b.shape, "int32", "input", 0, None, b), *ports], self.multiplier)
+        ports = [Port("B", b.shape, "int32", "input", 0, None, b), *ports]
+        return Requant(ports, self.multiplier, self.zp_in_bias)
 
     def expr(self, acc: str, channel: str, zp: int) -> str:
         if self.multiplier is not None:
             return f"requant({acc}, {f32(self.multiplier)}, {zp})"
-        return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
+        return (
+            f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {0 if self.zp_in_bias else zp})"
+        )
 
     def grouped(self, g: int, kg: int) -> Requant:
         return Requant(
@@ -46,6 +51,7 @@ class Requant:
                 for p in self.ports
             ],
             self.multiplier,
+            self.zp_in_bias,
         )
 
 
