@@ -23,8 +23,11 @@ tensorgen's accelerator has fbgemm's requantization (``requant_fbgemm(acc, BF, C
 step functions of the accumulator, so they agree on a range of accumulators exactly when their
 255 steps (the least accumulator giving each output 1..255) fall at the same places.
 ``fit_requant_fbgemm`` finds oneDNN's steps over the layer's reachable accumulators by
-bisection, then per channel a float32 (BF, CM) pair whose steps are the same, and checks every
-step: the check is the proof. Where no pair within reach exists, the layer is refused.
+bisection, then per channel a float32 (BF, CM) pair (the output zero point folded into BF)
+meeting as many as it can; the steps it misses -- near-ties that oneDNN's own roundings decide,
+a few per channel where outputs have many inputs -- are moved back by one correction term each,
+``+ [acc >= ON] - [acc >= FB]`` (``Fit``, ``apply_fit``). The bisection is the proof of
+equality. More than ``MAX_CORRECTIONS`` in a channel is refused in one line.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from tensorgen.mc import arith
 F32 = np.float32
 #: How far (in ULPs) from the plain product the multiplier CM is searched.
 CM_ULPS = 4
+#: Most steps per channel where requant_fbgemm may differ from oneDNN (each one corrected).
+MAX_CORRECTIONS = 32
 #: Outputs a step can move when BF is searched: the rules differ by float32 roundings, far less.
 BF_REACH = 1e-3
 
@@ -122,14 +127,28 @@ def _unordered(key: np.ndarray) -> np.ndarray:
     return bits.view(np.int32).view(F32)
 
 
+@dataclass(frozen=True)
+class Fit:
+    """requant_fbgemm constants per channel (the zero point folded into BF), and the steps where
+    they differ from oneDNN: at channel k, oneDNN's output steps up at ``on[k, j]`` where
+    requant_fbgemm's does at ``fb[k, j]`` (pairs with ``on == fb`` are padding). Then for every
+    accumulator in the channel's range, ``requantize_onednn = clamp(requant_fbgemm, lo, 255) +
+    sum_j ([acc >= on[k, j]] - [acc >= fb[k, j]])``. ``ok[k]``: requant_fbgemm stays inside
+    int32 on the range (so it is non-decreasing there and the steps say everything)."""
+
+    bf: np.ndarray
+    cm: np.ndarray
+    on: np.ndarray
+    fb: np.ndarray
+    ok: np.ndarray
+
+
 def fit_requant_fbgemm(
     bias: np.ndarray, sc: OnednnScales, zp: int, ranges: np.ndarray, lo: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per output channel, float32 (BF, CM) with ``requant_fbgemm(acc, BF, CM, 0)`` (the zero
-    point folded into BF) equal to
-    ``requantize_onednn(acc, bias, sc, zp, lo)`` for every accumulator in ``ranges`` (shape (K,
-    2), as ``acc_range`` gives). Returns (BF, CM, ok): ``ok[k]`` False where no pair was found
-    (BF, CM then hold the nearest guesses)."""
+) -> Fit:
+    """Per output channel, float32 (BF, CM) for ``requant_fbgemm(acc, BF, CM, 0)`` whose steps
+    agree with ``requantize_onednn(acc, bias, sc, zp, lo)``'s on as many of the 255 - lo as
+    found (``ranges``: shape (K, 2), as ``acc_range`` gives), and the steps where they do not."""
     nk = len(ranges)
     b = np.broadcast_to(np.asarray(bias, F32), (nk,)).astype(F32)
     wei = np.broadcast_to(np.asarray(sc.wei, F32), (nk,)).astype(F32)
@@ -144,15 +163,35 @@ def fit_requant_fbgemm(
     # the zero point rides in the bias, so that the product lands where oneDNN's sum with the
     # zero point does, on the same float32 grid: its ties then fall where oneDNN's do
     bf0 = (b / s + F32(zp) / cm0).astype(F32)
-    best_bf, best_cm, ok = bf0.copy(), cm0.copy(), np.zeros(nk, bool)
+    best = None
     for u in sorted(range(-CM_ULPS, CM_ULPS + 1), key=lambda u: (abs(u), u)):
         cm = (cm0.view(np.int32) + u).view(F32)
         bf = _fit_bias(want, ranges, bf0, cm, lo)
-        good = ~ok & _same_steps(want, ranges, bf, cm, lo)
-        best_bf[good], best_cm[good], ok = bf[good], cm[good], ok | good
-        if ok.all():
+        got, ok = _steps_of(ranges, bf, cm, lo)
+        bad = np.where(ok, (got != want).sum(axis=1), 1 << 20)
+        if best is None:
+            best = [bf, cm, got, ok, bad]
+        better = bad < best[4]
+        for i, v in enumerate((bf, cm, got, ok, bad)):
+            best[i] = np.where(better[(slice(None),) + (None,) * (v.ndim - 1)], v, best[i])
+        if not best[4].any():
             break
-    return best_bf, best_cm, ok
+    bf, cm, got, ok, bad = best
+    j = int(bad[ok].max(initial=0))
+    on, fb = np.zeros((nk, j), np.int64), np.zeros((nk, j), np.int64)
+    for k in np.flatnonzero(ok & (bad > 0)):
+        d = np.flatnonzero(got[k] != want[k])
+        on[k, : d.size], fb[k, : d.size] = want[k, d], got[k, d]
+    return Fit(bf.astype(F32), cm.astype(F32), on, fb, ok)
+
+
+def apply_fit(acc: ArrayLike, fit: Fit, k: int, lo: int = 0) -> np.ndarray:
+    """What the accelerator computes for channel `k` with `fit` (see Fit)."""
+    a = np.asarray(acc, np.int64)
+    y = _fbgemm_form(a, fit.bf[k], fit.cm[k], 0, lo, 255)
+    for on, fb in zip(fit.on[k], fit.fb[k], strict=True):
+        y = y + np.clip(a - on + 1, 0, 1) - np.clip(a - fb + 1, 0, 1)
+    return y
 
 
 def _fit_bias(want, ranges, bf0, cm, lo: int) -> np.ndarray:
@@ -160,6 +199,8 @@ def _fit_bias(want, ranges, bf0, cm, lo: int) -> np.ndarray:
     `want` with multiplier `cm`, or bf0 where the steps leave no room; `requant_fbgemm` is
     non-decreasing in BF, so each step bounds BF on one side and bisection finds the bound."""
     k = np.arange(lo + 1, 256)[None, :]
+    if not k.size:  # ReLU at zero point 255: a constant output, no steps to meet
+        return bf0
     reach = (BF_REACH / cm.astype(np.float64) + 4 * np.abs(np.spacing(bf0))).astype(F32)
     key_lo = _ordered((bf0 - reach).astype(F32))[:, None]
     key_hi = _ordered((bf0 + reach).astype(F32))[:, None]
@@ -191,19 +232,17 @@ def _int32() -> tuple[int, int]:
     return arith.INT32_MIN, arith.INT32_MAX
 
 
-def _same_steps(want, ranges, bf, cm, lo: int) -> np.ndarray:
-    """Whether requant_fbgemm(., bf, cm) has the steps `want` on every channel's range (and
-    stays inside int32 there, where it is non-decreasing): the proof of equality."""
+def _steps_of(ranges, bf, cm, lo: int) -> tuple[np.ndarray, np.ndarray]:
+    """requant_fbgemm(., bf, cm, 0)'s steps on every channel's range, and whether it stays
+    inside int32 there (where it is non-decreasing, so that its steps describe it)."""
     col = (slice(None), None)
 
     def fbgemm(acc):
         return _fbgemm_form(acc, bf[col], cm[col], 0, lo, 255)
 
-    ends = (
-        np.stack([ranges[:, 0], ranges[:, 1]], 1).astype(np.int64).astype(F32) + bf[col]
-    ).astype(F32)
+    ends = (ranges.astype(np.int64).astype(F32) + bf[col]).astype(F32)
     finite = np.all(np.abs((ends * cm[col]).astype(np.float64)) < 2.0**31, axis=1)
-    return finite & np.all(steps(fbgemm, ranges, lo, 255) == want, axis=1)
+    return steps(fbgemm, ranges, lo, 255), finite
 
 
 def runs_on_onednn(engine: str, groups: int, w_zp) -> bool:
@@ -232,17 +271,26 @@ def onednn_requant(
             "qconfig quantizes weights per channel)"
         )
     sc = onednn_scales(s_in, s_w, s_out)
-    bf, cm, ok = fit_requant_fbgemm(bias, sc, zp, acc_range(wq, x_zp), lo)
-    if not ok.all():
+    fit = fit_requant_fbgemm(bias, sc, zp, acc_range(wq, x_zp), lo)
+    if not fit.ok.all() or fit.on.shape[1] > MAX_CORRECTIONS:
         raise SpecError(
             f"conv under x86 on oneDNN (AVX512-VNNI): oneDNN requantizes in five float32 "
-            f"roundings with the zero point added before rounding, which requant_fbgemm "
-            f"reproduces on {int(ok.sum())} of {ok.size} output channels only"
+            f"roundings with the zero point added before rounding; requant_fbgemm would need "
+            f"{fit.on.shape[1]} corrected steps in a channel (at most {MAX_CORRECTIONS})"
+            + ("" if fit.ok.all() else " or leaves int32")
         )
+    bf, cm = fit.bf, fit.cm
     return Requant(
         [
             Port("BF", bf.shape, "float32", "input", 0, None, bf),
             Port("CM", cm.shape, "float32", "input", 0, None, cm),
+            *(
+                Port(name, v.shape, "int32", "input", 0, None, v.astype(np.int32))
+                for name, v in (("ON", fit.on), ("FB", fit.fb))
+                if v.shape[1]
+            ),
         ],
         zp_in_bias=True,
+        corrections=fit.on.shape[1],
+        lo=lo,
     )
