@@ -47,7 +47,7 @@ F32 = np.float32
 #: How far (in ULPs) from the plain product the multiplier CM is searched.
 CM_ULPS = 4
 #: Most steps per channel where requant_fbgemm may differ from oneDNN (each one corrected).
-MAX_CORRECTIONS = 32
+MAX_CORRECTIONS = 64
 #: Outputs a step can move when BF is searched: the rules differ by float32 roundings, far less.
 BF_REACH = 1e-3
 

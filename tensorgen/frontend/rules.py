@@ -48,12 +48,11 @@ class Requant:
         y = f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], 0)"
         if not self.corrections:
             return y
-        terms = "".join(
-            f" + clamp({acc} - ON[{channel}, {j}] + 1, 0, 1)"
-            f" - clamp({acc} - FB[{channel}, {j}] + 1, 0, 1)"
+        terms = [
+            f"(clamp({acc} - ON[{channel}, {j}] + 1, 0, 1) - clamp({acc} - FB[{channel}, {j}] + 1, 0, 1))"
             for j in range(self.corrections)
-        )
-        return f"clamp({y}, {self.lo}, 255){terms}"
+        ]
+        return f"clamp({y}, {self.lo}, 255) + {_balanced_sum(terms)}"
 
     def grouped(self, g: int, kg: int) -> Requant:
         """The same with each per-channel port split into (group, channel in group, ...)."""
@@ -156,3 +155,12 @@ def bias_array(bias: torch.Tensor | None, n: int) -> np.ndarray:
 
 def _signed(c: int) -> str:
     return f"+ {c}" if c >= 0 else f"- {-c}"
+
+
+def _balanced_sum(terms: list[str]) -> str:
+    """`terms` summed as a balanced tree: nesting grows with log2 of their number (op.yaml
+    limits expression depth)."""
+    while len(terms) > 1:
+        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2], strict=False)]
+        terms = pairs + (terms[-1:] if len(terms) % 2 else [])
+    return terms[0]
