@@ -246,7 +246,23 @@ def test_too_many_corrections_are_refused_in_one_line(monkeypatch) -> None:
     wq = rng.integers(-127, 128, (8, 300))
     s_w = rng.uniform(5e-4, 1e-2, 8)
     args = (0.05, 7, wq, s_w, float(0.05 * s_w.mean() * 17 * 127 * 2), 100, np.zeros(8, F32), 0)
+    monkeypatch.setattr(onednn, "MAX_CORRECTIONS", 64)
     assert onednn.onednn_requant(*args).corrections > 0
     monkeypatch.setattr(onednn, "MAX_CORRECTIONS", 0)
     with pytest.raises(SpecError, match=r"^[^\n]*oneDNN requantizes in five float32 roundings"):
         onednn.onednn_requant(*args)
+
+
+def test_most_corrections_fit_in_one_statement() -> None:
+    """MAX_CORRECTIONS correction terms of a grouped conv (the longest channel index) parse
+    within op.yaml's limits on expression size and depth; twice as many do not."""
+    from tensorgen.frontend.rules import Requant
+    from tensorgen.spec.statement import parse_statement
+
+    def stmt(n: int) -> str:
+        rq = Requant([], zp_in_bias=True, corrections=n, lo=3)
+        return f"Y[n, g, k, h, w] = clamp({rq.expr('ACC[n, g, k, h, w]', 'g, k', 3)}, 3, 200)"
+
+    parse_statement(stmt(onednn.MAX_CORRECTIONS), "test", 1, 0)
+    with pytest.raises(SpecError, match="more than 512"):
+        parse_statement(stmt(2 * onednn.MAX_CORRECTIONS), "test", 1, 0)
