@@ -37,6 +37,7 @@ from tensorgen.frontend.layers import (
     idx,
     module_path,
 )
+from tensorgen.frontend.onednn import onednn_requant, runs_on_onednn
 from tensorgen.frontend.rules import add_rule, bias_array, conv_requant, weights
 
 QDTYPES = {torch.quint8: "uint8", torch.qint8: "int8"}
@@ -305,9 +306,13 @@ class _Lowering:
         if getattr(mod, "padding_mode", "zeros") != "zeros":
             raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
         wq, s_w, w_zp = weights(mod.weight())
-        rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), wq.shape[0]))
-        geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)
+        bias = bias_array(mod.bias(), wq.shape[0])
         lo, hi, epilogue = _fused_relu(mod, y)
+        if runs_on_onednn(self.engine, mod.groups, w_zp):
+            rq = onednn_requant(x.scale, x.zp, wq, s_w, y.scale, y.zp, bias, lo)
+        else:
+            rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias)
+        geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)
         layer = conv_layer(
             node.name, module_path(node), x, y, (wq, w_zp), rq, geometry, (lo, hi), epilogue
         )

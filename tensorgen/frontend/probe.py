@@ -1,6 +1,6 @@
 """What the running PyTorch's x86 / fbgemm engines really compute on this CPU, found by experiment.
 
-Two behaviours of the fbgemm-family engines depend on the CPU, not on torch's version:
+Three behaviours of the fbgemm-family engines depend on the CPU, not on torch's version:
 
 - the uint8 x int8 dot product of quantized conv / linear. Without AVX512-VNNI fbgemm multiplies
   pairs with ``vpmaddubsw``, which adds the two products of a pair with *int16 saturation*, so the
@@ -10,7 +10,11 @@ Two behaviours of the fbgemm-family engines depend on the CPU, not on torch's ve
 - the block of ATen's vectorised quantized add (``qadd_kernel`` in ``cpu_kernel_vec``): the
   elements past the last whole block of each run take the scalar path, which rounds differently
   (``numerics.fbgemm_add_scalar_mask``). torch 2.13 registers no AVX512 variant of the quantized
-  kernels, so AVX512 CPUs run the AVX2 kernel (64 elements); the probe measures it anyway.
+  kernels, so AVX512 CPUs run the AVX2 kernel (64 elements); the probe measures it anyway;
+- where a conv runs: on Linux with AVX512-VNNI the x86 engine prepacks convs with symmetric
+  weights and at most 100 groups for oneDNN, whose requantization rounds differently from
+  fbgemm's (``tensorgen.frontend.onednn``). A conv on a near-tie (fbgemm gives 62, oneDNN 63),
+  dense and depthwise with 100 and 101 channels, tells which library ran.
 
 ``x86_behaviour(engine)`` runs a few tiny quantized ops once per process and engine (an
 ``lru_cache``; a few milliseconds) and returns what it saw as a frozen ``X86Behaviour``.
@@ -45,6 +49,8 @@ class X86Behaviour:
     ``add_block``: elements per iteration of the quantized add's vector loop (None: the add
     matched no block, so tensorgen refuses quantized adds under this engine). ``vnni``: the CPU
     flag as the OS reports it (only for the description: the behaviour is measured).
+    ``onednn_groups``: convs with at most this many groups (and symmetric weights) run oneDNN's
+    kernels (0: none do; -1: the probe's convs matched neither rule, so tensorgen refuses convs).
     """
 
     engine: str
@@ -53,6 +59,7 @@ class X86Behaviour:
     add_block: int | None
     vnni: bool
     capability: str
+    onednn_groups: int = 0
 
     def describe(self) -> str:
         cpu = f"{self.capability}{', AVX512-VNNI' if self.vnni else ', no AVX512-VNNI'}"
@@ -63,7 +70,10 @@ class X86Behaviour:
                 f" (depthwise convs: {'exact int8 products' if self.exact_depthwise else sat})"
             )
         add = f"add vector block {self.add_block}" if self.add_block else "add rounding unknown"
-        return f"{self.engine} engine: {products}, {add} ({cpu})"
+        convs = {0: "convs on fbgemm", -1: "conv rounding unknown"}.get(
+            self.onednn_groups, f"convs of <= {self.onednn_groups} groups on oneDNN"
+        )
+        return f"{self.engine} engine: {products}, {add}, {convs} ({cpu})"
 
 
 @functools.cache
@@ -80,12 +90,18 @@ def x86_behaviour(engine: str = "x86") -> X86Behaviour:
         )  # the add's tail split depends on threads only above 32767 elements
         try:
             exact, depthwise = _products_are_exact(), _depthwise_is_exact()
-            block = _add_block()
+            block, onednn = _add_block(), _onednn_groups()
         finally:
             torch.backends.quantized.engine = saved
             torch.set_num_threads(threads)
     return X86Behaviour(
-        engine, exact, depthwise, block, cpu_has_vnni(), torch.backends.cpu.get_cpu_capability()
+        engine,
+        exact,
+        depthwise,
+        block,
+        cpu_has_vnni(),
+        torch.backends.cpu.get_cpu_capability(),
+        onednn,
     )
 
 
@@ -187,3 +203,38 @@ def _add_block() -> int | None:
         if np.array_equal(rule(qa, qb, mask), y):
             return block
     return None
+
+
+#: A conv output on a near-tie (random model 136's, found by experiment): acc = 10741 from
+#: inputs (137, 54) less 53 times weights (127, 73); fbgemm's rule gives 62, oneDNN's 63.
+_TIE = {"x": (137, 54), "x_zp": 53, "w": (127, 73), "s_in": 0.04680776968598366}
+_TIE_W, _TIE_B, _TIE_OUT = 0.0022756976541131735, -0.2137542, 0.014886093325912952
+
+
+def _tie_conv_engine(channels: int) -> str | None:
+    """Which rule a depthwise conv of `channels` channels (kernel 1x2; 1 channel: a dense
+    conv) follows on the tie: "onednn", "fbgemm", or None for neither."""
+    import torch.ao.nn.quantized as nnq
+
+    c = channels
+    w = torch._make_per_channel_quantized_tensor(
+        torch.tensor([_TIE["w"]] * c, dtype=torch.int8).reshape(c, 1, 1, 2),
+        torch.full((c,), _TIE_W, dtype=torch.float64),
+        torch.zeros(c, dtype=torch.long),
+        0,
+    )
+    conv = nnq.Conv2d(c, c, (1, 2), groups=c)
+    conv.set_weight_bias(w, torch.full((c,), _TIE_B))
+    conv.scale, conv.zero_point = _TIE_OUT, 0
+    x = _qtensor(np.array([_TIE["x"]] * c).reshape(1, c, 1, 2), _TIE["s_in"], _TIE["x_zp"])
+    got = set(conv(x).int_repr().reshape(-1).tolist())
+    return {frozenset({63}): "onednn", frozenset({62}): "fbgemm"}.get(frozenset(got))
+
+
+def _onednn_groups() -> int:
+    """100 where a dense conv and a 100-group depthwise one run oneDNN and a 101-group one
+    fbgemm (PyTorch's rule), 0 where all run fbgemm, -1 for anything else."""
+    seen = tuple(_tie_conv_engine(c) for c in (1, 100, 101))
+    if seen == ("onednn", "onednn", "fbgemm"):
+        return 100
+    return 0 if seen == ("fbgemm",) * 3 else -1

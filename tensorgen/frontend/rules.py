@@ -5,7 +5,7 @@ The parameters come from tensorgen.frontend.numerics, whose rules tests pin agai
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -19,10 +19,16 @@ from tensorgen.frontend.probe import x86_behaviour
 @dataclass(frozen=True)
 class Requant:
     """Bias and requantization of a conv/linear layer: qnnpack's int32 bias and one float32
-    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel."""
+    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel. With
+    `zp_in_bias` (oneDNN's rule, onednn.py) the output's zero point is folded into that bias,
+    and `corrections` steps per channel are moved to where oneDNN has them (ports ON, FB: +
+    [acc >= ON] - [acc >= FB] each, on the output clamped at `lo`)."""
 
     ports: list[Port]
     multiplier: float | None = None
+    zp_in_bias: bool = False
+    corrections: int = 0
+    lo: int = 0
 
     def init(self, channel: str) -> str:
         return f"B[{channel}]" if any(p.name == "B" for p in self.ports) else "0"
@@ -32,21 +38,30 @@ class Requant:
         ports = [p for p in self.ports if p.name != "B"]
         old = next((p.const for p in self.ports if p.name == "B"), np.zeros(offset.shape, np.int64))
         b = (old.astype(np.int64) + offset).astype(np.int32)  # int32 wrap, like the accumulator
-        return Requant([Port("B", b.shape, "int32", "input", 0, None, b), *ports], self.multiplier)
+        return replace(self, ports=[Port("B", b.shape, "int32", "input", 0, None, b), *ports])
 
     def expr(self, acc: str, channel: str, zp: int) -> str:
         if self.multiplier is not None:
             return f"requant({acc}, {f32(self.multiplier)}, {zp})"
-        return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
+        if not self.zp_in_bias:
+            return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
+        y = f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], 0)"
+        if not self.corrections:
+            return y
+        terms = [
+            f"(clamp({acc} - ON[{channel}, {j}] + 1, 0, 1) - clamp({acc} - FB[{channel}, {j}] + 1, 0, 1))"
+            for j in range(self.corrections)
+        ]
+        return f"clamp({y}, {self.lo}, 255) + {_balanced_sum(terms)}"
 
     def grouped(self, g: int, kg: int) -> Requant:
-        return Requant(
-            [
-                Port(p.name, (g, kg), p.dtype, p.role, 0, None, p.const.reshape(g, kg))
-                for p in self.ports
-            ],
-            self.multiplier,
-        )
+        """The same with each per-channel port split into (group, channel in group, ...)."""
+        ports = [
+            Port(p.name, (g, kg, *p.shape[1:]), p.dtype, p.role, 0, None,
+                 p.const.reshape(g, kg, *p.shape[1:]))
+            for p in self.ports
+        ]  # fmt: skip
+        return replace(self, ports=ports)
 
 
 def conv_requant(engine: str, s_in: float, s_w, s_out: float, bias: np.ndarray) -> Requant:
@@ -140,3 +155,12 @@ def bias_array(bias: torch.Tensor | None, n: int) -> np.ndarray:
 
 def _signed(c: int) -> str:
     return f"+ {c}" if c >= 0 else f"- {-c}"
+
+
+def _balanced_sum(terms: list[str]) -> str:
+    """`terms` summed as a balanced tree: nesting grows with log2 of their number (op.yaml
+    limits expression depth)."""
+    while len(terms) > 1:
+        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2], strict=False)]
+        terms = pairs + (terms[-1:] if len(terms) % 2 else [])
+    return terms[0]

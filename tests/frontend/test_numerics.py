@@ -27,7 +27,7 @@ import torch
 import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
 
-from tensorgen.frontend import numerics
+from tensorgen.frontend import numerics, onednn
 from tensorgen.frontend.probe import x86_behaviour
 from tensorgen.mc import arith
 
@@ -122,6 +122,21 @@ def expected_fbgemm(acc, bias, s_in, s_w, s_out, zp_out, lo) -> np.ndarray:
         255,
         p.per_channel,
     )
+
+
+def expected_x86_conv(eng: str, groups: int, w_zp):
+    """The rule `eng` runs a conv of `groups` groups with weight zero points `w_zp` by: oneDNN's
+    where the probe saw oneDNN take such convs (tests/frontend/test_numerics_onednn.py), else
+    fbgemm's."""
+    if not onednn.runs_on_onednn(eng, groups, w_zp):
+        return expected_fbgemm
+
+    def rule(acc, bias, s_in, s_w, s_out, zp_out, lo):
+        sc = onednn.onednn_scales(s_in, s_w, s_out)
+        sc = onednn.OnednnScales(sc.src, channel(sc.wei, acc.ndim), sc.dst_inv)
+        return onednn.requantize_onednn(acc, channel(bias, acc.ndim), sc, zp_out, lo)
+
+    return rule
 
 
 def output_scale(s_in: float, s_w: float | np.ndarray, acc: np.ndarray) -> float:
@@ -298,8 +313,9 @@ CONV_CASES = {  # name: (C, K, kernel, stride, padding, groups, H)
 }
 
 
-def run_conv(rng, case, per_channel, relu, x_max, bias_std=2.0):
-    """One quantized conv through torch: (torch output ints, exact acc, qparams)."""
+def run_conv(rng, case, per_channel, relu, x_max, bias_std=2.0, with_w_zp=False):
+    """One quantized conv through torch: (torch output ints, exact acc, qparams), and the
+    weights' zero points last `with_w_zp`."""
     c, k, ks, stride, pad, groups, h = CONV_CASES[case]
     w, wq, s_w, w_zp = qweight(rng, (k, c // groups, ks, ks), per_channel)
     s_in, x_zp = float(rng.uniform(1e-3, 5e-2)), int(rng.integers(0, x_max + 1))
@@ -313,7 +329,8 @@ def run_conv(rng, case, per_channel, relu, x_max, bias_std=2.0):
     mod.set_weight_bias(w, torch.from_numpy(bias))
     mod.scale, mod.zero_point = s_out, zp_out
     y = ints(mod(qtensor(xq, s_in, x_zp)))
-    return y, acc, (bias, s_in, s_w, s_out, zp_out, zp_out if relu else 0)
+    params = (bias, s_in, s_w, s_out, zp_out, zp_out if relu else 0)
+    return (y, acc, params, w_zp) if with_w_zp else (y, acc, params)
 
 
 @pytest.mark.parametrize("case", list(CONV_CASES))
@@ -340,10 +357,11 @@ def test_conv2d_fbgemm(engine, eng: str, case: str, per_channel: bool) -> None:
     rng = np.random.default_rng(7)
     total = 0
     while total < 100_000:
-        y, acc, params = run_conv(
-            rng, case, per_channel, relu=False, x_max=x_max_exact(eng, case, per_channel)
+        y, acc, params, w_zp = run_conv(
+            rng, case, per_channel, False, x_max_exact(eng, case, per_channel), with_w_zp=True
         )
-        assert np.array_equal(expected_fbgemm(acc, *params), y)
+        expected = expected_x86_conv(eng, CONV_CASES[case][5], w_zp)
+        assert np.array_equal(expected(acc, *params), y)
         total += y.size
 
 
@@ -449,7 +467,10 @@ def test_conv_relu_fusion(engine, eng: str, per_channel: bool) -> None:
     engine(eng)
     rng = np.random.default_rng(9)
     x_max = 255 if eng == "qnnpack" else X_SAFE_MAX
-    expected = expected_qnnpack if eng == "qnnpack" else expected_fbgemm
+    zp0 = np.zeros(1, np.int64)  # per-channel weights are symmetric; per-tensor: fbgemm below
+    expected = (
+        expected_qnnpack if eng == "qnnpack" else expected_x86_conv(eng, 1, zp0 + 1 - per_channel)
+    )
     total = 0
     while total < 100_000:
         y, acc, params = run_conv(rng, "3x3", per_channel, relu=True, x_max=x_max)
