@@ -50,18 +50,23 @@ def test_a_group_that_does_not_compile_whole_is_fused_in_halves(monkeypatch) -> 
 
     whole = fusion._fused_unit
 
-    def refuse_long(graph, target, group, idx, singles, schedules):
+    def refuse_long(run, group, idx):
         if len(idx) > 2:  # as a capacity refusal would
             return None, "; refused by the test"
-        return whole(graph, target, group, idx, singles, schedules)
+        return whole(run, group, idx)
 
     monkeypatch.setattr(fusion, "_fused_unit", refuse_long)
     torch.manual_seed(0)
     model, example = _Block().eval(), (torch.randn(1, 3, 8, 8),)
     cm = compile_model(model, example, TG1, fuse=True)
     fused = [r for r in cm.layers if r.schedule == "fused"]
-    # quantize -> stem (2 layers), then expand -> project -> head -> dequantize as two halves
+    # the whole block is one group (the stem's output, read by expand and by the add folded
+    # into project, stays inside); refused, it is split where both parts are groups: not
+    # between expand and project (the stem's output would be kept by one part and read by the
+    # other), so quantize -> stem, then expand -> project (the stem's output loaded once for
+    # both) and head -> dequantize
     assert len(fused) == 3, [(r.name, r.op) for r in cm.layers]
+    assert [r.op for r in fused] == ["quantize+conv2d", "conv2d+conv2d", "conv2d+dequantize"]
     assert any("refused by the test" in note for note in cm.fusion_notes)
     for seed in (0, 1):
         x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
