@@ -319,15 +319,19 @@ def fused_schedule(merged: Merged, alone: list[tuple[Program, tuple]], target: T
     program, the layers one after another; the intermediates are not staged by them (each is
     kept whole in the scratchpad, where the producer writes it and its readers read it: never in
     DRAM), nor an input several layers read (staged whole: loaded once).
-    Replayed unchecked: the lowering's verify_schedule checks the result once, dependences and
-    capacities (a group whose layers' buffers do not fit together is refused there)."""
-    fused = Schedule(merged.program, target, checked=False)
+    Replayed unchecked: the lowering's verify_schedule checks the result once against the
+    dependences, and its buffer plan the capacities (a group whose layers' buffers do not fit
+    together is refused there)."""
+    # no target: the replay skips the capacity check of every step (each one recomputes every
+    # staged box of the whole group: quadratic in its layers); the lowering's buffer plan
+    # checks the real capacities once
+    fused = Schedule(merged.program, None, checked=False)
     for tensor, layout in _layouts(merged, alone).items():
         fused.stage(tensor, None, "spad", layout=layout)
     for i, (program, trace) in enumerate(alone):
         rename, offset = merged.names[i], merged.offsets[i]
         stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
-        mirror = Schedule(program, target, checked=False)
+        mirror = Schedule(program, None, checked=False)
         handles = {}
         for s in program.statements:
             for a, b in zip(mirror.loops(s.name), fused.loops(stmt[s.name]), strict=True):
@@ -432,13 +436,16 @@ class _Run:
     schedules: list[tuple | None]
     notes: list[str]
     cycles: dict[int, int]
+    blamed: int | None = None  # the layer the last refusal named, where to split
 
     def fuse(self, a: int, b: int) -> list[Unit]:
-        """One fused unit for layers a..b; if they do not compile as one, each half so, split
-        where both halves are groups (or single layers) nearest the middle."""
+        """One fused unit for layers a..b; if they do not compile as one, each part so, split
+        where both parts are groups (or single layers): before the layer the refusal named
+        (after it if it is the first), else nearest the middle."""
         group = self.uses.group(a, b, self.target)
         if group is None:
             return [self.singles[j] for j in range(a, b + 1)]
+        self.blamed = None
         unit, why = _fused_unit(self, group, list(range(a, b + 1)))
         self.notes.append(f"{'fused' if unit else 'not fused'} {group.reason(self.target)}{why}")
         if unit is not None:
@@ -446,7 +453,10 @@ class _Run:
         cuts = [m for m in range(a + 1, b + 1) if self._part(a, m - 1) and self._part(m, b)]
         if not cuts:
             return [self.singles[j] for j in range(a, b + 1)]
-        mid = min(cuts, key=lambda m: abs(2 * m - a - b - 1))
+        blamed = self.blamed if self.blamed is not None and a <= self.blamed <= b else None
+        # a cut at m splits before layer m: before the blamed layer, or after it if it is first
+        want = a + b + 1 if blamed is None else 2 * max(blamed, a + 1)
+        mid = min(cuts, key=lambda m: abs(2 * m - want))
         return self.fuse(a, mid - 1) + self.fuse(mid, b)
 
     def _part(self, a: int, b: int) -> bool:
@@ -462,9 +472,11 @@ def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, s
     graph, target, singles, schedules = run.graph, run.target, run.singles, run.schedules
     if not group.fits:
         return None, ""
-    if any(schedules[j] is None for j in idx):
+    run.blamed = next((j for j in idx if schedules[j] is None), None)
+    if run.blamed is not None:
         return None, "; a layer has no schedule to replay (the kernel default)"
     layers = [graph.layers[j] for j in idx]
+    merged = None
     try:
         merged = merge(graph, layers, target.name)
         alone = [
@@ -474,6 +486,7 @@ def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, s
         sched = fused_schedule(merged, alone, target)
         compiled = compile_scheduled(merged.program, target, sched)
     except TensorgenError as err:
+        run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
         return None, f"; {err}"
     bindings = {}
     for k, j in enumerate(idx):
@@ -488,6 +501,21 @@ def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, s
     return Unit(
         idx, binary, bindings, compiled.macs, "fused"
     ), f"; {fused} cycles, {alone_cycles} layer by layer"
+
+
+_NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")
+
+
+def _blame(message: str, merged: Merged, first: int) -> int | None:
+    """The layer (its index in the graph) that the first statement `S<k>` or tensor `<port>_<i>`
+    of an error about the merged program names, if any."""
+    for m in _NAMED.finditer(message):
+        if m.group(1) is not None:
+            k = int(m.group(1))
+            return first + max(i for i, o in enumerate(merged.offsets) if o <= k)
+        if int(m.group(2)) < len(merged.names):
+            return first + int(m.group(2))
+    return None
 
 
 def _cycles(binary: Binary, target: Target) -> int:
