@@ -1,13 +1,16 @@
-"""Which layers of a model could be fused: the candidate groups and what fusing them would save.
+"""Fusion of a model's layers: the groups, one program for each, and what fusing saves.
 
-A group is a run of consecutive layers, each joined to the next by an activation that no other
-layer reads and that is not a model output: fused into one program, that activation becomes a
-temporary which never leaves the chip (schedule: `compute_at`, docs/schedules.md). This module
-finds the groups and weighs each: the DRAM bytes its intermediates cost layer by layer (each
-written once and read once) and the energy of those bytes at the target's price, against the
-largest set of activations the group has live at once, which a group kept whole on chip must
-fit in the scratchpad. It compiles nothing: the model is still compiled layer by layer
-(model.py); grouping the layers' programs into one is the next step.
+A group is a run of consecutive layers (in the graph's order) that keeps on chip every
+activation it both writes and reads: such an activation must be read by no layer outside the
+group, be no model output and be read as it was written (not through a flatten or a reshape).
+An activation it writes that a later unit reads is its output; a model value that several of
+its layers read (the block input of a residual block: the expand conv and the add) is loaded
+once. Fused into one program, the layers run one after another, the kept activations staged
+whole in the scratchpad, never in DRAM. `fusion_groups` finds the groups greedily, each the
+longest run from its first layer whose kept activations fit WHOLE_SHARE of the scratchpad (the
+rest is for the layers' own tiles; the lowering checks the real capacities); `fuse_units`
+compiles each (the layers' own schedules replayed on the merged program) and keeps it if its
+cycles are no higher than its layers' alone, else tries two parts, split where both are groups.
 """
 
 from __future__ import annotations
@@ -38,21 +41,33 @@ class Group:
     layers: tuple[str, ...]  # layer names, in program order
     intermediates: tuple[str, ...]  # the values that would stay on chip
     intermediate_bytes: int  # their bytes, once each
-    live_bytes: int  # the largest activation live set of one layer of the group
-    fits: bool  # live_bytes within the target's scratchpad
+    live_bytes: int  # the largest set of activations live at once in the group's order
+    fits: bool  # what the group keeps whole (intermediates and shared inputs) fits the scratchpad
+    shared: tuple[str, ...] = ()  # the group's inputs that several of its layers read
+    shared_bytes: int = 0  # their bytes, once each: loaded once, not once per reader
+
+    extra_reads: int = 0  # bytes layer by layer loads beyond the first read of each value
 
     @property
     def saved_dram_bytes(self) -> int:
-        """Layer by layer, every intermediate is stored once and loaded once."""
-        return 2 * self.intermediate_bytes
+        """Layer by layer, every intermediate is stored once and loaded once per reader, and a
+        shared input loaded once per reader (fused: once)."""
+        return 2 * self.intermediate_bytes + self.extra_reads
+
+    @property
+    def whole_bytes(self) -> int:
+        """What the group keeps in the scratchpad from its first layer to its last."""
+        return self.intermediate_bytes + self.shared_bytes
 
     def reason(self, target: Target) -> str:
         pj = self.saved_dram_bytes * dict(target.energy.dram_pj_per_byte)[target.dram_interface]
         room = "fits" if self.fits else "does not fit"
+        shared = f"; {', '.join(self.shared)} loaded once" if self.shared else ""
         return (
-            f"{' -> '.join(self.layers)}: {', '.join(self.intermediates)} read by the next "
-            f"layer only; {self.saved_dram_bytes} DRAM bytes ({pj / 1e3:.1f} nJ) saved; the "
-            f"largest live set, {self.live_bytes} B, {room} the {target.spad.bytes} B scratchpad"
+            f"{' -> '.join(self.layers)}: {', '.join(self.intermediates)} read inside the "
+            f"group only{shared}; {self.saved_dram_bytes} DRAM bytes ({pj / 1e3:.1f} nJ) saved; "
+            f"{self.whole_bytes} B kept whole (the largest live set {self.live_bytes} B) {room} "
+            f"the {target.spad.bytes} B scratchpad"
         )
 
 
@@ -69,64 +84,127 @@ def _activations(graph: Graph, layer: Layer, role: str) -> set[str]:
     }
 
 
-def fusion_groups(graph: Graph, target: Target) -> list[Group]:
-    """The runs of two or more consecutive layers joined by activations only the next reads."""
-    readers: dict[str, int] = {}
-    for layer in graph.layers:
-        for buf in _activations(graph, layer, "input"):
-            readers[buf] = readers.get(buf, 0) + 1
-    public = {_buffer(graph, v.name) for v in graph.inputs + graph.outputs}
-    sizes = {v.buffer or v.name: v.nbytes for v in graph.values.values()}
-    groups, run = [], [0]
-    for i in range(1, len(graph.layers) + 1):
-        joined = False
-        if i < len(graph.layers):
-            out = _activations(graph, graph.layers[i - 1], "output")
-            joined = (
-                len(out) == 1
-                and out <= _activations(graph, graph.layers[i], "input")
-                and readers.get(next(iter(out)), 0) == 1
-                and not out & public
-                and _same_view(graph, graph.layers[i - 1], graph.layers[i], next(iter(out)))
+class _Uses:
+    """Who writes and who reads each activation buffer of a graph, and as what view."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.writer: dict[str, int] = {}
+        self.readers: dict[str, list[int]] = {}
+        self.views: dict[tuple[int, str, str], set[tuple]] = {}  # (layer, role, buf) -> views
+        for i, layer in enumerate(graph.layers):
+            for p in layer.ports:
+                if p.value is None or p.const is not None or p.role not in ("input", "output"):
+                    continue
+                buf = _buffer(graph, p.value)
+                self.views.setdefault((i, p.role, buf), set()).add((tuple(p.shape), p.dtype))
+                if p.role == "output":
+                    self.writer[buf] = i
+                elif i not in self.readers.setdefault(buf, []):
+                    self.readers[buf].append(i)
+        self.public = {_buffer(graph, v.name) for v in graph.inputs + graph.outputs}
+        self.sizes = {v.buffer or v.name: v.nbytes for v in graph.values.values()}
+
+    def inner(self, a: int, b: int) -> list[str] | None:
+        """The buffers that layers a..b (inclusive) would keep on chip, or None if the range is
+        no group: a buffer it writes and reads must be read by none outside it, be no model
+        input or output, and be read as it is written (not through a flatten or a reshape)."""
+        out = []
+        for buf, w in self.writer.items():
+            if not a <= w <= b:
+                continue
+            readers = self.readers.get(buf, [])
+            if not any(a <= r <= b for r in readers):
+                continue
+            written = self.views[(w, "output", buf)]
+            if (
+                buf in self.public
+                or not all(a < r <= b for r in readers)
+                or len(written) != 1
+                or any(self.views[(r, "input", buf)] != written for r in readers)
+            ):
+                return None
+            out.append(buf)
+        return out
+
+    def shared(self, a: int, b: int) -> list[str]:
+        """The buffers from outside layers a..b that two or more of them read, as one view."""
+        out = []
+        for buf, readers in self.readers.items():
+            if a <= self.writer.get(buf, -1) <= b:
+                continue
+            inside = [r for r in readers if a <= r <= b]
+            views = {v for r in inside for v in self.views[(r, "input", buf)]}
+            if len(inside) > 1 and len(views) == 1:
+                out.append(buf)
+        return out
+
+    def kept(self, a: int, b: int) -> int:
+        """The bytes layers a..b would keep whole: what they write and read, and share."""
+        inside = [
+            buf
+            for buf, w in self.writer.items()
+            if a <= w <= b and any(a <= r <= b for r in self.readers.get(buf, []))
+        ]
+        return sum(self.sizes.get(buf, 0) for buf in inside + self.shared(a, b))
+
+    def live(self, a: int, b: int, inner: list[str]) -> int:
+        """The largest set of activations live at once while layers a..b run in order: each
+        layer's inputs and outputs, and the intermediates written before it and read after."""
+        best = 0
+        for i in range(a, b + 1):
+            now = _activations(self.graph, self.graph.layers[i], "input") | _activations(
+                self.graph, self.graph.layers[i], "output"
             )
-        if joined:
-            run.append(i)
-            continue
-        if len(run) > 1:
-            groups.append(_group(graph, [graph.layers[j] for j in run], sizes, target))
-        run = [i]
-    return groups
+            now |= {buf for buf in inner if self.writer[buf] < i < max(self.readers[buf])}
+            best = max(best, sum(self.sizes.get(buf, 0) for buf in now))
+        return best
 
-
-def _same_view(graph: Graph, producer: Layer, consumer: Layer, buf: str) -> bool:
-    """Whether the consumer reads the buffer as the producer wrote it (not through a flatten or
-    a reshape, which one program cannot say of one tensor)."""
-
-    def port(layer: Layer, role: str):
-        return next(
-            p
-            for p in layer.ports
-            if p.role == role and p.value is not None and _buffer(graph, p.value) == buf
+    def group(self, a: int, b: int, target: Target) -> Group | None:
+        inner = self.inner(a, b)
+        if inner is None or b <= a:
+            return None
+        shared = self.shared(a, b)
+        reads = sum(
+            self.sizes.get(buf, 0) * (len([r for r in self.readers[buf] if a <= r <= b]) - 1)
+            for buf in inner + shared
+        )
+        whole = sum(self.sizes.get(buf, 0) for buf in inner + shared)
+        return Group(
+            tuple(self.graph.layers[i].name for i in range(a, b + 1)),
+            tuple(inner),
+            sum(self.sizes.get(buf, 0) for buf in inner),
+            self.live(a, b, inner),
+            whole <= WHOLE_SHARE * target.spad.bytes,
+            tuple(shared),
+            sum(self.sizes.get(buf, 0) for buf in shared),
+            reads,
         )
 
-    out, inp = port(producer, "output"), port(consumer, "input")
-    return tuple(out.shape) == tuple(inp.shape) and out.dtype == inp.dtype
+
+# what a group may keep whole in the scratchpad: the rest is for its layers' own tiles
+WHOLE_SHARE = 0.75
 
 
-def _group(graph: Graph, layers: list[Layer], sizes: dict[str, int], target: Target) -> Group:
-    inner = [next(iter(_activations(graph, layer, "output"))) for layer in layers[:-1]]
-    live = max(
-        sum(sizes.get(b, 0) for b in _activations(graph, layer, "input"))
-        + sum(sizes.get(b, 0) for b in _activations(graph, layer, "output"))
-        for layer in layers
-    )
-    return Group(
-        tuple(layer.name for layer in layers),
-        tuple(inner),
-        sum(sizes.get(b, 0) for b in inner),
-        live,
-        live <= target.spad.bytes,
-    )
+def fusion_groups(graph: Graph, target: Target) -> list[Group]:
+    """The groups of consecutive layers, greedily from the first: each the longest run from its
+    first layer that keeps every value it writes and reads on chip and fits the scratchpad."""
+    uses, groups, a = _Uses(graph), [], 0
+    n = len(graph.layers)
+    while a < n:
+        best = None
+        for b in range(a + 1, n):
+            if uses.kept(a, b) > WHOLE_SHARE * target.spad.bytes:
+                break  # it only grows with b
+            group = uses.group(a, b, target)
+            if group is not None:
+                best = (b, group)
+        if best is None:
+            a += 1
+            continue
+        groups.append(best[1])
+        a = best[0] + 1
+    return groups
 
 
 # -- one program for a group ----------------------------------------------------------------
@@ -144,41 +222,19 @@ class Merged:
     names: tuple[dict[str, str], ...]
     intermediates: frozenset[str]
     offsets: tuple[int, ...]  # the index of each layer's first statement
+    shared: frozenset[str] = frozenset()  # input ports that several layers read: staged whole
+
+    @property
+    def whole(self) -> frozenset[str]:
+        """The tensors staged whole in the scratchpad, not by their layers' own schedules."""
+        return self.intermediates | self.shared
 
 
 def merge(graph: Graph, layers: list[Layer], target: str) -> Merged:
-    """The op.yaml of `layers` in one: each layer's tensors renamed `<name>_<i>`, the
-    activation between two layers one temporary (the consumer's pad), never a port."""
-    names: list[dict[str, str]] = []
-    decls: dict[str, dict] = {}
-    inner: set[str] = set()
-    made: dict[str, str] = {}  # buffer -> the tensor of the layer that wrote it
-    for i, layer in enumerate(layers):
-        rename = {}
-        for p in layer.ports:
-            buf = _buffer(graph, p.value) if p.value is not None and p.const is None else None
-            if p.role == "input" and buf in made:
-                tensor = made[buf]
-                have = decls[tensor]
-                if list(p.shape) != have["shape"] or p.dtype != have["dtype"]:
-                    raise FusionError(f"{layer.name} reads {buf} as another shape")
-                have.pop("role", None)
-                if p.pad:
-                    have["pad"] = int(p.pad)
-                inner.add(tensor)
-                rename[p.name] = tensor
-                continue
-            tensor = f"{p.name}_{i}"
-            decl = {"shape": list(p.shape), "dtype": p.dtype}
-            if p.role != "none":
-                decl["role"] = p.role
-            if p.pad:
-                decl["pad"] = int(p.pad)
-            decls[tensor] = decl
-            rename[p.name] = tensor
-            if p.role == "output" and buf is not None and i + 1 < len(layers):
-                made[buf] = tensor
-        names.append(rename)
+    """The op.yaml of `layers` in one: each layer's tensors renamed `<name>_<i>`, an activation
+    that a layer writes and later layers read one temporary (its readers' pad), never a port,
+    and a model value that several layers read (as one view) one input port, loaded once."""
+    names, decls, inner, shared = _ports(graph, layers)
     lines = ["tensorgen: 1", f"name: {layers[0].name}_fused", "tensors:"]
     lines += [f"  {t}: {_flow(d)}" for t, d in decls.items()]
     lines.append("statements:")
@@ -195,7 +251,55 @@ def merge(graph: Graph, layers: list[Layer], target: str) -> Merged:
     lines += [f"target: {target}", "schedule: auto"]
     where = f"<fused {' + '.join(layer.name for layer in layers)}>"
     program = parse_program("\n".join(lines) + "\n", where, target)
-    return Merged(program, tuple(names), frozenset(inner), tuple(offsets))
+    return Merged(program, tuple(names), frozenset(inner), tuple(offsets), frozenset(shared))
+
+
+def _ports(graph: Graph, layers: list[Layer]):
+    """merge's tensors: each layer's port -> tensor map, the tensors' declarations, and the
+    tensors kept on chip (written and read inside) and shared (one input several layers read)."""
+    names: list[dict[str, str]] = []
+    decls: dict[str, dict] = {}
+    inner: set[str] = set()
+    shared: set[str] = set()
+    made: dict[str, str] = {}  # buffer -> the tensor of the layer that wrote it
+    seen: dict[str, str] = {}  # buffer -> the input port that reads it from outside
+    for i, layer in enumerate(layers):
+        rename = {}
+        for p in layer.ports:
+            buf = _buffer(graph, p.value) if p.value is not None and p.const is None else None
+            have = made.get(buf, seen.get(buf)) if p.role == "input" else None
+            if (
+                have is not None
+                and decls[have]["shape"] == list(p.shape)
+                and (decls[have]["dtype"] == p.dtype)
+            ):
+                if p.pad and decls[have].get("pad", p.pad) != p.pad:
+                    raise FusionError(f"{layer.name} reads {buf} with another pad")
+                if p.pad:
+                    decls[have]["pad"] = int(p.pad)
+                if buf in made:
+                    decls[have].pop("role", None)
+                    inner.add(have)
+                else:
+                    shared.add(have)
+                rename[p.name] = have
+                continue
+            if p.role == "input" and buf in made:
+                raise FusionError(f"{layer.name} reads {buf} as another shape")
+            tensor = f"{p.name}_{i}"
+            decl = {"shape": list(p.shape), "dtype": p.dtype}
+            if p.role != "none":
+                decl["role"] = p.role
+            if p.pad:
+                decl["pad"] = int(p.pad)
+            decls[tensor] = decl
+            rename[p.name] = tensor
+            if p.role == "output" and buf is not None:
+                made[buf] = tensor
+            elif p.role == "input" and buf is not None:
+                seen.setdefault(buf, tensor)
+        names.append(rename)
+    return names, decls, inner, shared
 
 
 def _flow(value) -> str:
@@ -212,24 +316,29 @@ class FusionError(TensorgenError):
 # -- the group's schedule: each layer's own, replayed on the merged program -----------------
 def fused_schedule(merged: Merged, alone: list[tuple[Program, tuple]], target: Target):
     """Every layer's schedule (the automatic scheduler's, by its trace) replayed on the merged
-    program, the layers one after another; the intermediates are not staged (each is kept whole
-    in the scratchpad, where the producer writes it and the consumer reads it: never in DRAM).
-    Replayed unchecked: the lowering's verify_schedule checks the result once, dependences and
-    capacities (a group whose layers' buffers do not fit together is refused there)."""
-    fused = Schedule(merged.program, target, checked=False)
+    program, the layers one after another; the intermediates are not staged by them (each is
+    kept whole in the scratchpad, where the producer writes it and its readers read it: never in
+    DRAM), nor an input several layers read (staged whole: loaded once).
+    Replayed unchecked: the lowering's verify_schedule checks the result once against the
+    dependences, and its buffer plan the capacities (a group whose layers' buffers do not fit
+    together is refused there)."""
+    # no target: the replay skips the capacity check of every step (each one recomputes every
+    # staged box of the whole group: quadratic in its layers); the lowering's buffer plan
+    # checks the real capacities once
+    fused = Schedule(merged.program, None, checked=False)
     for tensor, layout in _layouts(merged, alone).items():
         fused.stage(tensor, None, "spad", layout=layout)
     for i, (program, trace) in enumerate(alone):
         rename, offset = merged.names[i], merged.offsets[i]
         stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
-        mirror = Schedule(program, target, checked=False)
+        mirror = Schedule(program, None, checked=False)
         handles = {}
         for s in program.statements:
             for a, b in zip(mirror.loops(s.name), fused.loops(stmt[s.name]), strict=True):
                 handles[a.name] = b
         for step in trace:
             if step.primitive in ("stage", "double_buffer") and (
-                rename[step.args[0]] in merged.intermediates
+                rename[step.args[0]] in merged.whole
             ):
                 continue
             kwargs = dict(step.kwargs)
@@ -242,17 +351,20 @@ def fused_schedule(merged: Merged, alone: list[tuple[Program, tuple]], target: T
 
 
 def _layouts(merged: Merged, alone: list[tuple[Program, tuple]]) -> dict[str, object]:
-    """Each intermediate's layout on chip: the one its consumer staged it with (a channels-last
-    input that folds a small kernel into the MAC array's K), else the tensor's own."""
-    layouts: dict[str, object] = {t: None for t in sorted(merged.intermediates)}
+    """Each tensor kept whole's layout on chip: the one its first reader staged it with (a
+    channels-last input that folds a small kernel into the MAC array's K), not its writer's;
+    else the tensor's own."""
+    layouts: dict[str, object] = {}
     for i, (_, trace) in enumerate(alone):
         for step in trace:
             tensor = merged.names[i].get(step.args[0]) if step.args else None
-            if step.primitive == "stage" and tensor in layouts and i > 0:
-                layout = dict(step.kwargs).get("layout")
-                if layout is not None and merged.names[i - 1].get(step.args[0]) != tensor:
-                    layouts[tensor] = tuple(layout)
-    return layouts
+            if step.primitive != "stage" or tensor not in merged.whole or tensor in layouts:
+                continue
+            if tensor in merged.intermediates and tensor.endswith(f"_{i}"):
+                continue  # the writer's own staging of its output
+            layout = dict(step.kwargs).get("layout")
+            layouts[tensor] = None if layout is None else tuple(layout)
+    return {t: layouts.get(t) for t in sorted(merged.whole)}
 
 
 def _args(args, loop, rename):
@@ -295,10 +407,12 @@ def fuse_units(
     """`singles` (one unit per layer, compiled alone) with every group that fits the scratchpad
     and whose layers all have schedules replaced by one fused unit; and one line per group
     saying what was fused and why, or why not."""
-    units, notes, start = [], [], {}
+    uses, units, notes, start = _Uses(graph), [], [], {}
     for group in fusion_groups(graph, target):
         first = next(k for k, lay in enumerate(graph.layers) if lay.name == group.layers[0])
         start[first] = group
+    cycles: dict[int, int] = {}  # a single layer's simulated cycles, once each
+    run = _Run(graph, target, uses, singles, schedules, notes, cycles)
     i = 0
     while i < len(graph.layers):
         group = start.get(i)
@@ -306,34 +420,63 @@ def fuse_units(
             units.append(singles[i])
             i += 1
             continue
-        idx = list(range(i, i + len(group.layers)))
-        units.extend(_fuse_run(graph, target, idx, singles, schedules, notes))
-        i += len(idx)
+        units.extend(run.fuse(i, i + len(group.layers) - 1))
+        i += len(group.layers)
     return units, notes
 
 
-def _fuse_run(graph, target, idx, singles, schedules, notes: list[str]) -> list[Unit]:
-    """One fused unit for the layers `idx`; if they do not compile as one, each half so."""
-    if len(idx) < 2:
-        return [singles[j] for j in idx]
-    sizes = {v.buffer or v.name: v.nbytes for v in graph.values.values()}
-    group = _group(graph, [graph.layers[j] for j in idx], sizes, target)
-    unit, why = _fused_unit(graph, target, group, idx, singles, schedules)
-    notes.append(f"{'fused' if unit else 'not fused'} {group.reason(target)}{why}")
-    if unit is not None:
-        return [unit]
-    mid = len(idx) // 2
-    return _fuse_run(graph, target, idx[:mid], singles, schedules, notes) + _fuse_run(
-        graph, target, idx[mid:], singles, schedules, notes
-    )
+@dataclass
+class _Run:
+    """The fusion of one model's groups: what each try needs."""
+
+    graph: Graph
+    target: Target
+    uses: _Uses
+    singles: list[Unit]
+    schedules: list[tuple | None]
+    notes: list[str]
+    cycles: dict[int, int]
+    blamed: int | None = None  # the layer the last refusal named, where to split
+
+    def fuse(self, a: int, b: int) -> list[Unit]:
+        """One fused unit for layers a..b; if they do not compile as one, each part so, split
+        where both parts are groups (or single layers): before the layer the refusal named
+        (after it if it is the first), else nearest the middle."""
+        group = self.uses.group(a, b, self.target)
+        if group is None:
+            return [self.singles[j] for j in range(a, b + 1)]
+        self.blamed = None
+        unit, why = _fused_unit(self, group, list(range(a, b + 1)))
+        self.notes.append(f"{'fused' if unit else 'not fused'} {group.reason(self.target)}{why}")
+        if unit is not None:
+            return [unit]
+        cuts = [m for m in range(a + 1, b + 1) if self._part(a, m - 1) and self._part(m, b)]
+        if not cuts:
+            return [self.singles[j] for j in range(a, b + 1)]
+        blamed = self.blamed if self.blamed is not None and a <= self.blamed <= b else None
+        # a cut at m splits before layer m: before the blamed layer, or after it if it is first
+        want = a + b + 1 if blamed is None else 2 * max(blamed, a + 1)
+        mid = min(cuts, key=lambda m: abs(2 * m - want))
+        return self.fuse(a, mid - 1) + self.fuse(mid, b)
+
+    def _part(self, a: int, b: int) -> bool:
+        return a == b or self.uses.inner(a, b) is not None
+
+    def alone_cycles(self, j: int) -> int:
+        if j not in self.cycles:
+            self.cycles[j] = _cycles(self.singles[j].binary, self.target)
+        return self.cycles[j]
 
 
-def _fused_unit(graph, target, group, idx, singles, schedules) -> tuple[Unit | None, str]:
+def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, str]:
+    graph, target, singles, schedules = run.graph, run.target, run.singles, run.schedules
     if not group.fits:
         return None, ""
-    if any(schedules[j] is None for j in idx):
+    run.blamed = next((j for j in idx if schedules[j] is None), None)
+    if run.blamed is not None:
         return None, "; a layer has no schedule to replay (the kernel default)"
     layers = [graph.layers[j] for j in idx]
+    merged = None
     try:
         merged = merge(graph, layers, target.name)
         alone = [
@@ -343,6 +486,7 @@ def _fused_unit(graph, target, group, idx, singles, schedules) -> tuple[Unit | N
         sched = fused_schedule(merged, alone, target)
         compiled = compile_scheduled(merged.program, target, sched)
     except TensorgenError as err:
+        run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
         return None, f"; {err}"
     bindings = {}
     for k, j in enumerate(idx):
@@ -351,15 +495,27 @@ def _fused_unit(graph, target, group, idx, singles, schedules) -> tuple[Unit | N
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
     binary = decode(encode(compiled.binary))
-    fused, alone_cycles = (
-        _cycles(binary, target),
-        sum(_cycles(singles[j].binary, target) for j in idx),
-    )
+    fused, alone_cycles = _cycles(binary, target), sum(run.alone_cycles(j) for j in idx)
     if fused > alone_cycles:  # DRAM bytes and energy are always lower: cycles must not rise
         return None, f"; {fused} cycles fused against {alone_cycles} layer by layer"
     return Unit(
         idx, binary, bindings, compiled.macs, "fused"
     ), f"; {fused} cycles, {alone_cycles} layer by layer"
+
+
+_NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")
+
+
+def _blame(message: str, merged: Merged, first: int) -> int | None:
+    """The layer (its index in the graph) that the first statement `S<k>` or tensor `<port>_<i>`
+    of an error about the merged program names, if any."""
+    for m in _NAMED.finditer(message):
+        if m.group(1) is not None:
+            k = int(m.group(1))
+            return first + max(i for i, o in enumerate(merged.offsets) if o <= k)
+        if int(m.group(2)) < len(merged.names):
+            return first + int(m.group(2))
+    return None
 
 
 def _cycles(binary: Binary, target: Target) -> int:

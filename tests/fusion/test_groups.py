@@ -1,7 +1,10 @@
-"""The candidate fusion groups of a model: runs of layers joined by activations only the next
-layer reads (tensorgen/fusion.py)."""
+"""The candidate fusion groups of a model: runs of consecutive layers that keep on chip every
+activation they write and read, which must then be read by no layer outside the run
+(tensorgen/fusion.py)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -28,30 +31,64 @@ class _Block(torch.nn.Module):
         return self.head(y + z)
 
 
-def test_groups_stop_at_an_activation_another_layer_reads() -> None:
+def _graph(model, inputs):
+    with quantized_engine("qnnpack"):
+        return lower_graph(quantize(model, inputs, "qnnpack"), inputs, "qnnpack")
+
+
+def _readers(graph) -> dict[str, set[str]]:
+    """The test's own account: which layers read each activation (by its buffer)."""
+    out: dict[str, set[str]] = {}
+    for layer in graph.layers:
+        for p in layer.ports:
+            if p.role == "input" and p.value is not None and p.const is None:
+                v = graph.values[p.value]
+                out.setdefault(v.buffer or v.name, set()).add(layer.name)
+    return out
+
+
+def test_a_residual_block_is_one_group_with_its_input_kept_on_chip() -> None:
     torch.manual_seed(0)
     model, inputs = _Block().eval(), (torch.randn(1, 3, 8, 8),)
-    with quantized_engine("qnnpack"):
-        graph = lower_graph(quantize(model, inputs, "qnnpack"), inputs, "qnnpack")
-    ops = [layer.op for layer in graph.layers]
+    graph = _graph(model, inputs)
     target = load_target("tg1")
     groups = fusion_groups(graph, target)
-    names = [g.layers for g in groups]
-    by_name = {layer.name: layer for layer in graph.layers}
-    # the stem's output is read by expand and by the residual add: it never joins a group
-    stem = next(layer.name for layer in graph.layers if layer.path.endswith("stem"))
-    assert all(g[:-1].count(stem) == 0 for g in names), (ops, names)
-    # expand (the ReLU folded into its epilogue) -> project (the residual add folded into it,
-    # so it reads the stem's output too) -> head -> the final dequantize: one group whose
-    # intermediates are expand's 16x8x8, the sum's 8x8x8 and head's 4x8x8 int8 activations
-    # (and the input's quantize -> stem, whose quantized input only the stem reads)
-    assert len(groups) == 2 and groups[0].layers[-1] == stem, names
-    group = groups[1]
-    assert [by_name[n].path.split(".")[-1] for n in group.layers[:3]] == [
-        "expand",
-        "project",
-        "head",
-    ], names
-    assert group.intermediate_bytes == (16 + 8 + 4) * 8 * 8
-    assert group.saved_dram_bytes == 2 * group.intermediate_bytes
+    # the stem's output is read by expand and by the residual add (folded into project): both
+    # in the group, so it stays on chip: the whole model is one group
+    assert len(groups) == 1 and len(groups[0].layers) == len(graph.layers), [
+        g.layers for g in groups
+    ]
+    group = groups[0]
+    stem = next(layer for layer in graph.layers if layer.path.endswith("stem"))
+    assert stem.output.value in group.intermediates
+    readers = _readers(graph)
+    assert len(readers[stem.output.value]) == 2
+    # quantize's 3x8x8, stem's 8x8x8, expand's 16x8x8, the sum's 8x8x8, head's 4x8x8 (int8)
+    assert group.intermediate_bytes == (3 + 8 + 16 + 8 + 4) * 8 * 8
+    # layer by layer each is stored once and loaded once per reader: the stem's twice
+    assert group.saved_dram_bytes == 2 * group.intermediate_bytes + 8 * 8 * 8
+    assert group.live_bytes < group.whole_bytes
     assert group.fits and "fits the 262144 B scratchpad" in group.reason(target)
+
+
+def test_smaller_groups_never_cut_a_value_from_one_of_its_readers() -> None:
+    """With a scratchpad too small for the whole block, each group still keeps on chip only
+    values all of whose readers it holds; a value read outside is the group's output."""
+    torch.manual_seed(0)
+    model, inputs = _Block().eval(), (torch.randn(1, 3, 8, 8),)
+    graph = _graph(model, inputs)
+    tg1 = load_target("tg1")
+    small = dataclasses.replace(tg1, spad=dataclasses.replace(tg1.spad, bytes=1024))
+    groups = fusion_groups(graph, small)
+    assert groups and all(len(g.layers) < len(graph.layers) for g in groups)
+    readers = _readers(graph)
+    for g in groups:
+        assert g.whole_bytes <= 1024, g
+        for value in g.intermediates:
+            assert readers[value] <= set(g.layers), (value, g.layers)
+        # a value written in the group and read by a layer outside it is not kept
+        for layer in graph.layers:
+            if layer.name in g.layers:
+                out = layer.output.value
+                if readers.get(out, set()) - set(g.layers):
+                    assert out not in g.intermediates

@@ -50,23 +50,62 @@ def test_a_group_that_does_not_compile_whole_is_fused_in_halves(monkeypatch) -> 
 
     whole = fusion._fused_unit
 
-    def refuse_long(graph, target, group, idx, singles, schedules):
+    def refuse_long(run, group, idx):
         if len(idx) > 2:  # as a capacity refusal would
             return None, "; refused by the test"
-        return whole(graph, target, group, idx, singles, schedules)
+        return whole(run, group, idx)
 
     monkeypatch.setattr(fusion, "_fused_unit", refuse_long)
     torch.manual_seed(0)
     model, example = _Block().eval(), (torch.randn(1, 3, 8, 8),)
     cm = compile_model(model, example, TG1, fuse=True)
     fused = [r for r in cm.layers if r.schedule == "fused"]
-    # quantize -> stem (2 layers), then expand -> project -> head -> dequantize as two halves
+    # the whole block is one group (the stem's output, read by expand and by the add folded
+    # into project, stays inside); refused, it is split where both parts are groups: not
+    # between expand and project (the stem's output would be kept by one part and read by the
+    # other), so quantize -> stem, then expand -> project (the stem's output loaded once for
+    # both) and head -> dequantize
     assert len(fused) == 3, [(r.name, r.op) for r in cm.layers]
+    assert [r.op for r in fused] == ["quantize+conv2d", "conv2d+conv2d", "conv2d+dequantize"]
     assert any("refused by the test" in note for note in cm.fusion_notes)
     for seed in (0, 1):
         x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
         cmp, _ = check_model(cm, (x,))
         assert cmp.exact, cmp.message
+
+
+def test_a_refused_group_is_split_at_the_layer_its_error_names(monkeypatch) -> None:
+    """A refusal that names a layer (a tensor `<port>_<i>` or a statement of its) splits the
+    group before that layer, or after it if it is the group's first: not in the middle."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_groups import _Block
+
+    from tensorgen import fusion
+
+    whole = fusion._fused_unit
+    tried = []
+
+    def blame_stem(run, group, idx):
+        tried.append(list(idx))
+        stems = [j for j in idx if run.graph.layers[j].path.endswith("stem")]
+        if len(idx) > 2 and stems:
+            run.blamed = stems[0]
+            return None, "; refused by the test"
+        return whole(run, group, idx)
+
+    monkeypatch.setattr(fusion, "_fused_unit", blame_stem)
+    torch.manual_seed(0)
+    model, example = _Block().eval(), (torch.randn(1, 3, 8, 8),)
+    cm = compile_model(model, example, TG1, fuse=True)
+    # quantize, stem, expand, project, head, dequantize: cut before the stem (quantize alone),
+    # then after it (the stem first in its part), then expand..dequantize whole
+    assert tried[:3] == [[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [2, 3, 4, 5]], tried
+    fused = [r.op for r in cm.layers if r.schedule == "fused"]
+    assert fused == ["conv2d+conv2d+conv2d+dequantize"], [(r.name, r.op) for r in cm.layers]
+    cmp, _ = check_model(cm, example)
+    assert cmp.exact, cmp.message
 
 
 def test_cli_check_with_fuse_names_the_groups(capsys) -> None:
