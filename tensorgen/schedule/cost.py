@@ -522,4 +522,4 @@ def _pass_kinds(probe: Probe, inner: str) -> tuple[tuple[tuple[float, ...], int]
         )
         return tuple(((1.0,) * n, times) for n, times in passes)
     extents, blocks = probe.splits
-    return pass_kinds(extents, blocks, probe.order, inner, probe.band_parts or {frozenset(): 1.0})
+    return pass_kinds(extents, blocks, probe.order, inner, probe.band_parts)

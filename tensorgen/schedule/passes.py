@@ -92,7 +92,7 @@ def pass_kinds(
     ((compute of each iteration, in order), passes), the compute of an iteration being the
     band's cycles summed over the points of the loops inside it. `band_parts`: frozenset of
     outer loops of ragged splits at their last iteration -> the band's cycles at one point
-    (the keys' loops shrink the band's blocks there)."""
+    (the keys' loops shrink the band's blocks there); {}: the same at every point."""
     key = (tuple(extents.items()), tuple(map(tuple, blocks)), tuple(order), inner)
     return _pass_kinds(*key, tuple(sorted(band_parts.items(), key=lambda kv: sorted(kv[0]))))
 
@@ -100,7 +100,7 @@ def pass_kinds(
 @lru_cache(maxsize=1 << 12)
 def _pass_kinds(extents, blocks, order, inner, band_parts) -> tuple:
     base, values, _ = _split_values(extents, blocks)
-    parts = dict(band_parts)
+    parts = dict(band_parts) or {frozenset(): 1.0}
     shrink = set().union(*parts)
     depth = {x: k for k, x in enumerate(order)}
     d = depth[inner]
