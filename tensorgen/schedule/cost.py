@@ -323,6 +323,8 @@ def _candidate(
     else:
         dma = m.serial + (m.refills if deep else 0)
     dma += first.cycles
+    if not pipeline:
+        dma += _token_fills(probe, target, stages, staged)
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
     needs = _temps(probe)
@@ -392,6 +394,24 @@ def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
     blocks = math.prod(probe.trips[x] for x in order if x not in reductions)
     varying = reductions[-1] if len(reductions) > 1 else None
     return _FirstBlocks(cycles, traffic, varying, blocks, order[tail:])
+
+
+def _token_fills(probe: Probe, target: Target, stages, staged) -> int:
+    """With two weight buffers, a MATMUL whose load token arrives after the MATMUL before it
+    began to stream loads its weights only then, exposing the fill the band's cycles count
+    hidden (timing.matmul_stream_start): once per iteration of the innermost level that loads
+    a tensor, but for the first of the program (the band counts its fill)."""
+    if target.weight_buffers < 2 or "acc" not in probe.memory.values():
+        return 0
+    loading = [
+        (probe.order.index(lv), st.loads)
+        for st, (_, lv) in zip(staged, stages, strict=True)
+        if lv and st.loads
+    ]
+    if not loading:
+        return 0
+    loads = max(loading)[1]
+    return target.fill_cycles * max(0, loads - 1)
 
 
 def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
