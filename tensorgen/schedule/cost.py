@@ -7,8 +7,10 @@ are isa.py's definitions, `matmul_cycles` and `vector_cycles`; how many instruct
 statement takes comes from the instruction selection itself).
 The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
 loads and stores overlap its compute: a pass of it is timed by the lowering's tokens on the
-simulator's own DRAM channel (`pipelined.one_pass`). Iterations are counted as the loops run
-them after ragged splits (`loop_passes`). A buffer whose boxes meet across iterations (partial sums
+simulator's own DRAM channel (`pipelined.one_pass`), each kind of pass with its own compute
+(a ragged split outside the loop makes the passes in its last iteration compute less:
+`passes.pass_kinds`). Iterations are counted as the loops run them after ragged splits
+(`passes.loop_passes`). A buffer whose boxes meet across iterations (partial sums
 of a chunk of the reduction) is loaded and stored, except that the iterations that are the first
 to touch their box zero it instead of loading it.
 """
