@@ -7,6 +7,7 @@ skeleton, once per nest; the cost model then costs every staging choice from the
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import cache
 
@@ -15,8 +16,9 @@ from tensorgen.ir.core import Program, Statement
 from tensorgen.ir.queries import out_indices
 from tensorgen.mc import isa
 from tensorgen.schedule.compaction import compacted_size, row_compaction
-from tensorgen.schedule.cost import Footprint, Probe, loop_passes, vector_cycles
+from tensorgen.schedule.cost import Footprint, Probe, vector_cycles
 from tensorgen.schedule.fold import KFold
+from tensorgen.schedule.passes import loop_passes
 from tensorgen.target import Target
 
 
@@ -60,12 +62,17 @@ def probe_nest(
         per_block = fold.matmuls if fold else 1
         band_cycles = _matmul_band_cycles(target, layer, geo, sk, order, m_loops, per_block)
         band_temps = 0
+        parts = _band_elements(geo, order, m_loops)
+        band_parts = {k: per_block * isa.matmul_cycles(target, e, e) for k, e in parts.items()}
     else:
         instructions, slots = profiles[stmt.name]
         blocks_v = geo.blocks(list(order), band)
         band_cycles = instructions * sum(n * vector_cycles(target, e) for n, e in blocks_v)
         band_temps = slots * _align(4 * max(e for _, e in blocks_v))
+        parts = _band_elements(geo, order, band)
+        band_parts = {k: instructions * vector_cycles(target, e) for k, e in parts.items()}
     tile_work = _tile_work(target, layer, geo, sk, profiles)
+    extents = {i: stmt.extent(i) for i in stmt.indices}
     memory = {t: "spad" for t in layer.tensors()}
     if kind == "array":
         memory[stmt.lhs.tensor] = "acc"
@@ -84,7 +91,9 @@ def probe_nest(
         written,
         stored,
         reductions=reductions,
-        passes=loop_passes({i: stmt.extent(i) for i in stmt.indices}, blocks, order),
+        passes=loop_passes(extents, blocks, order),
+        splits=(extents, tuple(map(tuple, blocks))),
+        band_parts=band_parts,
     )
 
 
@@ -170,6 +179,19 @@ def _matmul_band_cycles(
     runs = math.prod(geo.trips[x] for x in sk.fused) if layer.others else 1
     rows = max(r for _, r in blocks)
     return cycles + runs * (isa.matmul_cycles(target, rows) - isa.matmul_cycles(target, rows, rows))
+
+
+def _band_elements(geo: Geometry, order, inside) -> dict[frozenset[str], int]:
+    """The elements of the band's blocks over its loops `inside` at one point of the outer
+    loops `order`, by which outer loops of ragged splits of those loops are at their last,
+    partial iteration there (the keys): what the cost model times each pass by."""
+    shrink = [geo.outer[x] for x in inside if geo.partial.get(x) and geo.outer[x] in order]
+    parts = {}
+    for k in range(len(shrink) + 1):
+        for low in itertools.combinations(shrink, k):
+            sizes = [geo.partial[x] if geo.outer.get(x) in low else geo.trips[x] for x in inside]
+            parts[frozenset(low)] = math.prod(sizes)
+    return parts
 
 
 def _align(n: int) -> int:

@@ -7,8 +7,10 @@ are isa.py's definitions, `matmul_cycles` and `vector_cycles`; how many instruct
 statement takes comes from the instruction selection itself).
 The lowering serialises its queues, so these add up, except in a double-buffered loop, whose
 loads and stores overlap its compute: a pass of it is timed by the lowering's tokens on the
-simulator's own DRAM channel (`pipelined.one_pass`). Iterations are counted as the loops run
-them after ragged splits (`loop_passes`). A buffer whose boxes meet across iterations (partial sums
+simulator's own DRAM channel (`pipelined.one_pass`), each kind of pass with its own compute
+(a ragged split outside the loop makes the passes in its last iteration compute less:
+`passes.pass_kinds`). Iterations are counted as the loops run them after ragged splits
+(`passes.loop_passes`). A buffer whose boxes meet across iterations (partial sums
 of a chunk of the reduction) is loaded and stored, except that the iterations that are the first
 to touch their box zero it instead of loading it.
 """
@@ -18,10 +20,10 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import NamedTuple
 
 from tensorgen.mc import isa
+from tensorgen.schedule.passes import pass_kinds
 from tensorgen.schedule.pipelined import pipelined_pass
 from tensorgen.target import Target
 
@@ -88,60 +90,16 @@ class Probe:
     # loop -> ((trips, passes), ...): how often the loop runs with each trip count (loop_passes);
     # a loop not in it runs trips[loop] times per iteration of the loops outside it
     passes: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # the splits of the contraction's indices: (extents, blocks), for pass_kinds ((): none known)
+    splits: tuple = ()
+    # outer loops of ragged splits at their last iteration -> the band's cycles at one point
+    # (those loops shrink the band's blocks there); {} : the band is the same at every point
+    band_parts: dict = field(default_factory=dict)
 
     @property
     def first_reduction(self) -> int:
         """Position in `order` of the outermost reduction loop of >1 trips (10**6: none)."""
         return self.order.index(self.reductions[0]) if self.reductions else 10**6
-
-
-@lru_cache(maxsize=1 << 10)
-def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
-    base = {i: i for i, _ in extents}
-    size = dict(extents)
-    splits = []
-    for name, block in blocks:
-        if size[name] <= block:
-            continue  # as Geometry.of: a split no larger than the extent is not made
-        size[f"{name}_o"], size[f"{name}_i"] = -(-size[name] // block), block
-        base[f"{name}_o"] = base[f"{name}_i"] = base[name]
-        splits.append((name, block))
-    values: dict[str, list[dict[str, int]]] = {}  # base index -> the loops' values at each point
-    for index, extent in extents:
-        points = []
-        for v in range(extent):
-            at = {index: v}
-            for name, block in splits:
-                if base[name] == index:
-                    at[f"{name}_o"], at[f"{name}_i"] = divmod(at[name], block)
-            points.append(at)
-        values[index] = points
-    out = {}
-    for k, loop in enumerate(order):
-        if loop not in base:
-            continue
-        mine = base[loop]
-        around = [x for x in order[:k] if base.get(x) == mine]
-        groups: dict[tuple, set[int]] = {}
-        for at in values[mine]:
-            groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
-        others = math.prod(
-            len({tuple(at[x] for x in order[:k] if base.get(x) == b) for at in values[b]})
-            for b in {base[x] for x in order[:k] if x in base} - {mine}
-        )
-        counted: dict[int, int] = {}
-        for trips in map(len, groups.values()):
-            counted[trips] = counted.get(trips, 0) + others
-        out[loop] = tuple(sorted(counted.items()))
-    return out
-
-
-def loop_passes(extents: dict[str, int], blocks, order) -> dict[str, tuple[tuple[int, int], ...]]:
-    """Per loop of `order` (outer loops, outermost first) after the splits `blocks` of the
-    indices of `extents`: ((trips, passes), ...), how many times the loop is entered with each
-    trip count over the whole program. A ragged split makes the loops inside it shorter in its
-    last iteration (96 columns in blocks of 64, then of 16: 4 blocks of 16, then 2)."""
-    return _loop_passes(tuple(extents.items()), tuple(map(tuple, blocks)), tuple(order))
 
 
 def _iterations(probe: Probe, level: str) -> int:
@@ -393,6 +351,8 @@ def _candidate(
     else:
         dma = m.serial + (m.refills if deep else 0)
     dma += first.cycles
+    if not pipeline:
+        dma += _token_fills(probe, target, stages, staged)
     # the init and epilogue vectorize as many of a tile's loops as their temporaries leave room for
     room = target.spad.bytes - spad
     v = 0  # the most loops whose temporaries fit (the fewest do: checked above)
@@ -487,6 +447,24 @@ def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
     return _FirstBlocks(cycles, traffic, varying, blocks, order[tail:])
 
 
+def _token_fills(probe: Probe, target: Target, stages, staged) -> int:
+    """With two weight buffers, a MATMUL whose load token arrives after the MATMUL before it
+    began to stream loads its weights only then, exposing the fill the band's cycles count
+    hidden (timing.matmul_stream_start): once per iteration of the innermost level that loads
+    a tensor, but for the first of the program (the band counts its fill)."""
+    if target.weight_buffers < 2 or "acc" not in probe.memory.values():
+        return 0
+    loading = [
+        (probe.order.index(lv), st.loads)
+        for st, (_, lv) in zip(staged, stages, strict=True)
+        if lv and st.loads
+    ]
+    if not loading:
+        return 0
+    loads = max(loading)[1]
+    return target.fill_cycles * max(0, loads - 1)
+
+
 def _refused(probe: Probe, stages, pipeline: bool) -> Candidate:
     """A candidate that does not fit or cannot double-buffer: infinitely many cycles."""
     return Candidate(probe.order, stages, math.inf, probe.band_cycles, 0, 0, 0, pipelined=pipeline)
@@ -565,13 +543,11 @@ def _pipelined_total(
     buffers, a compute that waits for its loads exposes the fill that the band's cycles count
     hidden (not after the vector work of a fused tile, where it is counted); the overwriting first
     blocks of a reloaded accumulator (`first`) run before the loops of their tail, serial."""
-    order, trips = probe.order, probe.trips
+    order = probe.order
     depth = order.index(inner)
-    passes = probe.passes.get(inner) or (
-        (trips[inner], math.prod(trips[o] for o in order[:depth])),
-    )
+    kinds = _pass_kinds(probe, inner)
     in_loop = _band_cycles(probe) + (tile if depth < len(probe.fused) else 0)
-    e = in_loop / sum(n * times for n, times in passes) + p.fill
+    scale = in_loop / sum(times * sum(work) for work, times in kinds)
     # the overwriting first blocks run before a reduction loop, each taking its block out of the
     # first iteration of a pass
     short = first.blocks if inner in first.tail else 0
@@ -584,16 +560,37 @@ def _pipelined_total(
         and depth >= len(probe.fused)
         else 0
     )
-    alone = p.load_cycles + e + p.store_cycles
-    total = (compute - in_loop) + late * (sum(times for _, times in passes) - 1)
-    for n, times in passes:
+    passes = sum(times for _, times in kinds)
+    mean = sum(times * sum(work) for work, times in kinds) / sum(
+        times * len(work) for work, times in kinds
+    )
+    total = (compute - in_loop) + late * (passes - 1)
+    for work, times in kinds:
+        n = len(work)
+        alone = [p.load_cycles + scale * w + p.fill + p.store_cycles for w in work]
         if n - peeled < 2:
-            total += times * n * alone
+            total += times * sum(alone)
             continue
+        e = scale * sum(work[: n - peeled]) / (n - peeled) + p.fill
         steady = pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead)
-        total += times * (steady + peeled * alone)
-        if short:  # of these passes, those whose first iteration lacks its first block
-            k, short = min(short, times), short - min(short, times)
-            lacking = pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead, e - block)
-            total += k * (lacking - steady)
+        total += times * (steady + (alone[-1] if peeled else 0))
+        if short:  # of these passes, their share of those whose first iteration lacks its
+            # first block, a block as much smaller as the band is in their iterations
+            less = block * work[0] / mean
+            lacking = pipelined_pass(p.loads, p.stores, e, n - peeled, late, p.ahead, e - less)
+            total += short * times / passes * (lacking - steady)
     return total - compute
+
+
+def _pass_kinds(probe: Probe, inner: str) -> tuple[tuple[tuple[float, ...], int], ...]:
+    """The passes of the loop `inner` by the compute of their iterations, in shares of the band
+    (passes.pass_kinds); without the splits, every iteration alike."""
+    if not probe.splits:
+        trips = probe.trips
+        depth = probe.order.index(inner)
+        passes = probe.passes.get(inner) or (
+            (trips[inner], math.prod(trips[o] for o in probe.order[:depth])),
+        )
+        return tuple(((1.0,) * n, times) for n, times in passes)
+    extents, blocks = probe.splits
+    return pass_kinds(extents, blocks, probe.order, inner, probe.band_parts)
