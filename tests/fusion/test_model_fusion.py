@@ -159,11 +159,13 @@ def test_a_zero_pad_halo_does_not_depend_on_what_the_scratchpad_held() -> None:
 
 
 def test_segnet_fused_is_bit_exact() -> None:
-    """Issue 14 as it was found: segnet at 16 with every group fused (two neighbouring groups
-    put their activations at the same scratchpad addresses)."""
+    """Issue 14 as it was found: segnet at 16 fused (once as neighbouring groups that put their
+    activations at the same scratchpad addresses; fused over regions of the graph it is one
+    group: the encoder's skips and the decoder's concatenations stay on chip)."""
     model, example = load_factory(str(MODELS / "segnet.py"), {"size": 16})
     cm = compile_model(model, example, TG1, fuse=True)
-    assert sum(r.schedule == "fused" for r in cm.layers) >= 3, [(r.name, r.op) for r in cm.layers]
+    fused = [r.op for r in cm.layers if r.schedule == "fused"]
+    assert fused and "cat" in " ".join(fused), [(r.name, r.op) for r in cm.layers]
     cmp, _ = check_model(cm, example)
     assert cmp.exact, cmp.message
 
