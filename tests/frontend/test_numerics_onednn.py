@@ -286,3 +286,27 @@ def test_random_model_136_is_bit_exact_under_x86() -> None:
         x = torch.randn(*example[0].shape, generator=torch.Generator().manual_seed(trial)) * 1.5
         cmp, _ = check_model(cm, (x,))
         assert cmp.exact, cmp.message
+
+
+@pytest.mark.parametrize("groups", [0, 100], ids=["fbgemm CPU", "oneDNN CPU"])
+def test_the_probe_decides_which_requantization_convs_get(monkeypatch, groups: int) -> None:
+    """With the probe's verdict replaced (0: a CPU without AVX512-VNNI, 100: one with it) the
+    same model's convs get requant_fbgemm (VREQUANTF) or requant_onednn (VREQUANTO), and only
+    under x86: qnnpack never sees either."""
+    from dataclasses import replace
+
+    from tensorgen.frontend.quantize import load_factory
+    from tensorgen.model import compile_model
+    from tensorgen.target import load_target
+
+    seen = replace(x86_behaviour("x86"), onednn_groups=groups)
+    monkeypatch.setattr(onednn, "x86_behaviour", lambda engine: seen)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    model, example = load_factory(f"{RANDOM_CNN}:build", {"size": 8, "seed": 136})
+    for eng in ("x86", "qnnpack"):
+        cm = compile_model(model, example, load_target("tg1"), engine=eng)
+        used = {i.mnemonic for i in cm.binary.code} & {"VREQUANTF", "VREQUANTO"}
+        if eng == "qnnpack":
+            assert not used
+        else:
+            assert used == ({"VREQUANTO"} if groups else {"VREQUANTF"}), used
