@@ -332,12 +332,11 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return torch.clamp(_cvt_int32(scaled) + int(args[3]), lo, hi)
     if e.fn == "requant_onednn":  # oneDNN's five float32 roundings; the float saturates
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
-        t = wrap32(x).to(torch.int32).to(torch.float32) * torch.tensor(float(args[3]))
-        t = t * torch.as_tensor(args[1]).to(torch.float32) + torch.as_tensor(args[2]).to(
-            torch.float32
-        )
-        t = t * torch.tensor(float(args[4])) + torch.tensor(float(int(args[5])))
-        return torch.clamp(torch.round(t.to(torch.float64)), lo, hi).to(torch.int64)
+        s_src, d, zp = (torch.tensor(float(v), dtype=torch.float32) for v in args[3:6])
+        wei, bias = (torch.as_tensor(v).to(torch.float32) for v in args[1:3])
+        t = wrap32(x).to(torch.int32).to(torch.float32) * s_src * wei + bias
+        t = torch.round((t * d + zp).to(torch.float64))
+        return torch.clamp(t, lo, hi).to(torch.int64)
     if e.fn == "requant_fma":  # fbgemm's float rules with fused multiply-adds (fbgemm.py)
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         return fbgemm.requant_fma(x, float(args[1]), int(args[2]), lo, hi)

@@ -114,9 +114,9 @@ def test_exact_ties_round_to_even_with_the_zero_point_added_first():
             assert not np.array_equal(got, np.clip(np.rint(acc * 0.5) + zp, 0, 255))
 
 
-def requant_program(n: int, k: int, relu: bool) -> str:
+def requant_program(n: int, k: int, relu: bool, consts: str = "0.03125, 0.00390625, 100") -> str:
     """A 1x1 conv as a matrix product, requantized by oneDNN's rule (op.yaml)."""
-    y = "requant_onednn(ACC[i, j], SW[j], BO[j], 0.03125, 0.00390625, 100)"
+    y = f"requant_onednn(ACC[i, j], SW[j], BO[j], {consts})"
     y = f"clamp({y}, 100, 255)" if relu else y
     return f"""tensorgen: 1
 name: rq_onednn
@@ -144,6 +144,24 @@ def test_requant_onednn_programs_are_bit_exact_under_both_schedulers(n, k, relu)
         for seed in (0, 1):
             cmp, _ = run_and_compare(Job(program, TG1, compiled), random_inputs(program, seed))
             assert cmp.exact, cmp.message
+
+
+def test_the_reference_and_the_program_round_exact_ties_to_even_after_the_zero_point():
+    """s_src = 1, d = 1/2, weight scales 1, biases 0: every odd accumulator is a tie, after the
+    zero point 3 is added; the simulator and the reference agree, and both equal numpy's
+    rounding of the exact value (not the zero point added after rounding)."""
+    program = parse_program(requant_program(40, 16, False, "1.0, 0.5, 3"), "<rq>", "tg1")
+    rng = np.random.default_rng(41)
+    x = rng.integers(0, 4, (40, 24)).astype(np.uint8)
+    w = rng.integers(-2, 3, (24, 16)).astype(np.int8)
+    inputs = {"X": x, "W": w, "SW": np.ones(16, F32), "BO": np.zeros(16, F32)}
+    cmp, result = run_and_compare(Job(program, TG1, compile_default(program, TG1)), inputs)
+    assert cmp.exact, cmp.message
+    acc = x.astype(np.int64) @ w.astype(np.int64)
+    assert (acc % 2 == 1).sum() > 100
+    y = result.outputs["Y"].astype(np.int64)
+    assert np.array_equal(y, np.clip(np.rint(acc * 0.5 + 3), 0, 255))
+    assert not np.array_equal(y, np.clip(np.rint(acc * 0.5) + 3, 0, 255))
 
 
 @pytest.mark.parametrize(
