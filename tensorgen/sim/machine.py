@@ -33,6 +33,7 @@ from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine
 from tensorgen.sim.static import static
+from tensorgen.sim.vector import VectorRuns
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -41,6 +42,8 @@ __all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
 # A reduction nest is run as one numpy call only while its arrays stay this small; a larger one
 # runs iteration by iteration (same values), so its memory is bounded by one iteration's.
 MAX_NEST_ELEMENTS = 1 << 22
+# the instructions a run executed at once may begin with
+_RUN_HEADS = frozenset(("MATMUL", "LOOP", "LOOPB", "VMUL", "VMAC"))
 
 
 class Simulator:
@@ -76,6 +79,7 @@ class Simulator:
         self.streaming: tuple[int, int] | None = None
         self.recorder = Recorder() if record else None  # None: no recording cost at all
         self.runs = MatmulRuns(self)  # runs of MATMULs executed at once (vectorize_loops)
+        self.vector_runs = VectorRuns(self)  # and of VMUL/VMAC (a depthwise tap loop)
         self.replays: dict[tuple[int, int], replay.Form | None] = known.replays  # (replay)
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
@@ -166,8 +170,8 @@ class Simulator:
             if not counters and pc in self.mark_pcs:
                 self._mark(pc)
             ins = code[pc]
-            if self.vectorize_loops and ins.mnemonic in ("MATMUL", "LOOP", "LOOPB"):
-                after = self._matmul_run(pc, end, counters)
+            if self.vectorize_loops and ins.mnemonic in _RUN_HEADS:
+                after = self._run_at_once(pc, end, counters)
                 if after is not None:
                     pc = after
                     continue
@@ -215,6 +219,15 @@ class Simulator:
             else:
                 self._step(pc, ins, counters)
                 pc += 1
+
+    def _run_at_once(self, pc: int, end: int, counters: tuple[int, ...]) -> int | None:
+        """A run of MATMULs (`_matmul_run`) or of VMUL/VMACs (`vector.VectorRuns`) at `pc`
+        executed at once: the pc after it, or None when it is to be stepped."""
+        if self.binary.code[pc].mnemonic in ("MATMUL", "LOOP", "LOOPB"):
+            after = self._matmul_run(pc, end, counters)
+            if after is not None:
+                return after
+        return self.vector_runs.run(pc, end, counters)
 
     def _matmul_run(self, pc: int, end: int, counters: tuple[int, ...]) -> int | None:
         """Run the MATMULs starting at `pc` at once (`runs.MatmulRuns`): token-free MATMULs
@@ -289,6 +302,7 @@ class Simulator:
         defn = ins.defn
         if (
             ins.mnemonic == "MATMUL"  # its runs are `runs.MatmulRuns`'; declined ones are stepped
+            or self.vector_runs.op(pc) is not None  # and `vector.VectorRuns`' (errors: stepping's)
             or defn.execute_reduction_loop is None
             or ins.wait
             or ins.signal
