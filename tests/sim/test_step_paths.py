@@ -167,3 +167,116 @@ def test_a_hazard_inside_a_run_is_stepping_s() -> None:
     fast = _outcome(binary, _inputs("int8", 0), True)
     assert fast[0] == "error" and "hazard" in fast[1]
     assert fast == _outcome(binary, _inputs("int8", 0), False)
+
+
+@dataclass(frozen=True)
+class Pipe:
+    count: int  # iterations of the pipelined loop (two MATMUL + STORE halves each)
+    after: str  # after it: none | token (a LOAD ordered by a token) | race (a LOAD without
+    # one) | ex_race (a MATMUL overwriting an accumulator the last STORE reads, no token)
+    outer: bool  # a LOOP of two around it all, LOADs inside (LD runs again)
+    buffers: int
+
+
+def _pipe(p: Pipe) -> str:
+    """A loop on EX and ST only, LD idle (its replay adds the accesses a later LOAD may meet,
+    `replay.replicate`), like a 1x1 convolution's loop over output tiles."""
+    i = "L1" if p.outer else "L0"
+    half = [
+        [
+            "SYNC queue=1 wait=ST",
+            f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:int8@{a}+{a_step}*{i}[4x4:16,1] "
+            "b=spad:int8@128[4x4:4,1] accumulate=0 a_zp=0 b_zp=0",
+            "SYNC queue=1 signal=ST",
+            f"STORE dst=C({row}+8*{i},0)[4x4] src=acc:int32@{acc}[4x4:4,1] wait=EX signal=EX",
+        ]
+        for acc, a, a_step, row in ((0, 0, 8, 0), (64, 4, 8, 4))
+    ]
+    body = half[0] + half[1]
+    ex = [f"LOOP count={p.count} body={len(body)}", *body]
+    ex = ["SYNC queue=2 signal=EX", "SYNC queue=2 signal=EX", *ex]
+    if p.after == "ex_race":  # EX overwrites what the last STORE may still read
+        ex.append(
+            "MATMUL acc=acc:int32@64[4x4:4,1] a=spad:int8@0[4x4:16,1] b=spad:int8@128[4x4:4,1] "
+            "accumulate=0 a_zp=0 b_zp=0"
+        )
+    ex += ["SYNC queue=1 wait=ST", "SYNC queue=1 wait=ST"]
+    load = [
+        "LOAD dst=spad:int8@0[8x16:16,1] src=X(0,0)[8x16] wait=EX" if p.outer else "",
+        "LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] signal=EX",
+        "SYNC queue=1 wait=LD",
+    ]
+    if p.outer:
+        ex = ["SYNC queue=1 signal=LD", *[x for x in load if x], *ex]
+        ex = [f"LOOP count=2 body={len(ex)}", *ex]
+    if p.after in ("token", "race"):  # new weights, over those the loop's MATMULs read
+        tok = " wait=EX" if p.after == "token" else ""
+        ex += (["SYNC queue=1 signal=LD"] if tok else []) + [
+            f"LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4]{tok}"
+        ]
+    rows = 8 * p.count
+    head = f""".target tiny {TARGETS[p.buffers].hash.hex()}
+.dram {rows * 32 + 64}
+.tensor X int8 {rows}x16 input dram=0 pad=0
+.tensor W int8 16x4 input dram={rows * 16} pad=0
+.tensor C int32 {rows}x4 output dram={rows * 16 + 64} pad=0
+"""
+    first = (
+        []
+        if p.outer
+        else [
+            "LOAD dst=spad:int8@0[8x16:16,1] src=X(0,0)[8x16]",
+            "LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] signal=EX",
+            "SYNC queue=1 wait=LD",
+        ]
+    )
+    return head + "\n".join(first + ex) + "\n"
+
+
+def _tiny(buffers: int):
+    d = yaml.safe_load((ISA_DIR / "tiny.yaml").read_text())
+    d["mac_array"]["weight_buffers"] = buffers
+    return target_from_dict(d, "tiny.yaml")
+
+
+TARGETS = {n: _tiny(n) for n in (1, 2)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    p=st.builds(
+        Pipe,
+        count=st.sampled_from([3, 4, 6]),
+        after=st.sampled_from(["none", "token", "race", "ex_race"]),
+        outer=st.booleans(),
+        buffers=st.sampled_from([1, 2]),
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_replay_with_a_queue_idle_equals_stepping(p: Pipe, seed: int) -> None:
+    binary = assemble(_pipe(p))
+    rng = np.random.default_rng(seed)
+    rows = 8 * p.count
+    inputs = {
+        "X": rng.integers(-128, 128, (rows, 16)).astype(np.int8),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+    outcome = []
+    for fast in (True, False):
+        try:
+            r = simulate(binary, inputs, TARGETS[p.buffers], vectorize_loops=fast, record=True)
+            outcome.append(
+                (
+                    {k: v.tolist() for k, v in r.outputs.items()},
+                    r.stats.as_dict(),
+                    r.recorder.events,
+                    r.recorder.channel,
+                )
+            )
+        except (SimulatorError, BinaryError) as err:
+            outcome.append(("error", str(err)))
+    assert outcome[0] == outcome[1]
+    if p.after == "race":  # the racing LOAD: a hazard
+        assert outcome[0][0] == "error" and "hazard" in outcome[0][1]
+    if p.after in ("none", "token"):
+        assert outcome[0][0] != "error"
