@@ -324,6 +324,9 @@ class Simulator:
         counters: tuple[int, ...],
         nest: list[tuple[int, int]] | None = None,
     ) -> None:
+        if nest is None and self.static.syncs[pc]:
+            self._sync(pc, ins, counters)
+            return
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
         reps = math.prod(n for _, n in nest) if nest else 1
@@ -369,6 +372,29 @@ class Simulator:
         for dst in ins.signal:
             self.tokens[(q, dst)].append(end)
         st.instructions += reps
+        self._count(cost)
+
+    def _sync(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...]) -> None:
+        """`_step` of an instruction that computes and touches nothing (a SYNC): its tokens,
+        time and counters only, without the bookkeeping of memory accesses."""
+        st = self.stats
+        if st.instructions + 1 > self.limits.max_steps:
+            raise SimulatorError(step_limit_message(None, self.limits))
+        q = self.queues[pc]
+        tokens = self._await(pc, ins, q, counters) if ins.wait else 0
+        before = self.queue_time[q]
+        start = max(before, tokens)
+        cost = self.costs[pc]
+        ex = q == "EX"  # EX: the MAC array's streaming state too (`_execute_timing`)
+        end = self._execute_timing(cost, 1, start, tokens)[0] if ex else start + cost.cycles
+        st.stalled[q] += start - before
+        if self.recorder is not None:
+            self.recorder.events.append((q, before, start, end, pc, ins.mnemonic))
+        st.busy[q] += end - start
+        self.queue_time[q] = end
+        for dst in ins.signal:
+            self.tokens[(q, dst)].append(end)
+        st.instructions += 1
         self._count(cost)
 
     def _await(self, pc: int, ins: isa.Instruction, q: str, counters: tuple[int, ...]) -> int:
