@@ -324,7 +324,9 @@ class Simulator:
         counters: tuple[int, ...],
         nest: list[tuple[int, int]] | None = None,
     ) -> None:
-        if nest is None and self.static.syncs[pc]:
+        if (
+            nest is None and self.vectorize_loops and self.static.syncs[pc]
+        ):  # stepping: the reference
             self._sync(pc, ins, counters)
             return
         m, st = self.machine, self.stats
