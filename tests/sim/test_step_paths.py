@@ -174,7 +174,8 @@ class Pipe:
     count: int  # iterations of the pipelined loop (two MATMUL + STORE halves each)
     after: str  # after it: none | token (a LOAD ordered by a token) | race (a LOAD without
     # one) | ex_race (a MATMUL overwriting an accumulator the last STORE reads, no token)
-    outer: bool  # a LOOP of two around it all, LOADs inside (LD runs again)
+    outer: bool  # a LOOP of three around it all, LOADs inside (LD runs again; replayed
+    # too when its inner loop is unrolled, `stacked.MAX_UNROLL`)
     buffers: int
 
 
@@ -182,13 +183,15 @@ def _pipe(p: Pipe) -> str:
     """A loop on EX and ST only, LD idle (its replay adds the accesses a later LOAD may meet,
     `replay.replicate`), like a 1x1 convolution's loop over output tiles."""
     i = "L1" if p.outer else "L0"
+    block = f"+{8 * p.count}*L0" if p.outer else ""  # each outer iteration its own rows of C
     half = [
         [
             "SYNC queue=1 wait=ST",
             f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:int8@{a}+{a_step}*{i}[4x4:16,1] "
             "b=spad:int8@128[4x4:4,1] accumulate=0 a_zp=0 b_zp=0",
             "SYNC queue=1 signal=ST",
-            f"STORE dst=C({row}+8*{i},0)[4x4] src=acc:int32@{acc}[4x4:4,1] wait=EX signal=EX",
+            f"STORE dst=C({row}+8*{i}{block},0)[4x4] src=acc:int32@{acc}[4x4:4,1] wait=EX "
+            "signal=EX",
         ]
         for acc, a, a_step, row in ((0, 0, 8, 0), (64, 4, 8, 4))
     ]
@@ -208,18 +211,18 @@ def _pipe(p: Pipe) -> str:
     ]
     if p.outer:
         ex = ["SYNC queue=1 signal=LD", *[x for x in load if x], *ex]
-        ex = [f"LOOP count=2 body={len(ex)}", *ex]
+        ex = [f"LOOP count=3 body={len(ex)}", *ex]
     if p.after in ("token", "race"):  # new weights, over those the loop's MATMULs read
         tok = " wait=EX" if p.after == "token" else ""
         ex += (["SYNC queue=1 signal=LD"] if tok else []) + [
             f"LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4]{tok}"
         ]
-    rows = 8 * p.count
+    rows, out = 8 * p.count, 8 * p.count * (3 if p.outer else 1)
     head = f""".target tiny {TARGETS[p.buffers].hash.hex()}
-.dram {rows * 32 + 64}
+.dram {rows * 16 + 64 + out * 16}
 .tensor X int8 {rows}x16 input dram=0 pad=0
 .tensor W int8 16x4 input dram={rows * 16} pad=0
-.tensor C int32 {rows}x4 output dram={rows * 16 + 64} pad=0
+.tensor C int32 {out}x4 output dram={rows * 16 + 64} pad=0
 """
     first = (
         []
@@ -246,7 +249,7 @@ TARGETS = {n: _tiny(n) for n in (1, 2)}
 @given(
     p=st.builds(
         Pipe,
-        count=st.sampled_from([3, 4, 6]),
+        count=st.sampled_from([3, 4, 6, 20]),
         after=st.sampled_from(["none", "token", "race", "ex_race"]),
         outer=st.booleans(),
         buffers=st.sampled_from([1, 2]),
