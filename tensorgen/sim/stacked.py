@@ -169,7 +169,7 @@ def _vector(e: Effect, array) -> None:
 
 # --- planning ----------------------------------------------------------------------------
 
-MAX_UNROLL = 16  # inner LOOPs of at most this many iterations are unrolled into effects
+MAX_UNROLL = 32  # inner LOOPs of at most this many iterations are unrolled into effects
 # vector instructions whose semantics (`tensorgen.mc.isa`) are elementwise in their views and
 # scalar fields: run as they are on every iteration's views at once (`_Stacked`); VSHRR only
 # with an immediate shift (`arith.rounding_shift_right` takes one shift)
