@@ -12,10 +12,12 @@ from collections import Counter
 from functools import lru_cache
 
 
+@lru_cache(maxsize=1 << 8)
 def _split_values(extents: tuple, blocks: tuple) -> tuple[dict, dict, list]:
     """The loops' base index, and the values of the loops of each base index at each of its
     points, after the splits `blocks` (as Geometry.of: a split no larger than the extent is not
-    made); the splits made."""
+    made); the splits made. Shared by the callers (a nest's loop_passes and each pass_kinds
+    of it): read only."""
     base = {i: i for i, _ in extents}
     size = dict(extents)
     splits = []
