@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import islpy as isl
+
 from tensorgen.errors import ScheduleError
 from tensorgen.schedule.state import (
     Loop,
@@ -215,18 +217,25 @@ def pack(state: State) -> State:
     n = len(state.dims)
     if n < 2 or any(v is not None for v in state.dims[0].values()):
         return state
+
+    def value(name: str, pos: int) -> int | None:  # a constant row's value, syntactic first
+        v = state.maps[name].plain_get_val_if_fixed(isl.dim_type.out, pos)
+        return const_at(state, [name], pos) if v.is_nan() else int(v.to_python())
+
     classes: dict[int, list[str]] = {}
     for name in state.maps:
-        value = const_at(state, [name], 0)
-        if value is None:
+        first = value(name, 0)
+        if first is None:
             return state
-        classes.setdefault(value, []).append(name)
+        classes.setdefault(first, []).append(name)
     keep: dict[str, list[int]] = {}
     for names in classes.values():
         rows = [
             p
             for p in range(1, n)
-            if any(state.dims[p][s] is not None for s in names) or const_at(state, names, p) is None
+            if any(state.dims[p][s] is not None for s in names)
+            or len(values := {value(s, p) for s in names}) > 1
+            or None in values
         ]
         keep.update({s: rows for s in names})
     width = 1 + max(len(rows) for rows in keep.values())
