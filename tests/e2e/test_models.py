@@ -58,7 +58,8 @@ def test_models_bit_exact_under_qnnpack(name, params):
     assert_bit_exact(cm)
     assert all(r.cycles > 0 for r in cm.layers)
     # every layer, pooling, quantize and dequantize included, takes the automatic schedule
-    assert [(r.name, r.schedule) for r in cm.layers if r.schedule != "auto"] == []
+    # (a fused group replays its layers' automatic schedules: fusion is the default)
+    assert [(r.name, r.schedule) for r in cm.layers if r.schedule not in ("auto", "fused")] == []
 
 
 @pytest.mark.slow
@@ -103,7 +104,7 @@ def test_x86_models_bit_exact_within_fbgemms_condition(name):
 
 def test_resnet_layers_fold_relu_and_share_dram():
     cm = compiled("resnet18", size=32)
-    ops = [r.op for r in cm.layers]
+    ops = [op for r in cm.layers for op in r.op.split("+")]  # a fused group's ops joined by +
     assert ops[0] == "quantize" and ops[-1] == "dequantize"
     assert ops.count("conv2d") == 20 and ops.count("linear") == 1
     # every residual add_relu folds into the conv just before it: its output never leaves the chip
@@ -117,7 +118,7 @@ def test_resnet_layers_fold_relu_and_share_dram():
 
 def test_relu6_folds_into_the_producer():
     cm = compiled("mobilenetv2", size=32)
-    assert not any(r.op in ("relu6", "hardtanh") for r in cm.layers)
+    assert not any(op in ("relu6", "hardtanh") for r in cm.layers for op in r.op.split("+"))
     assert any("relu6" in r.epilogue for r in cm.layers)
 
 
@@ -183,7 +184,8 @@ def test_quantize_accepts_an_already_quantized_model():
 
 def test_cli_compile_and_check_a_model(tmp_path, capsys):
     out = tmp_path / "m.tgb"
-    assert main(["compile", str(MODELS / "mlp.py"), "-o", str(out)]) == 0
+    # layer by layer: the table has a row per layer (fused by default, the MLP is one unit)
+    assert main(["compile", str(MODELS / "mlp.py"), "-o", str(out), "--no-fuse"]) == 0
     text = capsys.readouterr().out
     assert out.stat().st_size > 0 and "linear+relu" in text and "compiled 5 layers" in text
     assert main(["check", str(MODELS / "mlp.py"), "--trials", "2"]) == 0
@@ -241,7 +243,7 @@ class Pools(nn.Module):
 def test_average_pooling_cat_and_permute_bit_exact():
     x = torch.randn(1, 3, 12, 12)
     cm = compile_model(Pools().eval(), (x,), TG1)
-    ops = [r.op for r in cm.layers]
+    ops = [op for r in cm.layers for op in r.op.split("+")]  # a fused group's ops joined by +
     assert "avg_pool2d" in ops and "cat" in ops and "permute" in ops, ops
     assert_bit_exact(cm, seeds=(0, 1, 2))
 
