@@ -109,7 +109,8 @@ def test_resnet_layers_fold_relu_and_share_dram():
     assert ops.count("conv2d") == 20 and ops.count("linear") == 1
     # every residual add_relu folds into the conv just before it: its output never leaves the chip
     assert "add" not in ops
-    assert sum(r.epilogue[-2:] == ("add", "relu") for r in cm.layers) == 8
+    # (per layer of the graph: a fused unit's epilogue is its layers' one after another)
+    assert sum(tuple(lay.epilogue[-2:]) == ("add", "relu") for lay in cm.graph.layers) == 8
     pl = cm.linked.placement
     assert pl.peak_bytes < pl.total_bytes / 2, (pl.peak_bytes, pl.total_bytes)
     names = {t.name for t in cm.binary.tensors if t.role in ("input", "output")}
