@@ -112,7 +112,10 @@ def test_resnet_layers_fold_relu_and_share_dram():
     # (per layer of the graph: a fused unit's epilogue is its layers' one after another)
     assert sum(tuple(lay.epilogue[-2:]) == ("add", "relu") for lay in cm.graph.layers) == 8
     pl = cm.linked.placement
-    assert pl.peak_bytes < pl.total_bytes / 2, (pl.peak_bytes, pl.total_bytes)
+    # fused (the default), most activations never reach DRAM: what does is still shared
+    # (layer by layer, the peak was under half the total; test_dram_plan_reuses_memory_of_dead_
+    # buffers checks the sharing itself)
+    assert pl.peak_bytes < pl.total_bytes, (pl.peak_bytes, pl.total_bytes)
     names = {t.name for t in cm.binary.tensors if t.role in ("input", "output")}
     assert names == {"x", cm.output_names[0]}
 
