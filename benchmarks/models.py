@@ -12,7 +12,8 @@ the quantized model on the same input -- interleaved, minimum of --repeats round
 thread and at torch's default threads, with both ratios (timing.py) -- and whether the
 simulated output equals PyTorch's bit for bit.
 
-Fusion (unless --no-fusion): each model is compiled a second time with `fuse=True` (--fuse) and
+Fusion (unless --no-fusion): each model is compiled layer by layer (`fuse=False`, --no-fuse) and
+a second time fused (the default) and
 a second table sets DRAM bytes, cycles, energy and utilization fused and layer by layer side by
 side, with the compulsory DRAM traffic (the model's inputs, weights and outputs once each) and
 each one's ratio to it.
@@ -139,7 +140,7 @@ def run(name: str, target, engine: str, repeats: int, fusion: bool = True) -> di
     file, params = MODELS[name]
     model, example = load_factory(str(ROOT / "examples" / "models" / file), params)
     with phase_times() as phases:
-        cm = compile_model(model, example, target, engine=engine)
+        cm = compile_model(model, example, target, engine=engine, fuse=False)
     layer_s = phases.pop("layers")
     phases["other"] = cm.compile_s - sum(phases.values())
     gen = torch.Generator().manual_seed(1)

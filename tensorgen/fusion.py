@@ -347,6 +347,9 @@ def fused_schedule(merged: Merged, alone: list[tuple[Program, tuple]], target: T
             made = getattr(fused, step.primitive)(*args, **kwargs)
             for a, b in zip(_loops(got), _loops(made), strict=True):
                 handles[a.name] = b
+        # the layer's rows shared with the others' (each layer's split made a row for all):
+        # isl's AST of the group, its checks and the next layer's steps see a few dimensions
+        fused.pack()
     return fused  # compile_scheduled's verify_schedule checks it against the dependences
 
 

@@ -65,7 +65,7 @@ class CompiledModel:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     reference: torch.nn.Module | None = None  # a PT2E graph's: tensorgen's rule (pt2e_rule)
-    fusion_notes: list[str] = field(default_factory=list)  # what was fused and why (--fuse)
+    fusion_notes: list[str] = field(default_factory=list)  # what was fused and why
     units: list[Unit] = field(default_factory=list)  # what was linked: layers and fused groups
 
 
@@ -84,12 +84,12 @@ def compile_model(
     progress: Callable[[int, int, Layer], None] | None = None,
     jobs: int = 1,
     quantizer: str = "fx",
-    fuse: bool = False,
+    fuse: bool = True,
 ) -> CompiledModel:
     """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
     schedule, compile and link it; `jobs` processes compile its layers (compile_layers: the
-    same binary whatever their number); with `fuse`, the groups of layers that fusion.py finds
-    fusable are linked as one program each."""
+    same binary whatever their number); with `fuse` (the default; `--no-fuse` turns it off),
+    the groups of layers that fusion.py finds fusable are linked as one program each."""
     t0 = time.perf_counter()
     qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:

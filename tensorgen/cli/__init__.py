@@ -113,6 +113,11 @@ def _compile_parser(sub) -> None:
         default=0,
         help="seed of the calibration data",
     )
+    m.add_argument(
+        "--explain",
+        action="store_true",
+        help="name every fused group: what it keeps on chip, what that saves, why (not) fused",
+    )
     model_options(m)
     m.set_defaults(func=cmd_compile)
 

@@ -112,9 +112,11 @@ def model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--fuse",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="for a model: compile each run of layers joined by activations only the next reads "
-        "as one program, the activations kept on chip (off by default: not yet the default)",
+        "as one program, the activations kept on chip (the default; --no-fuse compiles layer by "
+        "layer)",
     )
 
 

@@ -44,7 +44,7 @@ def compile_model_args(args):
             progress=progress,
             jobs=getattr(args, "jobs", 1),
             quantizer=getattr(args, "quantizer", "fx"),
-            fuse=getattr(args, "fuse", False),
+            fuse=getattr(args, "fuse", True),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)
@@ -54,7 +54,7 @@ def compile_model_args(args):
     return cm
 
 
-def _print_model_table(cm) -> None:
+def _print_model_table(cm, explain: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -99,8 +99,15 @@ def _print_model_table(cm) -> None:
         f"(sum of all tensors {pl.total_bytes:,} B, {pl.total_bytes / max(pl.peak_bytes, 1):.2f}x), "
         f"weights {pl.const_bytes:,} B"
     )
-    for note in cm.fusion_notes:
-        print(f"fusion: {note}")
+    if explain:
+        for note in cm.fusion_notes:
+            print(f"fusion: {note}")
+    elif cm.fusion_notes:
+        fused = sum(note.startswith("fused ") for note in cm.fusion_notes)
+        print(
+            f"fusion: {fused} of {len(cm.fusion_notes)} groups tried fused "
+            "(--explain names each group and why)"
+        )
     print(
         f"compiled {what} in {cm.compile_s:.2f} s "
         f"({sum(1 for r in cm.layers if r.schedule in ('auto', 'fused'))} scheduled automatically)"
@@ -111,7 +118,7 @@ def cmd_compile(args) -> int:
     from tensorgen.mc.binary import disassemble, encode
 
     cm = compile_model_args(args)
-    _print_model_table(cm)
+    _print_model_table(cm, getattr(args, "explain", False))
     data = encode(cm.binary)
     files = [(args.asm, disassemble(cm.binary).encode())] if args.asm else []
     write_files(files + [(args.output, data)])  # both or neither, as emit
@@ -140,7 +147,7 @@ def cmd_check_model(args) -> int:
     if not given and args.trials < 1:
         raise TensorgenError("--trials 0 without --input: nothing to check")
     cm = compile_model_args(args)
-    _print_model_table(cm)
+    _print_model_table(cm, getattr(args, "explain", False))
     if cm.engine != "qnnpack":  # its integer behaviour depends on the CPU: say which one applies
         from tensorgen.frontend.probe import x86_behaviour
 

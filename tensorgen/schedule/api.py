@@ -257,6 +257,11 @@ class Schedule:
         self._commit(prim, state, step)
         return new
 
+    def pack(self) -> None:
+        """Drop the rows that order nothing (loops.pack): the same order in fewer dimensions,
+        for a program of several nests one after another (a fused group of layers)."""
+        self._commit("pack()", loops.pack(self._state), self._step("pack"), deps=False)
+
     def compute_at(self, loop: Loop, *statements: str) -> None:
         """Run `statements` (producers) inside `loop` of their consumers: each instance in the
         first iteration of `loop` that reads what it writes (isl: the consumers' reads applied

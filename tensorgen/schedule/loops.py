@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import islpy as isl
+
 from tensorgen.errors import ScheduleError
 from tensorgen.schedule.state import (
     Loop,
@@ -203,3 +205,49 @@ def distribute(
         state, maps=remap(state.maps, changes), dims=tuple(dims), loops=loops, next_id=new
     )
     return new_state, Loop(new, loops[new].name)
+
+
+def pack(state: State) -> State:
+    """The rows that order nothing dropped, per class of statements: the statements with one
+    value at a constant d0 are a class, ordered against the others by d0 alone; in each, a row
+    that is a constant equal for all of the class orders nothing inside it, and goes. Each
+    class's remaining rows move up to d1, d2, ... (the rows of several classes shared, each
+    statement padded with 0s): the order of every two instances is unchanged. A model's layers
+    fused one after another (one class each) keep their own few rows, not all of each other's."""
+    n = len(state.dims)
+    if n < 2 or any(v is not None for v in state.dims[0].values()):
+        return state
+
+    def value(name: str, pos: int) -> int | None:  # a constant row's value, syntactic first
+        v = state.maps[name].plain_get_val_if_fixed(isl.dim_type.out, pos)
+        return const_at(state, [name], pos) if v.is_nan() else int(v.to_python())
+
+    classes: dict[int, list[str]] = {}
+    for name in state.maps:
+        first = value(name, 0)
+        if first is None:
+            return state
+        classes.setdefault(first, []).append(name)
+    keep: dict[str, list[int]] = {}
+    for names in classes.values():
+        rows = [
+            p
+            for p in range(1, n)
+            if any(state.dims[p][s] is not None for s in names)
+            or len(values := {value(s, p) for s in names}) > 1
+            or None in values
+        ]
+        keep.update({s: rows for s in names})
+    width = 1 + max(len(rows) for rows in keep.values())
+    if width == n:
+        return state
+    ins = [f"d{i}" for i in range(n)]
+    changes = {
+        s: transform(n, ["d0"] + [ins[p] for p in rows] + ["0"] * (width - 1 - len(rows)))
+        for s, rows in keep.items()
+    }
+    dims = [dict(state.dims[0])] + [
+        {s: state.dims[rows[k]][s] if k < len(rows) else None for s, rows in keep.items()}
+        for k in range(width - 1)
+    ]
+    return replace(state, maps=remap(state.maps, changes), dims=tuple(dims))

@@ -27,6 +27,7 @@ PRIMITIVES = {
     "skew": (),
     "fuse": (),
     "distribute": (),
+    "pack": (),
     "compute_at": (),
     "vectorize": (),
     "tensorize": (),

@@ -108,16 +108,25 @@ def test_a_refused_group_is_split_at_the_layer_its_error_names(monkeypatch) -> N
     assert cmp.exact, cmp.message
 
 
-def test_cli_check_with_fuse_names_the_groups(capsys) -> None:
+def test_cli_fuses_by_default_and_explain_names_the_groups(capsys, tmp_path) -> None:
     from tensorgen.cli import main
 
-    assert main(["check", str(MODELS / "mlp.py"), "--fuse", "--trials", "2"]) == 0
+    assert main(["check", str(MODELS / "mlp.py"), "--trials", "2", "--explain"]) == 0
     text = capsys.readouterr().out
     assert text.count("BIT-EXACT") == 2
     assert "5 layers in 1 units" in text and "fused" in text
     assert "fusion: fused " in text and "DRAM bytes" in text
-    assert main(["check", str(MODELS / "mlp.py"), "--trials", "1"]) == 0
-    assert "fusion:" not in capsys.readouterr().out  # layer by layer unless asked
+    out = str(tmp_path / "mlp.tgb")
+    assert main(["compile", str(MODELS / "mlp.py"), "-o", out]) == 0
+    text = capsys.readouterr().out
+    assert "fusion: 1 of 1 groups tried fused (--explain" in text and "DRAM bytes" not in text
+    assert main(["compile", str(MODELS / "mlp.py"), "-o", out, "--explain"]) == 0
+    assert "fusion: fused " in capsys.readouterr().out
+    assert main(["check", str(MODELS / "mlp.py"), "--trials", "1", "--no-fuse"]) == 0
+    text = capsys.readouterr().out
+    assert "BIT-EXACT" in text and "fusion:" not in text and "5 layers on" in text
+    assert main(["check", str(MODELS / "mlp.py"), "--trials", "1", "--fuse"]) == 0  # an alias
+    assert "5 layers in 1 units" in capsys.readouterr().out
 
 
 class _TwoConvs(torch.nn.Module):
