@@ -207,15 +207,22 @@ def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dim
     """`reduce_into`'s general case with A gathered K-major, (lead.., K, M), for A whose M
     axis is the contiguous one (`_m_contiguous`): in float32 the product B^T @ A^T, (lead..,
     N, K) @ (lead.., K, M); in int8 A^T's transposed view against B. The same integers: the
-    same dot products over the same K, int32 sums wrapping alike."""
+    same dot products over the same K, int32 sums wrapping alike. A's last two M axes are
+    gathered as one run when the rows of a padded tile make that cheaper (`_rows_merge`)."""
     n, m, ks = dims
+    nl = len(lead)
+    merge = _rows_merge([(p.a, p.b.ndim - nl - 1) for p in pieces], nl)
+    if merge is not None:
+        m = m // (merge[0] * merge[1]) * merge[3]
     x = products.buffer((*lead, sum(ks), m), ints)
     w = products.buffer((*lead, sum(ks), n), ints)
-    at, nl, spans = 0, len(lead), []
+    at, spans = 0, []
     for p, k in zip(pieces, ks, strict=True):
         xs, ws = x[..., at : at + k, :], w[..., at : at + k, :]
         nk, nd = p.b.ndim - nl - 1, p.a.ndim  # (lead.., M.., K..) -> (lead.., K.., M..)
         a = p.a.transpose(*range(nl), *range(nd - nk, nd), *range(nl, nd - nk))
+        if merge is not None:
+            a = _merged(a, merge)
         da = products.fill(xs.reshape(a.shape), a, p.a_zp)  # splitting axes: still a view
         db = products.fill(ws.reshape(p.b.shape), p.b, p.b_zp)
         spans.append((at, at + k, da, db))
@@ -225,7 +232,50 @@ def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dim
         prod = products.product(x.swapaxes(-1, -2), w, term, spans)
     else:
         prod = products.product(w.swapaxes(-1, -2), x, term, spans).swapaxes(-1, -2)
+    if merge is not None:
+        prod = _unmerged(prod, merge)
     _store(acc, prod.reshape(acc.shape), accumulate)
+
+
+# gather a padded tile's rows as one run while it computes at most this many extra columns
+MERGE_WASTE = 1.3
+
+
+def _rows_merge(arrays: list[tuple[np.ndarray, int]], nl: int) -> tuple[int, int, int, int] | None:
+    """(n1, n2, q, run) when every A (lead axes, M axes, then the number of K axes given with
+    it; the same M shape and strides) has two M axes last among them, n1 rows of n2
+    contiguous bytes q bytes apart with q > n2 (a tile of a padded image): gathered as one run
+    of (n1 - 1) * q + n2 bytes instead of n1 runs of n2, the q - n2 bytes between rows
+    computed along and dropped (`_unmerged`). The run lies within the view's own first and
+    last bytes, so it reads nothing out of bounds."""
+    ms = {(a.shape[nl : a.ndim - nk], a.strides[nl : a.ndim - nk]) for a, nk in arrays}
+    if len(ms) != 1:
+        return None
+    ((shape, strides),) = ms
+    if len(shape) < 2:
+        return None
+    (n1, n2), (s1, s2) = shape[-2:], strides[-2:]
+    if s2 != arrays[0][0].itemsize or s1 <= n2 * s2 or s1 % s2 or n1 < 2 or n2 < 2:
+        return None
+    q, run = s1 // s2, (n1 - 1) * (s1 // s2) + n2
+    return (n1, n2, q, run) if run <= MERGE_WASTE * n1 * n2 else None
+
+
+def _merged(a: np.ndarray, merge) -> np.ndarray:
+    """A, (.., n1, n2) last, with those two axes as one run (`_rows_merge`)."""
+    n1, n2, q, run = merge
+    shape, strides = a.shape[:-2] + (run,), a.strides[:-2] + (a.strides[-1],)
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
+
+
+def _unmerged(prod: np.ndarray, merge) -> np.ndarray:
+    """The (.., M', N) product of merged operands as (.., n1, n2, N): the run's columns that
+    are the tile's, dropping those between its rows."""
+    n1, n2, q, run = merge
+    prod = prod.reshape(*prod.shape[:-2], -1, run, prod.shape[-1])
+    rs, cs = prod.strides[-2:]
+    shape = prod.shape[:-2] + (n1, n2, prod.shape[-1])
+    return np.lib.stride_tricks.as_strided(prod, shape, prod.strides[:-2] + (q * rs, rs, cs))
 
 
 def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:

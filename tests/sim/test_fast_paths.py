@@ -260,10 +260,11 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
 @settings(max_examples=100, deadline=None)
 @given(
     batch_n=st.integers(0, 4),
-    m=st.sampled_from([(3,), (2, 5)]),
+    m=st.sampled_from([(3,), (2, 5), (4, 6)]),
     k=st.sampled_from([(4,), (3, 2)]),
     n=st.integers(1, 5),
     channel_major=st.booleans(),
+    padded=st.booleans(),
     shared=st.sampled_from(["none", "a", "b"]),
     a_dtype=st.sampled_from(["int8", "uint8"]),
     zps=st.tuples(st.sampled_from([-3, 0, 2, 128, 255]), st.integers(-3, 3)),
@@ -272,12 +273,13 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
     arith=st.sampled_from(ARITHS),
 )
 def test_products_equal_int64_in_either_orientation(
-    batch_n, m, k, n, channel_major, shared, a_dtype, zps, accumulate, seed, arith
+    batch_n, m, k, n, channel_major, padded, shared, a_dtype, zps, accumulate, seed, arith
 ) -> None:
     """`reduce_into` (unbatched, batched, a batch against one A or one B) equals int64 arithmetic
     whether A's K axis (row-major activations) or its M axis (channel-major: the transposed
-    product) is the contiguous one, accumulating or not, int8 or uint8 activations, with zero
-    points, wrapping like int32, on either arithmetic."""
+    product) is the contiguous one -- in rows of a padded tile or not (`batch._rows_merge`) --,
+    accumulating or not, int8 or uint8 activations, with zero points, wrapping like int32, on
+    either arithmetic."""
     rng = np.random.default_rng(seed)
     lead = (batch_n,) if batch_n else ()
     shape = (*lead, *m, *k)
@@ -288,7 +290,13 @@ def test_products_equal_int64_in_either_orientation(
     if channel_major:  # K axes outermost in memory, then the batch, M innermost
         nk, nd, nl = len(k), len(shape), len(lead)
         order = (*range(nd - nk, nd), *range(nl), *range(nl, nd - nk))
-        a = np.ascontiguousarray(a_full.transpose(order)).transpose(np.argsort(order))
+        memory = np.ascontiguousarray(a_full.transpose(order))
+        if padded:  # two bytes of other values after each row of the innermost M axis
+            wide = rng.integers(lo, hi, (*memory.shape[:-1], memory.shape[-1] + 2))
+            wide = wide.astype(a_dtype)
+            wide[..., : memory.shape[-1]] = memory
+            memory = wide[..., : memory.shape[-1]]
+        a = memory.transpose(np.argsort(order))
         assert abs(a.strides[-1]) > abs(a.strides[-1 - nk])
     else:
         a = a_full
@@ -391,3 +399,30 @@ STORE dst=C(0,0)[8x4] src=acc:int32@0[8x4:4,1] wait=EX
     want = np.array([[(v + 2**31) % 2**32 - 2**31 for v in row] for row in exact], np.int64)
     r = simulate(assemble(program), {"X": x, "W": w}, t, vectorize_loops=fast)
     np.testing.assert_array_equal(r.outputs["C"], want)
+
+
+def test_a_padded_tile_is_gathered_in_runs_and_exact() -> None:
+    """Channel-major activations in rows of a padded image: the rows are gathered as one run
+    and the product, on either arithmetic, is the int64 one."""
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (16, 9, 16)).astype(np.uint8)  # (C, H, W) padded to W=16
+    a = image[:, :8, :14].transpose(1, 2, 0)  # (M: 8 x 14, K: 16 channels)
+    b = rng.integers(-128, 128, (16, 64)).astype(np.int8)
+    merge = batch._rows_merge([(a, 1)], 0)
+    assert merge == (8, 14, 16, 7 * 16 + 14)
+    want = (a.astype(np.int64) - 7).reshape(-1, 16) @ (b.astype(np.int64) + 1)
+    # and a second piece with two K axes (a nest's loop axis before the channels)
+    image2 = rng.integers(0, 256, (3, 16, 9, 16)).astype(np.uint8)
+    a2 = image2[:, :, :8, :14].transpose(2, 3, 0, 1)  # (M: 8 x 14, K: 3 x 16)
+    b2 = rng.integers(-128, 128, (3, 16, 64)).astype(np.int8)
+    assert batch._rows_merge([(a, 1), (a2, 2)], 0) is not None
+    want2 = want + (a2.astype(np.int64) - 5).reshape(-1, 48) @ b2.astype(np.int64).reshape(48, 64)
+    for arith in ARITHS:
+        for pieces, expected in (
+            ([batch.Piece(a, b, 7, -1, 256 * 129)], want),
+            ([batch.Piece(a, b, 7, -1, 256 * 129), batch.Piece(a2, b2, 5, 0, 256 * 128)], want2),
+        ):
+            acc = np.zeros((8, 14, 64), np.int32)
+            with arithmetic(arith):
+                batch.reduce_into(acc, pieces, 0)
+            np.testing.assert_array_equal(acc.reshape(-1, 64), expected)
