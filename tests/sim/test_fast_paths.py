@@ -426,3 +426,24 @@ def test_a_padded_tile_is_gathered_in_runs_and_exact() -> None:
             with arithmetic(arith):
                 batch.reduce_into(acc, pieces, 0)
             np.testing.assert_array_equal(acc.reshape(-1, 64), expected)
+
+
+def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch) -> None:
+    """simulate pins torch to one thread for its products, and restores the caller's count."""
+    import torch
+
+    seen, real = [], products.product
+    monkeypatch.setattr(
+        products, "product", lambda *a: seen.append(torch.get_num_threads()) or real(*a)
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        c = Case(2, "uint8", 3, -2, False, False, "loop", 0, False, False, "none")
+        inputs = {"X": np.ones((8, 16), np.uint8), "W": np.ones((16, 4), np.int8)}
+        with arithmetic("int_mm"):
+            _outcome(assemble(_program(c)), inputs, TARGETS[2], True)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
