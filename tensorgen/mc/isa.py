@@ -179,9 +179,8 @@ def _vrequant(state: MachineState, a) -> None:
         and a["a"].dtype == "int32"
         and arith.float32_exact(a["zp"], a["lo"], a["hi"])
     ):
-        y = arith.requantize_int32(
-            stored(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"]
-        )
+        x, dt = stored(a["a"]), np.dtype(a["dst"].dtype)
+        y = arith.requantize_int32(x, np.float32(a["scale"]), a["zp"], a["lo"], a["hi"], dt)
         state.write(a["dst"], y)
         return
     state.write(

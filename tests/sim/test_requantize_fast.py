@@ -38,6 +38,12 @@ def test_the_int32_kernel_gives_the_rule_s_integers(scale, zp, lo, width, seed) 
         got = arith.requantize_int32(x, s, zp, lo, hi)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got.astype(np.int64), want)
+    for dt in (np.int8, np.uint8):  # a destination's dtype: direct when it holds [lo, hi]
+        narrow = arith.requantize_int32(x, s, zp, lo, hi, dt)
+        info = np.iinfo(dt)
+        fits = info.min <= min(lo, hi) and max(lo, hi) <= info.max
+        assert narrow.dtype == (dt if fits else np.int32)
+        np.testing.assert_array_equal(narrow.astype(np.int64), want)
 
 
 def test_scales_that_overflow_come_out_as_the_lower_bound() -> None:
