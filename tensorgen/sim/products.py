@@ -87,11 +87,11 @@ def product(x: np.ndarray, w: np.ndarray, term: int, spans) -> np.ndarray:
         torch.set_num_threads(1)  # the simulator's products are many: one thread each
     try:
         if x.ndim == 2:
-            out = mm(torch.from_numpy(x), torch.from_numpy(w)).numpy()
+            out = mm(_tensor(torch, x), _tensor(torch, w)).numpy()
         else:
             out = np.empty(x.shape[:-1] + w.shape[-1:], np.int32)
             for i in np.ndindex(*x.shape[:-2]):
-                out[i] = mm(torch.from_numpy(x[i]), torch.from_numpy(w[i])).numpy()
+                out[i] = mm(_tensor(torch, x[i]), _tensor(torch, w[i])).numpy()
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
@@ -120,6 +120,23 @@ def one_thread():
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
+
+
+def _tensor(torch, a: np.ndarray):
+    """A 2-D operand as a tensor with the strides of a row-major or a column-major matrix:
+    a view whose one row or column has another stride (a (K, 1) buffer's transpose, strides
+    (1, 1)) gives wrong integers from torch._int_mm (torch 2.13, measured), so such a view
+    gets its canonical strides, and anything else strided is copied."""
+    (m, n), isz = a.shape, a.itemsize
+    if m > 1 and n > 1 and a.strides in ((n * isz, isz), (isz, m * isz)):
+        return torch.from_numpy(a)
+    if a.flags.c_contiguous:
+        a = np.lib.stride_tricks.as_strided(a, (m, n), (n * isz, isz))
+    elif a.flags.f_contiguous:
+        a = np.lib.stride_tricks.as_strided(a, (m, n), (isz, m * isz))
+    else:
+        a = np.ascontiguousarray(a)
+    return torch.from_numpy(a)
 
 
 def _wrap(v: int) -> int:
