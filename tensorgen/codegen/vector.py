@@ -196,6 +196,8 @@ class VectorExpr:
                     hi=hi,
                 )
             )
+        elif e.fn == "requant_onednn":
+            self._requant_onednn(e, x, dst)
         elif e.fn == "add_fbgemm":
             y = self.value(e.args[1])
             if not isinstance(y, View):
@@ -221,6 +223,17 @@ class VectorExpr:
             self._lut(e, x, dst)
         else:
             raise CodegenError(f"{self.stmt.location}: cannot lower {e.fn}()")
+
+    def _requant_onednn(self, e: Call, x: View, dst: View) -> None:
+        lo, hi = self.dst_range
+        s_src, d = (float(np.float32(c.value)) for c in e.args[3:5])
+        wei, bias = self.value(e.args[1]), self.value(e.args[2])
+        zp = int(e.args[5].value)
+        self.em.emit(
+            isa.make(
+                "VREQUANTO", dst=dst, a=x, wei=wei, bias=bias, s_src=s_src, d=d, zp=zp, lo=lo, hi=hi
+            )
+        )
 
     def _lut(self, e: Call, x: View, dst: View) -> None:
         t = self.value(e.args[1])  # the table's view starts at its entry 0: the whole row

@@ -309,7 +309,7 @@ class _Lowering:
         bias = bias_array(mod.bias(), wq.shape[0])
         lo, hi, epilogue = _fused_relu(mod, y)
         if runs_on_onednn(self.engine, mod.groups, w_zp):
-            rq = onednn_requant(x.scale, x.zp, wq, s_w, y.scale, y.zp, bias, lo)
+            rq = onednn_requant(x.scale, s_w, y.scale, bias)
         else:
             rq = conv_requant(self.engine, x.scale, s_w, y.scale, bias)
         geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)

@@ -19,16 +19,13 @@ from tensorgen.frontend.probe import x86_behaviour
 @dataclass(frozen=True)
 class Requant:
     """Bias and requantization of a conv/linear layer: qnnpack's int32 bias and one float32
-    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel. With
-    `zp_in_bias` (oneDNN's rule, onednn.py) the output's zero point is folded into that bias,
-    and `corrections` steps per channel are moved to where oneDNN has them (ports ON, FB: +
-    [acc >= ON] - [acc >= FB] each, on the output clamped at `lo`)."""
+    multiplier (`multiplier` set), or fbgemm's float bias and multiplier per channel, or with
+    `onednn` = (s_src, d) oneDNN's rule (onednn.py): float32 weight scale and bias per channel
+    (ports SW, BO) and the two factors."""
 
     ports: list[Port]
     multiplier: float | None = None
-    zp_in_bias: bool = False
-    corrections: int = 0
-    lo: int = 0
+    onednn: tuple[float, float] | None = None
 
     def init(self, channel: str) -> str:
         return f"B[{channel}]" if any(p.name == "B" for p in self.ports) else "0"
@@ -43,16 +40,10 @@ class Requant:
     def expr(self, acc: str, channel: str, zp: int) -> str:
         if self.multiplier is not None:
             return f"requant({acc}, {f32(self.multiplier)}, {zp})"
-        if not self.zp_in_bias:
-            return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
-        y = f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], 0)"
-        if not self.corrections:
-            return y
-        terms = [
-            f"(clamp({acc} - ON[{channel}, {j}] + 1, 0, 1) - clamp({acc} - FB[{channel}, {j}] + 1, 0, 1))"
-            for j in range(self.corrections)
-        ]
-        return f"clamp({y}, {self.lo}, 255) + {_balanced_sum(terms)}"
+        if self.onednn is not None:
+            src, d = (f32(v) for v in self.onednn)
+            return f"requant_onednn({acc}, SW[{channel}], BO[{channel}], {src}, {d}, {zp})"
+        return f"requant_fbgemm({acc}, BF[{channel}], CM[{channel}], {zp})"
 
     def grouped(self, g: int, kg: int) -> Requant:
         """The same with each per-channel port split into (group, channel in group, ...)."""
@@ -155,12 +146,3 @@ def bias_array(bias: torch.Tensor | None, n: int) -> np.ndarray:
 
 def _signed(c: int) -> str:
     return f"+ {c}" if c >= 0 else f"- {-c}"
-
-
-def _balanced_sum(terms: list[str]) -> str:
-    """`terms` summed as a balanced tree: nesting grows with log2 of their number (op.yaml
-    limits expression depth)."""
-    while len(terms) > 1:
-        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2], strict=False)]
-        terms = pairs + (terms[-1:] if len(terms) % 2 else [])
-    return terms[0]

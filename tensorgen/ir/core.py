@@ -132,6 +132,7 @@ FUNCTIONS = {
     "dequantize": 3,
     "rshift_round": 2,
     "requant_fbgemm": 4,
+    "requant_onednn": 6,
     "requant_fma": 3,
     "add_fbgemm": 8,
     "lut": 2,
@@ -150,11 +151,14 @@ TWO_OPERANDS = {
     "add_fbgemm": "add_fbgemm(a, b, s_a, offset_a, s_b, offset_b, inv_scale, zero_point) needs "
     "constants after its two operands"
 }
-# functions whose last argument is a constant (the zero point) and the others tensor reads
+# functions of x, then tensor reads (how many: TENSOR_READS), then constants
 TENSOR_ARGS = {
     "requant_fbgemm": "requant_fbgemm(x, bias, multiplier, zero_point) needs float32 tensor reads "
-    "for bias and multiplier and a constant zero point"
+    "for bias and multiplier and a constant zero point",
+    "requant_onednn": "requant_onednn(x, weight_scale, bias, src_scale, dst_scale, zero_point) "
+    "needs float32 tensor reads for weight scale and bias and constants after them",
 }
+TENSOR_READS = {"requant_fbgemm": 2, "requant_onednn": 2}
 BINOPS = {"+", "-", "*", ">>", "<<"}
 
 

@@ -26,6 +26,7 @@ from tensorgen.ir.core import (
     FUNCTIONS,
     ROLES,
     TENSOR_ARGS,
+    TENSOR_READS,
     TWO_OPERANDS,
     Access,
     BinOp,
@@ -160,9 +161,10 @@ def _check_expr(at: str, e: Expr) -> None:
         raise IRError(f"{at}: {e!r} is not an expression")
     if FUNCTIONS.get(e.fn) != len(e.args):
         raise IRError(f"{at}: {e.fn}() with {len(e.args)} argument(s) is not a known function")
-    consts = (
-        e.args[1:] if e.fn in CONST_ARGS else e.args[2:] if e.fn in TWO_OPERANDS else e.args[-1:]
+    first = (
+        1 if e.fn in CONST_ARGS else 2 if e.fn in TWO_OPERANDS else 1 + TENSOR_READS.get(e.fn, 0)
     )
+    consts = e.args[first:]
     if (e.fn in CONST_ARGS or e.fn in TWO_OPERANDS or e.fn in TENSOR_ARGS) and not all(
         isinstance(a, Const) for a in consts
     ):

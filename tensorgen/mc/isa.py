@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tensorgen.mc import arith
+from tensorgen.mc import arith, requant
 from tensorgen.mc.operands import Box, View  # noqa: F401  (Bound operands are read by the sequencer)
 from tensorgen.mc.timing import (  # noqa: F401  (the cost of each instruction, re-exported)
     Channel,
@@ -170,73 +170,6 @@ def _vfill(state: MachineState, a) -> None:
 
 def _vclamp(state: MachineState, a) -> None:
     state.write(a["dst"], np.clip(state.read(a["a"]), a["lo"], a["hi"]))
-
-
-def _vrequant(state: MachineState, a) -> None:
-    stored = getattr(state, "stored", None)  # the simulator's: the int32 values as held
-    if (
-        stored is not None
-        and a["a"].dtype == "int32"
-        and arith.float32_exact(a["zp"], a["lo"], a["hi"])
-    ):
-        x, dt = stored(a["a"]), np.dtype(a["dst"].dtype)
-        y = arith.requantize_int32(x, np.float32(a["scale"]), a["zp"], a["lo"], a["hi"], dt)
-        state.write(a["dst"], y)
-        return
-    state.write(
-        a["dst"],
-        arith.requantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"]),
-    )
-
-
-def _vrequantf(state: MachineState, a) -> None:
-    # fbgemm's per-channel rule with the bias already divided by s_in*s_w: dividing by 1 is exact
-    y = arith.requantize_fbgemm(
-        state.read(a["a"]),
-        state.read(a["bias"]),
-        np.float32(1),
-        np.float32(1),
-        state.read(a["mult"]),
-        a["zp"],
-        a["lo"],
-        a["hi"],
-        per_channel=True,
-    )
-    state.write(a["dst"], y)
-
-
-def _vaddqf(state: MachineState, a) -> None:
-    # fbgemm's vectorised quantized add; the zero points enter only through the offsets
-    f = np.float32
-    y = arith.add_fbgemm(
-        state.read(a["a"]),
-        state.read(a["b"]),
-        f(a["s_a"]),
-        0,
-        f(a["off_a"]),
-        f(a["s_b"]),
-        0,
-        f(a["off_b"]),
-        f(a["inv"]),
-        a["zp"],
-        0,
-        255,
-    )
-    state.write(a["dst"], y)
-
-
-def _vrequantz(state: MachineState, a) -> None:
-    y = arith.avgpool_fbgemm(state.read(a["a"]), np.float32(a["scale"]), a["zp"], a["lo"], a["hi"])
-    state.write(a["dst"], y)
-
-
-def _vquant(state: MachineState, a) -> None:
-    x = state.read(a["a"]).astype(np.float32)
-    state.write(a["dst"], arith.quantize(x, np.float32(a["inv_scale"]), a["zp"], a["lo"], a["hi"]))
-
-
-def _vdequant(state: MachineState, a) -> None:
-    state.write(a["dst"], arith.dequantize(state.read(a["a"]), np.float32(a["scale"]), a["zp"]))
 
 
 def _vlut(state: MachineState, a) -> None:
@@ -422,7 +355,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         ),
         "dst = clamp(rint(f32(a) * scale) + zp, lo, hi): float32 multiply, round half to even "
         "(PyTorch's qnnpack requantization, NUMERICS.md).",
-        _vrequant,
+        requant.vrequant,
         _vector_cost,
     ),
     InstructionDef(
@@ -441,7 +374,29 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         "dst = clamp(rint(f32(f32(a) + bias) * mult) + zp, lo, hi) with float32 views `bias` and "
         "`mult` (per output channel, broadcast): fbgemm's per-channel requantization with a "
         "float bias (NUMERICS.md), each float32 operation rounded once.",
-        _vrequantf,
+        requant.vrequantf,
+        _vector_cost,
+    ),
+    InstructionDef(
+        "VREQUANTO",
+        0x42,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("wei", "view"),
+            ("bias", "view"),
+            ("s_src", "f32"),
+            ("d", "f32"),
+            ("zp", "i32"),
+            ("lo", "i32"),
+            ("hi", "i32"),
+        ),
+        "dst = clamp(rint(f32(f32(t * d) + zp)), lo, hi) with t = f32(f32(f32(f32(a) * s_src) "
+        "* wei) + bias) and float32 views `wei` and `bias` (per output channel, broadcast): "
+        "oneDNN's conv requantization under PyTorch's x86 engine (NUMERICS.md), each float32 "
+        "operation rounded once (ties to even), the float clamped before it converts.",
+        requant.vrequanto,
         _vector_cost,
     ),
     InstructionDef(
@@ -462,7 +417,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         "dst = clamp(rint(f32(c * inv)) + zp, 0, 255) with c = f32(fma(s_a, a, off_a) + "
         "fma(s_b, b, off_b)): the quantized add of PyTorch's x86/fbgemm engine "
         "(vectorised path; off = f32(s * -zero point)).",
-        _vaddqf,
+        requant.vaddqf,
         _vector_cost,
     ),
     InstructionDef(
@@ -479,7 +434,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         ),
         "dst = clamp(rint(fma(f32(a), scale, zp)), lo, hi): requantization with the zero point "
         "added inside one fused multiply-add (fbgemm's average pooling on channels-last data).",
-        _vrequantz,
+        requant.vrequantz,
         _vector_cost,
     ),
     InstructionDef(
@@ -507,7 +462,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         ),
         "dst = clamp(rint(fma(a, inv_scale, zp)), lo, hi): float32 `a`, one fused multiply-add "
         "rounded once, round half to even (PyTorch's quantize_per_tensor, NUMERICS.md).",
-        _vquant,
+        requant.vquant,
         _vector_cost,
     ),
     InstructionDef(
@@ -517,7 +472,7 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         (("dst", "view"), ("a", "view"), ("scale", "f32"), ("zp", "i32")),
         "dst = float32 dequantization of the integers `a` with `scale` and `zp`, rounded as "
         "PyTorch's Tensor.dequantize() does (see tensorgen/mc/arith.py).",
-        _vdequant,
+        requant.vdequant,
         _vector_cost,
     ),
     InstructionDef(

@@ -100,7 +100,14 @@ def hull_and_range(
         image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))
     ]
     offset, size = [], []
+    constant = constant_bounds(image)
     for d in range(image.dim(isl.dim_type.set)):
+        if d in constant:  # what isl's dim_min and dim_max give such a dimension
+            lo_c, hi_c = constant[d]
+            size.append(hi_c - lo_c + 1)
+            spans.append((lo_c, hi_c))
+            offset.append((lo_c, {}))
+            continue
         try:  # isl reports an unbounded dimension as an error, not as a value
             lo, hi = image.dim_min(d), image.dim_max(d)
             extent = hi.sub(lo).max_val()
@@ -132,7 +139,43 @@ def hull_and_range(
         offset.append(
             (int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c})
         )
-    return offset, size, spans
+    return offset, size, (spans if ranges else [])
+
+
+def constant_bounds(image: isl.Set) -> dict[int, tuple[int, int]]:
+    """The dimensions of `image` whose bounds are constants, read off its constraints: those
+    of a nonempty set of one basic set without existential variables where no constraint
+    relates the dimension to another one or to a parameter. Such a dimension ranges over
+    its least to its greatest value whatever the parameters (the others do not constrain it),
+    so isl's dim_min and dim_max of it are those constants; -> {dimension: (least, greatest)}.
+    The dimensions it cannot decide so cheaply (and every one of any other set) are left to isl."""
+    bsets = image.get_basic_sets()
+    if len(bsets) != 1 or bsets[0].dim(isl.dim_type.div) or image.is_empty():
+        return {}
+    n, n_par = image.dim(isl.dim_type.set), image.dim(isl.dim_type.param)
+    lows: dict[int, list[int]] = {}
+    highs: dict[int, list[int]] = {}
+    related: set[int] = set()
+    for c in bsets[0].get_constraints():
+        coefs = [int(c.get_coefficient_val(isl.dim_type.set, d).to_python()) for d in range(n)]
+        on = [d for d in range(n) if coefs[d]]
+        params = any(
+            not c.get_coefficient_val(isl.dim_type.param, i).is_zero() for i in range(n_par)
+        )
+        if len(on) != 1 or params:
+            related.update(on)
+            continue
+        (d,), a = on, coefs[on[0]]
+        k = int(c.get_constant_val().to_python())  # a*x + k >= 0 (or == 0)
+        if c.is_equality() or a > 0:
+            lows.setdefault(d, []).append(-(k // a) if a > 0 else k // -a)
+        if c.is_equality() or a < 0:
+            highs.setdefault(d, []).append(k // -a if a < 0 else -(k // a))
+    return {
+        d: (max(lows[d]), min(highs[d]))
+        for d in range(n)
+        if d not in related and d in lows and d in highs
+    }
 
 
 def _has_division(aff: isl.Aff) -> bool:

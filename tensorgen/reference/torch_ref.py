@@ -330,6 +330,13 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         )
         scaled = xf * torch.as_tensor(args[2]).to(torch.float32)
         return torch.clamp(_cvt_int32(scaled) + int(args[3]), lo, hi)
+    if e.fn == "requant_onednn":  # oneDNN's five float32 roundings; the float saturates
+        lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
+        s_src, d, zp = (torch.tensor(float(v), dtype=torch.float32) for v in args[3:6])
+        wei, bias = (torch.as_tensor(v).to(torch.float32) for v in args[1:3])
+        t = wrap32(x).to(torch.int32).to(torch.float32) * s_src * wei + bias
+        t = torch.round((t * d + zp).to(torch.float64))
+        return torch.clamp(t, lo, hi).to(torch.int64)
     if e.fn == "requant_fma":  # fbgemm's float rules with fused multiply-adds (fbgemm.py)
         lo, hi = dtype_range(program.tensor(stmt.lhs.tensor).dtype)
         return fbgemm.requant_fma(x, float(args[1]), int(args[2]), lo, hi)

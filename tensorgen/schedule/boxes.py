@@ -81,21 +81,37 @@ def staged_box(
     hit = _BOXES.get(key)
     if hit is not None and hit[0] is program:  # the entry holds the program: its id is not reused
         return hit[1]
-    box = _staged_box(program, tensor, pos, uptos, overlaps)
-    if len(_BOXES) >= BOX_CACHE:
-        del _BOXES[next(iter(_BOXES))]
-    _BOXES[key] = (program, box)
+    image, written = _images(tensor, pos, uptos)
+    t = program.tensor(tensor)
+    # the analysis below is a function of the images, the tensor and (for a stored output only)
+    # whether its initial zeros are read: different schedules (the bias at any level of any
+    # order) and different layers of one shape give the same images, worked out once
+    facts = (t.name, t.shape, t.role, zeros_read(program, tensor) if t.role == "output" else None)
+    text = (facts, pos, overlaps, str(image), str(written))
+    box = _BOXES_BY_IMAGE.get(text, _MISSING)
+    if box is _MISSING:
+        box = _staged_box(program, tensor, pos, image, written, overlaps)
+        _remember(_BOXES_BY_IMAGE, text, box)
+    _remember(_BOXES, key, (program, box))
     return box
 
 
 BOX_CACHE = 4096  # staged boxes remembered (the oldest forgotten first)
 _BOXES: dict[tuple, tuple[Program, StagedBox | None]] = {}
+_BOXES_BY_IMAGE: dict[tuple, StagedBox | None] = {}  # keyed by the images' text, any program
+_MISSING = object()
 
 
-def _staged_box(program: Program, tensor: str, pos: int, uptos, overlaps: bool) -> StagedBox | None:
-    """staged_box of `tensor` given the schedules `uptos` (statement, its schedule up to `pos`)
-    of the statements that access it."""
-    t = program.tensor(tensor)
+def _remember(cache: dict, key, value) -> None:
+    if len(cache) >= BOX_CACHE:
+        del cache[next(iter(cache))]
+    cache[key] = value
+
+
+def _images(tensor: str, pos: int, uptos) -> tuple[isl.Set | None, isl.Set | None]:
+    """The elements of `tensor` that the statements accessing it touch in one iteration of
+    the schedule dimensions d0..dp (as parameters), given their schedules `uptos` (statement,
+    its schedule up to `pos`): all of them, and those written (None: none)."""
     image = written = None
     for st, upto in uptos:
         for acc in [st.lhs] + st.reads:
@@ -107,6 +123,15 @@ def _staged_box(program: Program, tensor: str, pos: int, uptos, overlaps: bool) 
             image = union_aligned(image, part)
             if acc is st.lhs:
                 written = union_aligned(written, part)
+    return image, written
+
+
+def _staged_box(
+    program: Program, tensor: str, pos: int, image, written, overlaps: bool
+) -> StagedBox | None:
+    """staged_box of `tensor` given the `image` of its accesses in one iteration and the part
+    of it `written` (_images)."""
+    t = program.tensor(tensor)
     if image is None or image.is_empty():
         return None
     offset, size, spans = hull_and_range(image)

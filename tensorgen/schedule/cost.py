@@ -25,6 +25,7 @@ from typing import NamedTuple
 from tensorgen.mc import isa
 from tensorgen.schedule.passes import pass_kinds
 from tensorgen.schedule.pipelined import pipelined_pass
+from tensorgen.schedule.sums import Memory, memory_of, product_sums
 from tensorgen.target import Target
 
 ALIGN = 16  # the lowering's buffer alignment, in bytes
@@ -41,9 +42,7 @@ class Candidate:
     acc_bytes: int
     pipelined: bool = False  # the innermost staging loop double-buffers its inputs
     vector_cycles: int = 0  # of compute_cycles: the init and epilogue on the vector unit
-    vector_loops: int = (
-        0  # how many of the innermost loops of a tile the init and epilogue vectorize
-    )
+    vector_loops: int = 0  # how many of a tile's innermost loops the init and epilogue vectorize
 
     @property
     def cycles(self) -> int:
@@ -234,7 +233,7 @@ def cost(
     inner = max((lv for lv in choice if lv), key=order.index, default=None)
     merged = _merged(probe, stages)
     staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
-    memory = _footprints(staged, stages, inner)
+    memory = memory_of(staged, stages, inner)
     first = _first_blocks(probe, stages, staged)
     return _candidate(probe, target, stages, staged, inner, pipeline, memory, first)
 
@@ -254,75 +253,50 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels, bound
         {lv: _staged(probe, target, t, lv) for lv in lvs}
         for t, lvs in zip(tensors, levels, strict=True)
     ]
+    sums = product_sums(plain, levels, rank, spad_room, acc_room)  # memory_of, all at once
     out = []
-    for choice in itertools.product(*levels):
-        stages = tuple(zip(tensors, choice, strict=True))
-        inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
-        if mergeable and mergeable.intersection(choice):
-            merged = _merged(probe, stages)
-            staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+    for k, choice in enumerate(itertools.product(*levels)):
+        staged = memory = None
+        if sums is None or (mergeable and mergeable.intersection(choice)):
+            stages, inner, staged, memory = _choice(probe, target, tensors, choice, rank)
+            fits = memory is not None and memory.acc <= acc_room and memory.spad <= spad_room
+            serial, serial_inner = (memory.serial, memory.serial_inner) if fits else (0, 0)
         else:
-            staged = [at[lv] for at, lv in zip(plain, choice, strict=True)]
-        memory = _footprints(staged, stages, inner)
-        if memory is None or memory.acc > acc_room or memory.spad > spad_room:
+            fits, serial, serial_inner = sums.fits[k], sums.serial[k], sums.serial_inner[k]
+        if not fits:
+            stages = tuple(zip(tensors, choice, strict=True))
             out += [_refused(probe, stages, False), _refused(probe, stages, True)]
             continue
         first = None  # the least cycles: serial transfers (not overlapped), band, fewest tile
-        for pipe, least in ((False, memory.serial), (True, memory.serial - memory.serial_inner)):
+        for pipe, least in ((False, serial), (True, serial - serial_inner)):
             if bound is not None and bound.cut(floor + least):
                 out.append(None)
                 continue
+            if memory is None:
+                stages = tuple(zip(tensors, choice, strict=True))
+                inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
+                staged = [at[lv] for at, lv in zip(plain, choice, strict=True)]
+                memory = Memory(*sums.memory(k))
             first = first or _first_blocks(probe, stages, staged)
             out.append(_candidate(probe, target, stages, staged, inner, pipe, memory, first))
             bound is None or bound.add(out[-1])
     return out
 
 
-class _Memory(NamedTuple):
-    """What the staged buffers of one choice take and move, summed over its tensors."""
-
-    spad: int  # bytes of the scratchpad's buffers
-    acc: int  # bytes of the accumulators' buffers
-    spad_inner: int  # of them, at the innermost level (a second buffer each if pipelined)
-    acc_inner: int
-    serial: int  # _Staged.serial summed
-    serial_inner: int  # of it, at the innermost level
-    refills: int  # _Staged.refills summed
-    refills_inner: int
-    traffic: int  # DRAM bytes
-
-
-def _footprints(staged, stages, inner) -> _Memory | None:
-    """The sums of _Memory over the staged tensors; None if a tensor cannot be staged where
-    `stages` say."""
-    spad = acc = spad_inner = acc_inner = serial = serial_inner = refills = refills_inner = 0
-    traffic = 0
-    for st, (_, level) in zip(staged, stages, strict=True):
-        if st is None:
-            return None
-        here = level == inner
-        if st.in_acc:
-            acc += st.footprint
-            acc_inner += st.footprint if here else 0
-        else:
-            spad += st.footprint
-            spad_inner += st.footprint if here else 0
-        if here:
-            serial_inner += st.serial
-            refills_inner += st.refills
-        serial += st.serial
-        refills += st.refills
-        traffic += st.traffic
-    return _Memory(
-        spad, acc, spad_inner, acc_inner, serial, serial_inner, refills, refills_inner, traffic
-    )
+def _choice(probe: Probe, target: Target, tensors, choice, rank) -> tuple:
+    """(stages, innermost level, _Staged of each tensor, memory_of) of one choice."""
+    stages = tuple(zip(tensors, choice, strict=True))
+    inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
+    merged = _merged(probe, stages)
+    staged = [_staged(probe, target, t, lv, lv in merged) for t, lv in stages]
+    return stages, inner, staged, memory_of(staged, stages, inner)
 
 
 def _candidate(
     probe: Probe, target: Target, stages, staged, inner, pipeline: bool, memory, first
 ) -> Candidate:
     """`cost` of `stages`, whose tensors' _Staged are `staged`, innermost level `inner`,
-    buffers `memory` (_footprints, None: one cannot be staged there) and overwriting first
+    buffers `memory` (memory_of, None: one cannot be staged there) and overwriting first
     blocks `first` (_first_blocks)."""
     order, trips = probe.order, probe.trips
     # isl peels the last, partial iteration of a ragged loop out of it: that one runs alone

@@ -12,10 +12,12 @@ from collections import Counter
 from functools import lru_cache
 
 
+@lru_cache(maxsize=1 << 8)
 def _split_values(extents: tuple, blocks: tuple) -> tuple[dict, dict, list]:
     """The loops' base index, and the values of the loops of each base index at each of its
     points, after the splits `blocks` (as Geometry.of: a split no larger than the extent is not
-    made); the splits made."""
+    made); the splits made. Shared by the callers (a nest's loop_passes and each pass_kinds
+    of it): read only."""
     base = {i: i for i, _ in extents}
     size = dict(extents)
     splits = []
@@ -42,6 +44,13 @@ def _split_values(extents: tuple, blocks: tuple) -> tuple[dict, dict, list]:
 def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
     base, values, _ = _split_values(extents, blocks)
     out = {}
+    distinct: dict[tuple, int] = {}  # (base index, its loops) -> distinct values of those loops
+
+    def points(b: str, loops: tuple) -> int:
+        if (b, loops) not in distinct:
+            distinct[(b, loops)] = len({tuple(at[x] for x in loops) for at in values[b]})
+        return distinct[(b, loops)]
+
     for k, loop in enumerate(order):
         if loop not in base:
             continue
@@ -51,7 +60,7 @@ def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
         for at in values[mine]:
             groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
         others = math.prod(
-            len({tuple(at[x] for x in order[:k] if base.get(x) == b) for at in values[b]})
+            points(b, tuple(x for x in order[:k] if base.get(x) == b))
             for b in {base[x] for x in order[:k] if x in base} - {mine}
         )
         counted: dict[int, int] = {}

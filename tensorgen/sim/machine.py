@@ -2,8 +2,10 @@
 
 Values are computed in program order with numpy, one numpy operation per
 instruction (a whole tile), or per run of MATMULs into one accumulator and per
-reduction nest (`tensorgen.sim.runs`), and a steady pipelined loop's remaining iterations
-at once (`tensorgen.sim.replay`); `vectorize_loops=False` steps every
+reduction nest (`tensorgen.sim.runs`), per VMUL/VMAC and the nest of VMACs after it (a
+depthwise tap loop, `tensorgen.sim.vector`), and a steady pipelined loop's remaining
+iterations at once (`tensorgen.sim.replay`); a SYNC is stepped without the memory-access
+bookkeeping. `vectorize_loops=False` steps every
 instruction instead, with the same values, counters, trace events and errors;
 BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
@@ -33,6 +35,7 @@ from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine
 from tensorgen.sim.static import static
+from tensorgen.sim.vector import VectorRuns
 from tensorgen.target import Target
 from tensorgen.target.energy import energy_breakdown
 
@@ -41,6 +44,8 @@ __all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
 # A reduction nest is run as one numpy call only while its arrays stay this small; a larger one
 # runs iteration by iteration (same values), so its memory is bounded by one iteration's.
 MAX_NEST_ELEMENTS = 1 << 22
+# the instructions a run executed at once may begin with
+_RUN_HEADS = frozenset(("MATMUL", "LOOP", "LOOPB", "VMUL", "VMAC"))
 
 
 class Simulator:
@@ -76,6 +81,7 @@ class Simulator:
         self.streaming: tuple[int, int] | None = None
         self.recorder = Recorder() if record else None  # None: no recording cost at all
         self.runs = MatmulRuns(self)  # runs of MATMULs executed at once (vectorize_loops)
+        self.vector_runs = VectorRuns(self)  # and of VMUL/VMAC (a depthwise tap loop)
         self.replays: dict[tuple[int, int], replay.Form | None] = known.replays  # (replay)
 
     def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
@@ -166,8 +172,8 @@ class Simulator:
             if not counters and pc in self.mark_pcs:
                 self._mark(pc)
             ins = code[pc]
-            if self.vectorize_loops and ins.mnemonic in ("MATMUL", "LOOP", "LOOPB"):
-                after = self._matmul_run(pc, end, counters)
+            if self.vectorize_loops and ins.mnemonic in _RUN_HEADS:
+                after = self._run_at_once(pc, end, counters)
                 if after is not None:
                     pc = after
                     continue
@@ -215,6 +221,15 @@ class Simulator:
             else:
                 self._step(pc, ins, counters)
                 pc += 1
+
+    def _run_at_once(self, pc: int, end: int, counters: tuple[int, ...]) -> int | None:
+        """A run of MATMULs (`_matmul_run`) or of VMUL/VMACs (`vector.VectorRuns`) at `pc`
+        executed at once: the pc after it, or None when it is to be stepped."""
+        if self.binary.code[pc].mnemonic in ("MATMUL", "LOOP", "LOOPB"):
+            after = self._matmul_run(pc, end, counters)
+            if after is not None:
+                return after
+        return self.vector_runs.run(pc, end, counters)
 
     def _matmul_run(self, pc: int, end: int, counters: tuple[int, ...]) -> int | None:
         """Run the MATMULs starting at `pc` at once (`runs.MatmulRuns`): token-free MATMULs
@@ -289,6 +304,7 @@ class Simulator:
         defn = ins.defn
         if (
             ins.mnemonic == "MATMUL"  # its runs are `runs.MatmulRuns`'; declined ones are stepped
+            or self.vector_runs.op(pc) is not None  # and `vector.VectorRuns`' (errors: stepping's)
             or defn.execute_reduction_loop is None
             or ins.wait
             or ins.signal
@@ -310,6 +326,11 @@ class Simulator:
         counters: tuple[int, ...],
         nest: list[tuple[int, int]] | None = None,
     ) -> None:
+        if (
+            nest is None and self.vectorize_loops and self.static.syncs[pc]
+        ):  # stepping: the reference
+            self._sync(pc, ins, counters)
+            return
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
         reps = math.prod(n for _, n in nest) if nest else 1
@@ -355,6 +376,29 @@ class Simulator:
         for dst in ins.signal:
             self.tokens[(q, dst)].append(end)
         st.instructions += reps
+        self._count(cost)
+
+    def _sync(self, pc: int, ins: isa.Instruction, counters: tuple[int, ...]) -> None:
+        """`_step` of an instruction that computes and touches nothing (a SYNC): its tokens,
+        time and counters only, without the bookkeeping of memory accesses."""
+        st = self.stats
+        if st.instructions + 1 > self.limits.max_steps:
+            raise SimulatorError(step_limit_message(None, self.limits))
+        q = self.queues[pc]
+        tokens = self._await(pc, ins, q, counters) if ins.wait else 0
+        before = self.queue_time[q]
+        start = max(before, tokens)
+        cost = self.costs[pc]
+        ex = q == "EX"  # EX: the MAC array's streaming state too (`_execute_timing`)
+        end = self._execute_timing(cost, 1, start, tokens)[0] if ex else start + cost.cycles
+        st.stalled[q] += start - before
+        if self.recorder is not None:
+            self.recorder.events.append((q, before, start, end, pc, ins.mnemonic))
+        st.busy[q] += end - start
+        self.queue_time[q] = end
+        for dst in ins.signal:
+            self.tokens[(q, dst)].append(end)
+        st.instructions += 1
         self._count(cost)
 
     def _await(self, pc: int, ins: isa.Instruction, q: str, counters: tuple[int, ...]) -> int:

@@ -243,26 +243,52 @@ def _added(accesses: list[Access], newest: Access | None) -> list[Access]:
     return list(accesses)
 
 
-def replicate(sim, snap, k: int, d: int, active) -> None:
+def replicate(sim, snap, k: int, d: int, active, later: bool = True) -> None:
     """The state after `k` more copies of the iteration just stepped (`snap` taken before
     it), `d` cycles apart, when a queue the loop does not use keeps its time: its later
     instructions may still meet every access and DMA of the loop, so those of the copies are
-    added (shifted), as stepping them would have."""
+    added (shifted), as stepping them would have. Without `later` (no instruction of such a
+    queue can run after the loop, `_idle_later`) only the copies that end after the loop's
+    queues' horizon are: no later instruction can meet the others (`_horizon`)."""
     newest, busy = snap
+    _advance(sim, k * d, active)
+    t = -(1 << 62) if later else _horizon(sim, active)
     for q, acc in sim.inflight.items():
         new = _added(acc, newest[q])
+        if not new:
+            continue
+        first = 1 if later or d <= 0 else max(1, (t - max(a.end for a in new)) // d)
         if any(a.parts is not None for a in new):
-            acc += [_shifted(a, i * d) for i in range(1, k + 1) for a in new]
+            acc += [_shifted(a, i * d) for i in range(first, k + 1) for a in new]
         else:  # `_shifted` inlined: this is most of a replay with a queue idle
             acc += [
                 Access(a.mem, a.lo, a.hi, a.end + i * d, a.queue, a.write, a.pc, None, a.spans)
-                for i in range(1, k + 1)
+                for i in range(first, k + 1)
                 for a in new
+                if a.end + i * d > t
             ]
     new = [b for b in sim.channel.busy if b not in busy]
-    sim.channel.busy += [(a + i * d, b + i * d) for i in range(1, k + 1) for a, b in new]
+    sim.channel.busy += [
+        (a + i * d, b + i * d) for i in range(1, k + 1) for a, b in new if b + i * d > t
+    ]
     sim.channel.busy.sort()
-    _advance(sim, k * d, active)
+
+
+def _idle_later(sim, pc: int, active) -> bool:
+    """Whether an instruction on a queue the loop at `pc` does not use may run after the loop
+    (anywhere after it, or in a loop around it): then its accesses in flight are kept whole."""
+    known = sim.static.runs.setdefault("idle_later", {})
+    key = (pc, active)
+    if key not in known:
+        code = sim.binary.code
+        after = pc + 1 + code[pc].arg("body")
+        loops = _enclosing(sim)[pc]
+        first = loops[0][0] if loops else pc
+        known[key] = any(
+            code[q].queue is not None and code[q].queue not in active
+            for q in (*range(first, pc), *range(after, len(code)))
+        )
+    return known[key]
 
 
 def _advance(sim, s: int, active) -> None:
@@ -404,7 +430,7 @@ def _replay(sim, pc, counters, c0, c1, stepped, d, active) -> bool:
             r.events += [(q, a + s, b + s, e + s, p_, m) for q, a, b, e, p_, m in events]
             r.channel += [(a + s, b + s) for a, b in channel]
     if snap is not None:
-        replicate(sim, snap, k, d, active)
+        replicate(sim, snap, k, d, active, _idle_later(sim, pc, active))
     else:
         shift(sim, k * d, active)
     return True

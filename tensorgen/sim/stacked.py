@@ -140,7 +140,7 @@ class _Stacked:
         return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
     def stored(self, view) -> np.ndarray:
-        """`read` without the conversion: the values as held (`isa._store`, `isa._vrequant`)."""
+        """`read` without the conversion: the values as held (`isa._store`, `requant.vrequant`)."""
         return self.arrays[id(view)]
 
     def write(self, view, values: np.ndarray) -> None:
@@ -173,7 +173,7 @@ def _vector(e: Effect, array) -> None:
 
 # --- planning ----------------------------------------------------------------------------
 
-MAX_UNROLL = 16  # inner LOOPs of at most this many iterations are unrolled into effects
+MAX_UNROLL = 32  # inner LOOPs of at most this many iterations are unrolled into effects
 # vector instructions whose semantics (`tensorgen.mc.isa`) are elementwise in their views and
 # scalar fields: run as they are on every iteration's views at once (`_Stacked`); VSHRR only
 # with an immediate shift (`arith.rounding_shift_right` takes one shift)

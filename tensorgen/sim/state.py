@@ -151,6 +151,10 @@ class Machine:
             elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
                 dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
             self._box_dtypes[box.tensor] = dt
+        if dt == arr.dtype and all(
+            o >= 0 and o + n <= dim for o, n, dim in zip(origin, box.shape, t.shape, strict=False)
+        ):  # wholly inside the tensor: the box itself, a view (`write` copies it on chip)
+            return arr[tuple(slice(o, o + n) for o, n in zip(origin, box.shape, strict=False))]
         # the tensor's own dtype: the values are the same, without an int64 round trip
         out = np.full(box.shape, t.pad, dt)
         src, dst = [], []

@@ -26,6 +26,14 @@ class Static:
             ins.defn.cost(target, f) if ins.defn.cost else None
             for ins, f in zip(binary.code, self.fields, strict=False)
         ]
+        # per instruction: whether it computes and touches nothing (`Simulator._sync`)
+        self.syncs = [
+            ins.defn.execute is None
+            and ins.queue is not None
+            and c is not None
+            and not c.dram_bytes
+            for ins, c in zip(binary.code, self.costs, strict=True)
+        ]
         self.nests: dict = {}  # Simulator._reduction_nest
         self.replays: dict = {}  # replay.form
         self.plans: dict = {}  # replay: stacked.plan per (pc, counters, iterations)

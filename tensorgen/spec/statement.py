@@ -22,6 +22,7 @@ from tensorgen.ir.core import (
     CONST_ARGS,
     FUNCTIONS,
     TENSOR_ARGS,
+    TENSOR_READS,
     TWO_OPERANDS,
     Access,
     Affine,
@@ -65,6 +66,7 @@ _INT_ARGS = {
     "requant_fma": (2,),
     "add_fbgemm": (7,),
     "requant_fbgemm": (3,),
+    "requant_onednn": (5,),
     "rshift_round": (1,),
 }
 
@@ -290,8 +292,10 @@ def _expr(node: ast.AST, loc: _Locator, negate: bool = False) -> Expr:
             raise SpecError(f"{loc.at(node)}: {CONST_ARGS[fn]}")
         if fn in TWO_OPERANDS and not all(isinstance(a, Const) for a in args[2:]):
             raise SpecError(f"{loc.at(node)}: {TWO_OPERANDS[fn]}")
+        reads = 1 + TENSOR_READS.get(fn, 0)
         if fn in TENSOR_ARGS and not (
-            all(isinstance(a, Read) for a in args[1:-1]) and isinstance(args[-1], Const)
+            all(isinstance(a, Read) for a in args[1:reads])
+            and all(isinstance(a, Const) for a in args[reads:])
         ):
             raise SpecError(f"{loc.at(node)}: {TENSOR_ARGS[fn]}")
         return Call(fn, args)

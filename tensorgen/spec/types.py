@@ -1,8 +1,8 @@
 """Where float32 may appear in a statement: only at a model's edges.
 
 All arithmetic is integer; a float32 tensor is read only by `quantize(x, ...)` (its `x`) and by
-`requant_fbgemm` (its bias and multiplier), and written only by a whole right-hand side
-`dequantize(...)`. Anything else has no meaning in the integer semantics, and used to end in a
+`requant_fbgemm` / `requant_onednn` (their per-channel constants), and written only by a whole
+right-hand side `dequantize(...)`. Anything else has no meaning in the integer semantics, and used to end in a
 traceback in the reference.
 """
 
@@ -11,7 +11,11 @@ from __future__ import annotations
 from tensorgen.errors import SpecError
 from tensorgen.ir.core import LUT_ENTRIES, BinOp, Call, Expr, Read, Statement, Tensor
 
-_FLOAT_READS = {"quantize": (0,), "requant_fbgemm": (1, 2)}  # argument positions that read float32
+_FLOAT_READS = {
+    "quantize": (0,),
+    "requant_fbgemm": (1, 2),
+    "requant_onednn": (1, 2),
+}  # argument positions that read float32
 
 
 def check_types(stmt: Statement, tensors: dict[str, Tensor]) -> None:
@@ -39,7 +43,7 @@ def _check(
         if is_float and not float_ok:
             raise SpecError(
                 f"{loc}: {e.access.tensor} is float32: it can only be read by quantize(x, ...) "
-                "or as requant_fbgemm()'s bias and multiplier"
+                "or as requant_fbgemm()'s / requant_onednn()'s per-channel constants"
             )
         if float_ok and not is_float:
             raise SpecError(

@@ -2,8 +2,9 @@
 against the running PyTorch: on a Linux CPU with AVX512-VNNI the x86 engine runs convs with
 symmetric weights and at most 100 groups on oneDNN, whose float rounding differs from fbgemm's
 on near-ties (random model 136's mismatch). Random data (>= 1e5 elements per kind) and elements
-picked near ties (where the rule and its plausible alternatives disagree); then the
-requant_fbgemm constants tensorgen fits to the rule, checked exhaustively, and the refusal."""
+picked near ties (where the rule and its plausible alternatives disagree), for the rule
+(`onednn.requantize_onednn`) and for the instruction that computes it on the accelerator
+(VREQUANTO, its semantics in tensorgen.mc); then models that need it, bit-exact."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ import torch
 import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
 
-from tensorgen.errors import SpecError
 from tensorgen.frontend import numerics, onednn
 from tensorgen.frontend.probe import cpu_has_vnni, x86_behaviour
-from tensorgen.mc import arith
+from tensorgen.mc import arith, isa
 
 F32 = np.float32
 ONEDNN = x86_behaviour("x86").onednn_groups > 0
@@ -164,6 +164,78 @@ def test_onednn_rule_on_near_ties_and_not_fbgemms(engine, kind: str) -> None:
     assert all(n > 0 for n in wrong.values()), wrong
 
 
+class Registers:
+    """A machine state of named arrays: enough for one instruction's semantics."""
+
+    def __init__(self, **arrays) -> None:
+        self.arrays = arrays
+
+    def read(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def write(self, name: str, values: np.ndarray) -> None:
+        self.arrays[name] = np.asarray(values)
+
+
+def vrequanto(acc, bias, s_in, s_w, s_out, zp, lo, shape=(1, -1, 1, 1)) -> np.ndarray:
+    """What the accelerator's VREQUANTO computes from the exact accumulator `acc` with the
+    constants tensorgen's frontend gives a conv under oneDNN (per channel along axis 1 of
+    `shape`; shape None: `bias` and `s_w` per element)."""
+    rq = onednn.onednn_requant(s_in, np.asarray(s_w, np.float64).reshape(-1), s_out, bias)
+    ports = {p.name: p.const for p in rq.ports}
+    wei, bo = ports["SW"], ports["BO"]
+    if shape is not None:
+        wei, bo = wei.reshape(shape), bo.reshape(shape)
+    regs = Registers(a=np.asarray(acc, np.int64), wei=wei, bias=bo)
+    s_src, d = rq.onednn
+    args = dict(dst="y", a="a", wei="wei", bias="bias", s_src=s_src, d=d, zp=zp, lo=lo, hi=255)
+    isa.BY_MNEMONIC["VREQUANTO"].execute(regs, args)
+    return regs.arrays["y"].astype(np.int64)
+
+
+@needs_onednn
+@pytest.mark.parametrize("relu", [False, True], ids=["conv", "conv_relu"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_vrequanto_is_pytorchs_x86_conv(engine, kind: str, relu: bool) -> None:
+    """The instruction, with the frontend's constants, on the exact accumulators of random
+    convs, gives PyTorch's own x86 outputs (ReLU: clamped at the zero point)."""
+    engine("x86")
+    rng = np.random.default_rng(24)
+    total = 0
+    while total < 100_000:
+        y, acc, bias, s_in, s_w, s_out, zp = random_conv(rng, kind, relu)
+        assert np.array_equal(vrequanto(acc, bias, s_in, s_w, s_out, zp, zp if relu else 0), y)
+        total += y.size
+
+
+@needs_onednn
+@pytest.mark.parametrize("kind", ["1x1", "depthwise"])
+def test_vrequanto_on_near_ties(engine, kind: str) -> None:
+    """On outputs within ~1e-3 of a tie (where fbgemm's rule and the rule's variants fail,
+    test_onednn_rule_on_near_ties_and_not_fbgemms) the instruction still gives PyTorch's."""
+    engine("x86")
+    for acc, b, s_in, s_w, s_out, zp, y in near_ties(np.random.default_rng(25), kind, 2):
+        assert np.array_equal(vrequanto(acc, b, s_in, s_w, s_out, zp, 0, None), y)
+
+
+def test_vrequanto_equals_the_rule_on_random_values_and_saturates() -> None:
+    """Runs on every CPU: the instruction against the frontend's model of the rule on 2e5
+    random accumulators and channels, with accumulators at int32's ends (the float saturates
+    to 0 and 255, where a plain float -> int32 conversion would give INT32_MIN)."""
+    rng = np.random.default_rng(26)
+    for trial in range(20):
+        k = 64
+        s_in, s_out = float(rng.uniform(0.005, 0.1)), float(rng.uniform(0.01, 0.2))
+        s_w, zp = rng.uniform(5e-4, 1e-2, k), int(rng.integers(0, 256))
+        bias = rng.normal(0, 0.5, k).astype(F32)
+        acc = rng.integers(-(2**16), 2**16, (1, k, 40, 40))
+        acc[0, :, 0, 0], acc[0, :, 0, 1] = 2**31 - 1, -(2**31)
+        lo = zp if trial % 2 else 0
+        got = vrequanto(acc, bias, s_in, s_w, s_out, zp, lo)
+        assert np.array_equal(got, rule(acc, bias, s_in, s_w, s_out, zp, lo)), trial
+        assert (got[0, :, 0, 0] == 255).all() and (got[0, :, 0, 1] == lo).all()
+
+
 TIE = dict(x=(137, 54), x_zp=53, w=(127, 73), s_in=0.04680776968598366,
            s_w=0.0022756976541131735, b=-0.2137542, s_out=0.014886093325912952)  # fmt: skip
 
@@ -195,38 +267,12 @@ def test_probe_sees_onednn_exactly_on_vnni_cpus() -> None:
     assert "oneDNN" in x86_behaviour("x86").describe() or not cpu_has_vnni()
 
 
-def test_fit_is_exact_on_the_whole_reachable_range() -> None:
-    """requant_fbgemm with the fitted constants and step corrections (what the accelerator
-    runs) equals the rule on every accumulator each channel can reach, checked one by one;
-    with many inputs per output (fine steps) the corrections are really needed."""
-    rng = np.random.default_rng(22)
-    corrected = 0
-    for cin, relu in ((4, False), (8, True), (300, False)):
-        k = 16
-        wq = rng.integers(-127, 128, (k, cin))
-        s_in, s_w, x_zp = 0.05, rng.uniform(5e-4, 1e-2, k), int(rng.integers(0, 256))
-        ranges = onednn.acc_range(wq, x_zp)
-        s_out = float(s_in * s_w.mean() * np.sqrt(cin) * 127 * 80 / 40)
-        zp, bias = int(rng.integers(0, 256)), rng.normal(0, 0.5, k).astype(F32)
-        lo = zp if relu else 0
-        sc = onednn.onednn_scales(s_in, s_w, s_out)
-        fit = onednn.fit_requant_fbgemm(bias, sc, zp, ranges, lo)
-        assert fit.ok.all()
-        for c in range(0, k, 3):
-            acc = np.arange(ranges[c, 0], ranges[c, 1] + 1)
-            one = onednn.OnednnScales(sc.src, sc.wei[c], sc.dst_inv)
-            want = onednn.requantize_onednn(acc, bias[c], one, zp, lo)
-            assert np.array_equal(onednn.apply_fit(acc, fit, c, lo), want)
-        corrected += int((fit.on != fit.fb).any(axis=1).sum())
-    assert corrected > 0
-
-
 RANDOM_CNN = Path(__file__).parents[2] / "examples" / "models" / "random_cnn.py"
 
 
 @needs_onednn
 def test_random_model_136_is_bit_exact_under_x86() -> None:
-    """The model whose conv hit the tie compiles with corrected steps and is bit-exact."""
+    """The model whose conv hit the tie compiles to VREQUANTO and is bit-exact."""
     from tensorgen.frontend.quantize import load_factory
     from tensorgen.model import check_model, compile_model
     from tensorgen.target import load_target
@@ -234,35 +280,33 @@ def test_random_model_136_is_bit_exact_under_x86() -> None:
     warnings.filterwarnings("ignore", category=UserWarning)
     model, example = load_factory(f"{RANDOM_CNN}:build", {"size": 8, "seed": 136})
     cm = compile_model(model, example, load_target("tg1"), engine="x86")
-    assert any(p.name == "ON" for layer in cm.graph.layers for p in layer.ports)
+    assert any(p.name == "SW" for layer in cm.graph.layers for p in layer.ports)
+    assert any(i.mnemonic == "VREQUANTO" for i in cm.binary.code)
     for trial in range(2):
         x = torch.randn(*example[0].shape, generator=torch.Generator().manual_seed(trial)) * 1.5
         cmp, _ = check_model(cm, (x,))
         assert cmp.exact, cmp.message
 
 
-def test_too_many_corrections_are_refused_in_one_line(monkeypatch) -> None:
-    rng = np.random.default_rng(23)
-    wq = rng.integers(-127, 128, (8, 300))
-    s_w = rng.uniform(5e-4, 1e-2, 8)
-    args = (0.05, 7, wq, s_w, float(0.05 * s_w.mean() * 17 * 127 * 2), 100, np.zeros(8, F32), 0)
-    monkeypatch.setattr(onednn, "MAX_CORRECTIONS", 64)
-    assert onednn.onednn_requant(*args).corrections > 0
-    monkeypatch.setattr(onednn, "MAX_CORRECTIONS", 0)
-    with pytest.raises(SpecError, match=r"^[^\n]*oneDNN requantizes in five float32 roundings"):
-        onednn.onednn_requant(*args)
+@pytest.mark.parametrize("groups", [0, 100], ids=["fbgemm CPU", "oneDNN CPU"])
+def test_the_probe_decides_which_requantization_convs_get(monkeypatch, groups: int) -> None:
+    """With the probe's verdict replaced (0: a CPU without AVX512-VNNI, 100: one with it) the
+    same model's convs get requant_fbgemm (VREQUANTF) or requant_onednn (VREQUANTO), and only
+    under x86: qnnpack never sees either."""
+    from dataclasses import replace
 
+    from tensorgen.frontend.quantize import load_factory
+    from tensorgen.model import compile_model
+    from tensorgen.target import load_target
 
-def test_most_corrections_fit_in_one_statement() -> None:
-    """MAX_CORRECTIONS correction terms of a grouped conv (the longest channel index) parse
-    within op.yaml's limits on expression size and depth; twice as many do not."""
-    from tensorgen.frontend.rules import Requant
-    from tensorgen.spec.statement import parse_statement
-
-    def stmt(n: int) -> str:
-        rq = Requant([], zp_in_bias=True, corrections=n, lo=3)
-        return f"Y[n, g, k, h, w] = clamp({rq.expr('ACC[n, g, k, h, w]', 'g, k', 3)}, 3, 200)"
-
-    parse_statement(stmt(onednn.MAX_CORRECTIONS), "test", 1, 0)
-    with pytest.raises(SpecError, match="more than 512"):
-        parse_statement(stmt(2 * onednn.MAX_CORRECTIONS), "test", 1, 0)
+    seen = replace(x86_behaviour("x86"), onednn_groups=groups)
+    monkeypatch.setattr(onednn, "x86_behaviour", lambda engine: seen)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    model, example = load_factory(f"{RANDOM_CNN}:build", {"size": 8, "seed": 136})
+    for eng in ("x86", "qnnpack"):
+        cm = compile_model(model, example, load_target("tg1"), engine=eng)
+        used = {i.mnemonic for i in cm.binary.code} & {"VREQUANTF", "VREQUANTO"}
+        if eng == "qnnpack":
+            assert not used
+        else:
+            assert used == ({"VREQUANTO"} if groups else {"VREQUANTF"}), used

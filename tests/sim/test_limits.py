@@ -16,7 +16,7 @@ from tensorgen.driver import compile_file, random_inputs
 from tensorgen.errors import BinaryError, SimulatorError
 from tensorgen.mc.binary import assemble, decode, encode
 from tensorgen.mc.verify import SimLimits, verify_binary
-from tensorgen.sim import machine
+from tensorgen.sim import machine, vector
 from tensorgen.sim.machine import simulate
 from tensorgen.target import load_target
 
@@ -95,13 +95,14 @@ STORE dst=Y(0)[4] src=acc:int32@0[4:1] wait=EX
 
 @pytest.mark.parametrize("limit, vectorised", [(40, True), (39, False)])
 def test_a_big_reduction_nest_runs_iteration_by_iteration(monkeypatch, limit, vectorised):
-    """A nest the vectoriser would turn into arrays of more than MAX_NEST_ELEMENTS elements
-    runs one iteration at a time instead: the same values, memory bounded by one iteration."""
-    monkeypatch.setattr(machine, "MAX_NEST_ELEMENTS", limit)
+    """A nest the vectoriser would turn into arrays of more than MAX_BATCH_ELEMENTS elements
+    runs one iteration at a time instead: the same values, memory bounded by one iteration.
+    (A VMAC nest is `sim.vector`'s run: its box, or tap by tap.)"""
+    monkeypatch.setattr(vector, "MAX_BATCH_ELEMENTS", limit)
     sim = machine.Simulator(assemble(NEST), TINY)
     out = sim.run(X).outputs["Y"]
     np.testing.assert_array_equal(out, np.arange(4) ** 2 * 10)
-    assert (sim.nests[(2, 0)] is not None) == vectorised
+    assert (sim.vector_runs.plans[(2, ())].box is not None) == vectorised
 
 
 @pytest.mark.parametrize(

@@ -237,7 +237,8 @@ CASES = [
         "unknown-function",
         stmt("C[i, j] = @sigmoid(A[i, 0])"),
         r"unknown function 'sigmoid' \(expected one of add_fbgemm, clamp, dequantize, int32, int8, lut, max, "
-        r"min, quantize, relu, requant, requant_fbgemm, requant_fma, rshift_round, uint8\)",
+        r"min, quantize, relu, requant, requant_fbgemm, requant_fma, requant_onednn, rshift_round, "
+        r"uint8\)",
     ),
     case("wrong-arity", stmt("C[i, j] = @relu(A[i, 0], 1)"), r"relu\(\) takes 1 argument\(s\)"),
     case(

@@ -13,6 +13,45 @@ from tensorgen.mc.operands import Bound, LoopAffine
 BAND_LEVEL = 16  # pseudo loop levels standing for the lanes of a vector or array band
 
 
+def _ast(schedule: isl.UnionMap, stage_dims: tuple[int, ...], piece_maps: dict) -> tuple:
+    """isl's AST of `schedule`, its iterations of staging loops at `stage_dims` separated, and
+    per AST statement (its annotation `points<k>`) the schedule points it runs. A function of
+    the schedule's text and the pieces': layers of the same shape (replayed schedules) share
+    one AST, built once."""
+    key = (str(schedule), stage_dims, tuple((n, str(m)) for n, m in piece_maps.items()))
+    hit = _ASTS.get(key)
+    if hit is not None:
+        return hit
+    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    if stage_dims:
+        # the iterations of a staging loop that differ (a last, partial one) are separated from
+        # it whole, every piece of every statement in them together: they are staged alone
+        n = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
+        dims = ", ".join(f"d{i}" for i in range(n))
+        build = build.set_options(
+            isl.UnionMap("{ " + "; ".join(f"[{dims}] -> separate[{p}]" for p in stage_dims) + " }")
+        )
+    points: list[isl.Set] = []
+
+    def note_points(node, build):
+        executed = build.get_schedule().get_map_list().get_at(0)
+        name = executed.get_tuple_name(isl.dim_type.in_)
+        points.append(piece_maps[name].intersect_domain(executed.domain()).range())
+        return node.set_annotation(isl.Id(f"points{len(points) - 1}"))
+
+    build, handle = build.set_at_each_domain(note_points)
+    ast = build.node_from_schedule_map(schedule)
+    del handle
+    if len(_ASTS) >= AST_CACHE:
+        del _ASTS[next(iter(_ASTS))]
+    _ASTS[key] = (ast, points)
+    return ast, points
+
+
+AST_CACHE = 32  # ASTs remembered (the oldest forgotten first)
+_ASTS: dict[tuple, tuple] = {}
+
+
 class _AstWalk:
     """Methods of the scheduled lowering (tensorgen.codegen.scheduled._Lowering), one pass."""
 
@@ -26,29 +65,8 @@ class _AstWalk:
         for name in self.buf:
             self._dma("LOAD", name)
         self.em.emit(isa.make("SYNC", queue=1))  # the nest runs on EX: enter it there
-        build = isl.AstBuild.from_context(isl.Set("{ : }"))
-        stage_dims = sorted({p for p, *_ in self.loop_stages.values()})
-        if stage_dims:
-            # the iterations of a staging loop that differ (a last, partial one) are separated from
-            # it whole, every piece of every statement in them together: they are staged alone
-            n = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
-            dims = ", ".join(f"d{i}" for i in range(n))
-            build = build.set_options(
-                isl.UnionMap(
-                    "{ " + "; ".join(f"[{dims}] -> separate[{p}]" for p in stage_dims) + " }"
-                )
-            )
-        self.points: list[isl.Set] = []  # per AST statement: the schedule points it runs
-
-        def note_points(node, build):
-            executed = build.get_schedule().get_map_list().get_at(0)
-            name = executed.get_tuple_name(isl.dim_type.in_)
-            self.points.append(self.piece_maps[name].intersect_domain(executed.domain()).range())
-            return node.set_annotation(isl.Id(f"points{len(self.points) - 1}"))
-
-        build, handle = build.set_at_each_domain(note_points)
-        ast = build.node_from_schedule_map(schedule)
-        del handle
+        stage_dims = tuple(sorted({p for p, *_ in self.loop_stages.values()}))
+        ast, self.points = _ast(schedule, stage_dims, self.piece_maps)
         self._walk(ast, {}, {})
         for name in self.buf:
             if name in self.stored:
