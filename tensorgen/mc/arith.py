@@ -105,6 +105,32 @@ def requantize(acc: ArrayLike, multiplier: ArrayLike, zp: int, lo: int, hi: int)
     return np.clip(cvt_int32(prod) + int(zp), lo, hi)
 
 
+def float32_exact(*values: int) -> bool:
+    return all(abs(v) < 1 << 24 for v in values)  # exact in float32, and so are their sums
+
+
+def requantize_int32(
+    x: np.ndarray, scale: np.float32, zp: int, lo: int, hi: int, dtype=np.int32
+) -> np.ndarray:
+    """`requantize` of int32 values with zero point and bounds below 2**24 in magnitude,
+    in float32 and int32 without int64 or float64 round trips; the same integers (tested
+    against it): RN(f32(x) * scale) is the same float32, its rint is exact in float32, whose
+    range test against the exact bounds -2**31 and 2**31 is cvt_int32's; the clamp of r + zp
+    to [lo, hi] is that of r to [lo - zp, hi - zp] (exact integers), then + zp; and a product
+    outside int32 (INT32_MIN + zp, below any such lo) comes out as min(lo, hi) either way.
+    Returns `dtype` (the destination's, saving a conversion) when it holds [lo, hi], else
+    int32."""
+    with np.errstate(invalid="ignore"):
+        r = np.rint(x.astype(np.float32) * scale)
+        ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
+    low, high = np.float32(lo - zp), np.float32(hi - zp)
+    r = np.where(ok, r, low)
+    # + zp is exact in float32: the sum is an integer in [lo, hi], below 2**24 in magnitude
+    y = np.minimum(np.maximum(r, low), high) + np.float32(zp)
+    info = np.iinfo(dtype)  # the integers in `dtype` directly when it holds all of [lo, hi]
+    return y.astype(dtype if info.min <= min(lo, hi) and max(lo, hi) <= info.max else np.int32)
+
+
 def cvt_int32(t: ArrayLike) -> np.ndarray:
     """x86's float32 -> int32 conversion (``cvtps2dq``): RNE, and INT32_MIN for anything whose
     rounding lies outside int32, for infinities and NaN. Returns int64."""

@@ -109,12 +109,22 @@ def _store(state: MachineState, a) -> None:
     state.store_box(a["dst"], read(a["src"]))
 
 
+def _exact_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x @ w of int64 matrices, exact modulo 2**32 (all the int32 accumulator keeps): float64
+    BLAS while every |sum| < 2**53 (real operands and zero points: far below it), else
+    unsigned 64-bit integers, whose products and sums wrap modulo 2**64 (crafted zero points)."""
+    if x.size and w.size:
+        bound = int(np.abs(x).max()) * int(np.abs(w).max()) * x.shape[-1]
+        if bound < 1 << 53:
+            return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+    return (x.astype(np.uint64) @ w.astype(np.uint64)).astype(np.uint32).astype(np.int64)
+
+
 def _matmul(state: MachineState, a) -> None:
-    # float64 BLAS is exact while |sum| < 2**53: K <= array rows keeps every tile far below it.
-    x = (state.read(a["a"]) - a["a_zp"]).astype(np.float64)
-    w = (state.read(a["b"]) - a["b_zp"]).astype(np.float64)
+    x = state.read(a["a"]) - a["a_zp"]
+    w = state.read(a["b"]) - a["b_zp"]
     # a is (M1, ..., K): its leading dimensions all stream through the array as M rows
-    prod = (x.reshape(-1, x.shape[-1]) @ w).astype(np.int64).reshape(a["acc"].shape)
+    prod = _exact_matmul(x.reshape(-1, x.shape[-1]), w).reshape(a["acc"].shape)
     if a["accumulate"]:
         prod = prod + state.read(a["acc"])
     state.write(a["acc"], _wrap32(prod))
@@ -128,9 +138,8 @@ def _matmul_loop(state: MachineState, a) -> None:
     ms = a["a"].shape[:-1]
     loops = x.shape[: x.ndim - len(ms) - 1]
     m, k, n = int(np.prod(ms)), x.shape[-1], w.shape[-1]
-    x2 = np.moveaxis(x.reshape(*loops, m, k), len(loops), 0).reshape(m, -1).astype(np.float64)
-    w2 = w.reshape(-1, n).astype(np.float64)
-    prod = (x2 @ w2).astype(np.int64).reshape(a["acc"].shape)
+    x2 = np.moveaxis(x.reshape(*loops, m, k), len(loops), 0).reshape(m, -1)
+    prod = _exact_matmul(x2, w.reshape(-1, n)).reshape(a["acc"].shape)
     state.write(a["acc"], _wrap32(state.read(a["acc"]) + prod))
 
 

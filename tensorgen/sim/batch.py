@@ -2,9 +2,10 @@
 runs of MATMULs into one accumulator (a peeled `accumulate=0` MATMUL and the LOOP/LOOPB nest
 around the accumulating one after it) computed as one BLAS call.
 
-Values are exact: int8/uint8 operands minus their zero points are multiplied in float32 while
-every partial sum stays below 2**24 (chunked over K beyond that), the int32 accumulator wraps
-in place. Timing, counters, hazards and trace events are computed per MATMUL exactly as
+Values are exact: int8/uint8 operands are multiplied as int8 on torch._int_mm with their zero
+points as int32 corrections, or minus their zero points in float32 while every partial sum
+stays below 2**24 (chunked over K beyond that) -- `tensorgen.sim.products` chooses; the int32
+accumulator wraps in place. Timing, counters, hazards and trace events are computed per MATMUL exactly as
 stepping them one by one would (`tensorgen.sim.machine.Simulator._step_run`).
 """
 
@@ -18,9 +19,8 @@ import numpy as np
 
 from tensorgen.mc import isa
 from tensorgen.mc.operands import ITEMSIZE, View
+from tensorgen.sim import products
 
-# float32 holds every integer below 2**24 exactly: a sum of products stays exact below it
-FLOAT32_EXACT = 1 << 24
 # a batched run's gathered operands stay this small; a larger run computes MATMUL by MATMUL
 MAX_BATCH_ELEMENTS = 1 << 22
 NARROW = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -75,7 +75,8 @@ class MatmulOp:
     @staticmethod
     def of(ins: isa.Instruction) -> MatmulOp | None:
         """None when the fast kernel does not apply (operands other than int8/uint8 into an
-        int32 accumulator, or a crafted shape): the instruction's own semantics run then."""
+        int32 accumulator, a crafted shape or zero points): the instruction's own semantics
+        run then."""
         f = dict(ins.args)
         a, b, acc = f["a"], f["b"], f["acc"]
         if a.dtype not in NARROW or b.dtype not in NARROW or acc.dtype != "int32":
@@ -86,6 +87,8 @@ class MatmulOp:
             return None
         xa = max(abs(v - f["a_zp"]) for v in NARROW[a.dtype])
         xb = max(abs(v - f["b_zp"]) for v in NARROW[b.dtype])
+        if xa * xb >= products.FLOAT32_EXACT:
+            return None  # crafted zero points: not even one product is exact in float32
         return MatmulOp(
             Decoded.of(acc),
             Decoded.of(a),
@@ -102,20 +105,6 @@ class MatmulOp:
         if self.accumulate:
             return (*reads, ("acc", self.acc, False), ("acc", self.acc, True))
         return (*reads, ("acc", self.acc, True))
-
-
-def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
-    """int32 (wrapped) x @ w of integer-valued float32 matrices (or stacks of them) whose
-    elementwise products are at most `term` in magnitude: float32 BLAS over chunks of K short
-    enough to stay exact."""
-    k = x.shape[-1]
-    chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
-    if k <= chunk:
-        return (x @ w).astype(np.int32)
-    out = np.zeros(x.shape[:-1] + w.shape[-1:], np.int32)
-    for s in range(0, k, chunk):
-        out += (x[..., s : s + chunk] @ w[..., s : s + chunk, :]).astype(np.int32)  # wraps
-    return out
 
 
 @dataclass(frozen=True)
@@ -169,10 +158,10 @@ def box_piece(
 
 
 def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int = 0) -> None:
-    """acc (+)= the sum of the pieces' products, exactly, wrapping like int32: one float32
-    product over the concatenated K (chunked under the 2**24 bound by exact_product). With
-    `batch`, acc and every operand have a leading axis of that many independent reductions
-    (`batched`), computed as one stacked product."""
+    """acc (+)= the sum of the pieces' products, exactly, wrapping like int32: one product over
+    the concatenated K (`tensorgen.sim.products`: int8 on torch._int_mm, or float32 chunked
+    under the 2**24 bound). With `batch`, acc and every operand have a leading axis of that
+    many independent reductions (`batched`), computed as one stacked product."""
     if batch and all(p.a.strides[0] == 0 for p in pieces):
         _reduce_shared(acc, pieces, accumulate, batch)
         return
@@ -183,22 +172,24 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     n = pieces[0].b.shape[-1]
     m = acc.size // n // (batch or 1)
     ks = [p.b.size // n // (batch or 1) for p in pieces]
+    ints = products.integer(m, sum(ks), n)
     if _m_contiguous(pieces[0], len(lead)):
-        _transposed(acc, pieces, accumulate, lead, (n, m, ks))
+        _transposed(acc, pieces, accumulate, lead, (n, m, ks), ints)
         return
-    x = np.empty((*lead, m, sum(ks)), np.float32)
-    w = np.empty((*lead, sum(ks), n), np.float32)
-    at = 0
+    x = products.buffer((*lead, m, sum(ks)), ints)
+    w = products.buffer((*lead, sum(ks), n), ints)
+    at, spans = 0, []
     for p, k in zip(pieces, ks, strict=True):
         xs, ws = x[..., at : at + k], w[..., at : at + k, :]
-        np.copyto(xs.reshape(p.a.shape), p.a, casting="unsafe")  # splitting axes: still a view
-        np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
-        if p.a_zp:
-            xs -= np.float32(p.a_zp)  # exact: small integers
-        if p.b_zp:
-            ws -= np.float32(p.b_zp)
+        da = products.fill(xs.reshape(p.a.shape), p.a, p.a_zp)  # splitting axes: still a view
+        db = products.fill(ws.reshape(p.b.shape), p.b, p.b_zp)
+        spans.append((at, at + k, da, db))
         at += k
-    prod = exact_product(x, w, max(p.term for p in pieces)).reshape(acc.shape)
+    prod = products.product(x, w, max(p.term for p in pieces), spans)
+    _store(acc, prod.reshape(acc.shape), accumulate)
+
+
+def _store(acc: np.ndarray, prod: np.ndarray, accumulate: int) -> None:
     if accumulate:
         acc += prod  # int32 in place: wraps as the hardware's accumulator does
     else:
@@ -212,31 +203,79 @@ def _m_contiguous(p: Piece, lead: int) -> bool:
     return p.a.ndim - lead - nk > 0 and abs(p.a.strides[-1]) > abs(p.a.strides[-1 - nk])
 
 
-def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dims) -> None:
-    """`reduce_into`'s general case as B^T @ A^T, (lead.., N, K) @ (lead.., K, M), for A
-    whose M axis is the contiguous one (`_m_contiguous`): A gathered K-major. The same
-    integers: the same dot products over the same K, chunked alike, int32 sums wrapping alike."""
+def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dims, ints) -> None:
+    """`reduce_into`'s general case with A gathered K-major, (lead.., K, M), for A whose M
+    axis is the contiguous one (`_m_contiguous`): in float32 the product B^T @ A^T, (lead..,
+    N, K) @ (lead.., K, M); in int8 A^T's transposed view against B. The same integers: the
+    same dot products over the same K, int32 sums wrapping alike. A's last two M axes are
+    gathered as one run when the rows of a padded tile make that cheaper (`_rows_merge`)."""
     n, m, ks = dims
-    x = np.empty((*lead, sum(ks), m), np.float32)
-    w = np.empty((*lead, sum(ks), n), np.float32)
-    at, nl = 0, len(lead)
+    nl = len(lead)
+    merge = _rows_merge([(p.a, p.b.ndim - nl - 1) for p in pieces], nl)
+    if merge is not None:
+        m = m // (merge[0] * merge[1]) * merge[3]
+    x = products.buffer((*lead, sum(ks), m), ints)
+    w = products.buffer((*lead, sum(ks), n), ints)
+    at, spans = 0, []
     for p, k in zip(pieces, ks, strict=True):
         xs, ws = x[..., at : at + k, :], w[..., at : at + k, :]
         nk, nd = p.b.ndim - nl - 1, p.a.ndim  # (lead.., M.., K..) -> (lead.., K.., M..)
         a = p.a.transpose(*range(nl), *range(nd - nk, nd), *range(nl, nd - nk))
-        np.copyto(xs.reshape(a.shape), a, casting="unsafe")  # splitting axes: still a view
-        np.copyto(ws.reshape(p.b.shape), p.b, casting="unsafe")
-        if p.a_zp:
-            xs -= np.float32(p.a_zp)
-        if p.b_zp:
-            ws -= np.float32(p.b_zp)
+        if merge is not None:
+            a = _merged(a, merge)
+        da = products.fill(xs.reshape(a.shape), a, p.a_zp)  # splitting axes: still a view
+        db = products.fill(ws.reshape(p.b.shape), p.b, p.b_zp)
+        spans.append((at, at + k, da, db))
         at += k
-    prod = exact_product(w.swapaxes(-1, -2), x, max(p.term for p in pieces))
-    prod = prod.swapaxes(-1, -2).reshape(acc.shape)
-    if accumulate:
-        acc += prod
+    term = max(p.term for p in pieces)
+    if ints:
+        prod = products.product(x.swapaxes(-1, -2), w, term, spans)
     else:
-        acc[...] = prod
+        prod = products.product(w.swapaxes(-1, -2), x, term, spans).swapaxes(-1, -2)
+    if merge is not None:
+        prod = _unmerged(prod, merge)
+    _store(acc, prod.reshape(acc.shape), accumulate)
+
+
+# gather a padded tile's rows as one run while it computes at most this many extra columns
+MERGE_WASTE = 1.3
+
+
+def _rows_merge(arrays: list[tuple[np.ndarray, int]], nl: int) -> tuple[int, int, int, int] | None:
+    """(n1, n2, q, run) when every A (lead axes, M axes, then the number of K axes given with
+    it; the same M shape and strides) has two M axes last among them, n1 rows of n2
+    contiguous bytes q bytes apart with q > n2 (a tile of a padded image): gathered as one run
+    of (n1 - 1) * q + n2 bytes instead of n1 runs of n2, the q - n2 bytes between rows
+    computed along and dropped (`_unmerged`). The run lies within the view's own first and
+    last bytes, so it reads nothing out of bounds."""
+    ms = {(a.shape[nl : a.ndim - nk], a.strides[nl : a.ndim - nk]) for a, nk in arrays}
+    if len(ms) != 1:
+        return None
+    ((shape, strides),) = ms
+    if len(shape) < 2:
+        return None
+    (n1, n2), (s1, s2) = shape[-2:], strides[-2:]
+    if s2 != arrays[0][0].itemsize or s1 <= n2 * s2 or s1 % s2 or n1 < 2 or n2 < 2:
+        return None
+    q, run = s1 // s2, (n1 - 1) * (s1 // s2) + n2
+    return (n1, n2, q, run) if run <= MERGE_WASTE * n1 * n2 else None
+
+
+def _merged(a: np.ndarray, merge) -> np.ndarray:
+    """A, (.., n1, n2) last, with those two axes as one run (`_rows_merge`)."""
+    n1, n2, q, run = merge
+    shape, strides = a.shape[:-2] + (run,), a.strides[:-2] + (a.strides[-1],)
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
+
+
+def _unmerged(prod: np.ndarray, merge) -> np.ndarray:
+    """The (.., M', N) product of merged operands as (.., n1, n2, N): the run's columns that
+    are the tile's, dropping those between its rows."""
+    n1, n2, q, run = merge
+    prod = prod.reshape(*prod.shape[:-2], -1, run, prod.shape[-1])
+    rs, cs = prod.strides[-2:]
+    shape = prod.shape[:-2] + (n1, n2, prod.shape[-1])
+    return np.lib.stride_tricks.as_strided(prod, shape, prod.strides[:-2] + (q * rs, rs, cs))
 
 
 def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
@@ -246,56 +285,52 @@ def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch:
     n = pieces[0].b.shape[-1]
     m = acc.size // n // batch
     ks = [p.b.size // n // batch for p in pieces]
+    ints = products.integer(m, sum(ks), batch * n)
     t = _m_contiguous(pieces[0], 1)  # then x is (K, M), for the transposed product
-    x = np.empty((sum(ks), m) if t else (m, sum(ks)), np.float32)
-    w = np.empty((sum(ks), batch, n), np.float32)
-    at = 0
+    x = products.buffer((sum(ks), m) if t else (m, sum(ks)), ints)
+    w = products.buffer((sum(ks), batch, n), ints)
+    at, spans = 0, []
     for p, k in zip(pieces, ks, strict=True):
         xs, ws = (x[at : at + k] if t else x[:, at : at + k]), w[at : at + k]
         a = p.a[0]
         if t:  # (M.., K..) -> (K.., M..)
             nk = p.b.ndim - 2
             a = a.transpose(*range(a.ndim - nk, a.ndim), *range(a.ndim - nk))
-        np.copyto(xs.reshape(a.shape), a, casting="unsafe")
+        da = products.fill(xs.reshape(a.shape), a, p.a_zp)
         nd = p.b.ndim  # (K.., batch, N): `np.moveaxis(p.b, 0, -2)` at a tenth of the cost
         b = p.b.transpose(*range(1, nd - 1), 0, nd - 1)
-        np.copyto(ws.reshape(b.shape), b, casting="unsafe")
-        if p.a_zp:
-            xs -= np.float32(p.a_zp)
-        if p.b_zp:
-            ws -= np.float32(p.b_zp)
+        db = products.fill(ws.reshape(b.shape), b, p.b_zp)
+        spans.append((at, at + k, da, db))
         at += k
-    term = max(p.term for p in pieces)
-    if t:  # (batch * N, K) @ (K, M)
-        prod = exact_product(w.reshape(len(w), batch * n).T, x, term)
-        prod = prod.reshape(batch, n, m).swapaxes(1, 2).reshape(acc.shape)
+    term, w2 = max(p.term for p in pieces), w.reshape(len(w), batch * n)
+    if t and not ints:  # (batch * N, K) @ (K, M)
+        prod = products.product(w2.T, x, term, spans)
+        prod = prod.reshape(batch, n, m).swapaxes(1, 2)
     else:
-        prod = exact_product(x, w.reshape(len(w), batch * n), term)
-        prod = prod.reshape(m, batch, n).transpose(1, 0, 2).reshape(acc.shape)
-    if accumulate:
-        acc += prod
-    else:
-        acc[...] = prod
+        prod = products.product(x.T if t else x, w2, term, spans)
+        prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
+    _store(acc, prod.reshape(acc.shape), accumulate)
 
 
 def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
     """`reduce_into` of a batch whose B operands are the same in every reduction (the
     iterations of a loop over activations against the same weights): one product of the
-    batch's A stacked on M against B, (batch * M, K) @ (K, N); or, when A's M axis is its
-    contiguous one (channel-major activations), the same product transposed, B^T @ A^T,
-    (N, K) @ (K, batch * M), with A gathered K-major so that its copy reads memory along the
-    contiguous M axis instead of a stride per element (5x cheaper for a 1x1 conv over
-    channel-major activations). The same integers either way: every dot product is over the
-    same K, chunked alike by exact_product, and int32 sums wrap alike."""
+    batch's A stacked on M against B, (batch * M, K) @ (K, N); when A's M axis is its
+    contiguous one (channel-major activations), A is gathered K-major so that its copy reads
+    memory along the contiguous M axis instead of a stride per element (5x cheaper for a 1x1
+    conv over channel-major activations), and in float32 the product is transposed, B^T @
+    A^T, (N, K) @ (K, batch * M). The same integers either way: every dot product is over the
+    same K, and int32 sums wrap alike."""
     n = pieces[0].b.shape[-1]
     m = acc.size // n // batch
     ks = [p.b.size // n // batch for p in pieces]
+    ints = products.integer(batch * m, sum(ks), n)
     first = pieces[0]
     nk = first.b.ndim - 2  # K axes, last in A
     k_major = first.a.ndim - 1 - nk > 0 and abs(first.a.strides[-1]) > abs(first.a.strides[-1 - nk])
-    x = np.empty((sum(ks), batch, m) if k_major else (batch, m, sum(ks)), np.float32)
-    w = np.empty((sum(ks), n), np.float32)
-    at = 0
+    x = products.buffer((sum(ks), batch, m) if k_major else (batch, m, sum(ks)), ints)
+    w = products.buffer((sum(ks), n), ints)
+    at, spans = 0, []
     for p, k in zip(pieces, ks, strict=True):
         ws = w[at : at + k]
         if k_major:  # (batch, M.., K..) -> (K.., batch, M..)
@@ -303,22 +338,18 @@ def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batc
             a = p.a.transpose(*range(nd - nk, nd), *range(nd - nk))
         else:
             xs, a = x[..., at : at + k], p.a
-        np.copyto(xs.reshape(a.shape), a, casting="unsafe")
-        np.copyto(ws.reshape(p.b.shape[1:]), p.b[0], casting="unsafe")
-        if p.a_zp:
-            xs -= np.float32(p.a_zp)
-        if p.b_zp:
-            ws -= np.float32(p.b_zp)
+        da = products.fill(xs.reshape(a.shape), a, p.a_zp)
+        db = products.fill(ws.reshape(p.b.shape[1:]), p.b[0], p.b_zp)
+        spans.append((at, at + k, da, db))
         at += k
     term = max(p.term for p in pieces)
-    if k_major:
-        prod = exact_product(w.T, x.reshape(len(x), batch * m), term).T.reshape(acc.shape)
+    if k_major and not ints:
+        prod = products.product(w.T, x.reshape(len(x), batch * m), term, spans).T
+    elif k_major:
+        prod = products.product(x.reshape(len(x), batch * m).T, w, term, spans)
     else:
-        prod = exact_product(x.reshape(batch * m, -1), w, term).reshape(acc.shape)
-    if accumulate:
-        acc += prod
-    else:
-        acc[...] = prod
+        prod = products.product(x.reshape(batch * m, -1), w, term, spans)
+    _store(acc, prod.reshape(acc.shape), accumulate)
 
 
 def batched(d: Decoded, memory: np.ndarray, base: int, count: int, step: int) -> np.ndarray:

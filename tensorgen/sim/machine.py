@@ -30,7 +30,7 @@ from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message
-from tensorgen.sim import replay
+from tensorgen.sim import products, replay
 from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine
@@ -543,7 +543,7 @@ def simulate(
     the boundaries of a model's layers. The binary is verified against the target first
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
     timelines)."""
-    with _blas().limit(limits=1, user_api="blas"):  # restored on return
+    with _blas().limit(limits=1, user_api="blas"), products.one_thread():  # restored on return
         sim = Simulator(binary, target, vectorize_loops, limits, record)
         result = sim.run(inputs, marks)
     # nothing refers to its memories any more (the outputs are copies): the next run of this

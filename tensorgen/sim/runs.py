@@ -308,6 +308,8 @@ class MatmulRuns:
         for seg in segments:
             cost = sim.costs[seg.pc]
             k = len(seg.bases)
+            if not k:
+                continue
             if not cost.fill:
                 for _ in range(k):
                     end, rf = sim._execute_timing(cost, 1, t, 0)
@@ -317,17 +319,21 @@ class MatmulRuns:
                 continue
             # `_execute_timing` of token-free MATMULs, inlined: with two weight buffers each
             # loads its weights from when the one before began to stream, else from its start
-            # (`matmul_stream_start`)
+            # (`matmul_stream_start`); the first MATMUL of a segment depends on the one before
             rows = cost.cycles - cost.fill
-            for _ in range(k):
-                streaming = sim.streaming
-                begin = t if streaming is None or not double else max(streaming[0], 0)
-                end = max(t, begin + fill) + rows
-                sim.streaming = (end - rows, rows)
-                steps.append((t, end))
-                rf = min(begin, t)
-                reads_from = rf if reads_from is None else min(reads_from, rf)
-                t = end
+            streaming = sim.streaming
+            begin = t if streaming is None or not double else max(streaming[0], 0)
+            end = max(t, begin + fill) + rows
+            rf = min(begin, t)
+            reads_from = rf if reads_from is None else min(reads_from, rf)
+            # the others follow it at a fixed pace: each begins to load when the one before
+            # began to stream (end - rows >= 0), or at its own start with one buffer; their
+            # first reads come later than this one's
+            pace = max(rows, fill) if double else max(fill, 0) + rows
+            ends = list(range(end, end + k * pace, pace)) if pace > 0 else [end] * k
+            steps += zip([t, *ends[:-1]], ends, strict=True)
+            t = ends[-1]
+            sim.streaming = (t - rows, rows)
         for other, accesses in sim.inflight.items():
             if other == "EX":
                 continue

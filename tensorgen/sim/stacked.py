@@ -139,6 +139,10 @@ class _Stacked:
         arr = self.arrays[id(view)]
         return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
+    def stored(self, view) -> np.ndarray:
+        """`read` without the conversion: the values as held (`isa._store`, `requant.vrequant`)."""
+        return self.arrays[id(view)]
+
     def write(self, view, values: np.ndarray) -> None:
         arr = self.arrays[id(view)]
         if values.dtype == arr.dtype and values.shape == arr.shape:

@@ -1,10 +1,12 @@
 """The simulator's fast paths (runs of MATMULs as one BLAS call, reduction nests at once, the
 fast MATMUL kernel) against stepping every instruction through its semantics: over random
 programs of the compiler's instruction mix, the same outputs, every counter, the trace
-events and the DRAM channel -- or the same error, hazards included."""
+events and the DRAM channel -- or the same error, hazards included -- with the products on
+either arithmetic (`tensorgen.sim.products`: int8 on torch._int_mm, or float32 BLAS)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -16,9 +18,9 @@ from hypothesis import strategies as st
 
 from tensorgen.errors import BinaryError, SimulatorError
 from tensorgen.mc.binary import assemble
-from tensorgen.sim import batch, loops
-from tensorgen.sim.batch import exact_product
+from tensorgen.sim import batch, loops, products
 from tensorgen.sim.machine import simulate
+from tensorgen.sim.products import exact_product
 from tensorgen.target import ISA_DIR, target_from_dict
 
 
@@ -29,6 +31,19 @@ def _tiny(buffers: int):
 
 
 TARGETS = {n: _tiny(n) for n in (1, 2)}
+ARITHS = ["float32", "int_mm"]
+
+
+@contextlib.contextmanager
+def arithmetic(name: str):
+    """Products on float32 BLAS, or on torch._int_mm whatever their size (the random
+    programs' tiles are far below `products.MIN_INT_MACS`)."""
+    saved = products.ENABLED, products.MIN_INT_MACS
+    products.ENABLED, products.MIN_INT_MACS = name == "int_mm", 0
+    try:
+        yield
+    finally:
+        products.ENABLED, products.MIN_INT_MACS = saved
 
 
 @dataclass(frozen=True)
@@ -141,7 +156,7 @@ CASES = st.builds(
     Case,
     buffers=st.sampled_from([1, 2]),
     xd=st.sampled_from(["int8", "uint8"]),
-    a_zp=st.sampled_from([0, 3, 128]),
+    a_zp=st.sampled_from([0, 3, 128, -(2**23)]),  # the last: int32 sums wrap (semantics run)
     b_zp=st.sampled_from([0, -2]),
     outer=st.booleans(),
     acc_moves=st.booleans(),
@@ -154,9 +169,14 @@ CASES = st.builds(
 )
 
 
-@settings(max_examples=80, deadline=None)
-@given(case=CASES, seed=st.integers(0, 2**16))
-def test_fast_paths_equal_stepping(case: Case, seed: int) -> None:
+@settings(max_examples=120, deadline=None)
+@given(case=CASES, seed=st.integers(0, 2**16), arith=st.sampled_from(ARITHS))
+def test_fast_paths_equal_stepping(case: Case, seed: int, arith: str) -> None:
+    with arithmetic(arith):
+        _fast_paths_equal_stepping(case, seed)
+
+
+def _fast_paths_equal_stepping(case: Case, seed: int) -> None:
     binary = assemble(_program(case))
     rng = np.random.default_rng(seed)
     lo, hi = (-128, 128) if case.xd == "int8" else (0, 256)
@@ -183,10 +203,12 @@ def test_fast_paths_equal_stepping(case: Case, seed: int) -> None:
         x = inputs["X"].astype(np.int64) - case.a_zp
         w = inputs["W"].astype(np.int64) - case.b_zp
         k = {"loop": 16, "loopb": 16, "pair": 12, "none": 4}[case.nest]
-        np.testing.assert_array_equal(np.array(fast[0]["C"])[:4], x[:4, :k] @ w[:k])
+        want = (x[:4, :k] @ w[:k]).astype(np.int32)  # wrapped
+        np.testing.assert_array_equal(np.array(fast[0]["C"])[:4], want)
         if case.group in ("moves", "shared") and not case.outer:
             rows = slice(2, 6) if case.group == "moves" else slice(0, 4)
-            np.testing.assert_array_equal(np.array(fast[0]["E"]), x[rows, :k] @ w[:k])
+            want = (x[rows, :k] @ w[:k]).astype(np.int32)
+            np.testing.assert_array_equal(np.array(fast[0]["E"]), want)
 
 
 def test_the_hazard_checks_run_on_both_paths() -> None:
@@ -235,35 +257,47 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
         assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     batch_n=st.integers(0, 4),
-    m=st.sampled_from([(3,), (2, 5)]),
+    m=st.sampled_from([(1,), (3,), (2, 5), (4, 6), (1, 3)]),
     k=st.sampled_from([(4,), (3, 2)]),
     n=st.integers(1, 5),
     channel_major=st.booleans(),
+    padded=st.booleans(),
     shared=st.sampled_from(["none", "a", "b"]),
-    zps=st.tuples(st.integers(-3, 3), st.integers(-3, 3)),
+    a_dtype=st.sampled_from(["int8", "uint8"]),
+    zps=st.tuples(st.sampled_from([-3, 0, 2, 128, 255]), st.integers(-3, 3)),
     accumulate=st.integers(0, 1),
     seed=st.integers(0, 2**16),
+    arith=st.sampled_from(ARITHS),
 )
 def test_products_equal_int64_in_either_orientation(
-    batch_n, m, k, n, channel_major, shared, zps, accumulate, seed
+    batch_n, m, k, n, channel_major, padded, shared, a_dtype, zps, accumulate, seed, arith
 ) -> None:
     """`reduce_into` (unbatched, batched, a batch against one A or one B) equals int64 arithmetic
     whether A's K axis (row-major activations) or its M axis (channel-major: the transposed
-    product) is the contiguous one, accumulating or not, with zero points, wrapping like int32."""
+    product) is the contiguous one -- in rows of a padded tile or not (`batch._rows_merge`) --,
+    accumulating or not, int8 or uint8 activations, with zero points, wrapping like int32, on
+    either arithmetic."""
     rng = np.random.default_rng(seed)
     lead = (batch_n,) if batch_n else ()
     shape = (*lead, *m, *k)
-    a_full = rng.integers(-128, 128, shape).astype(np.int8)
+    lo, hi = (-128, 128) if a_dtype == "int8" else (0, 256)
+    a_full = rng.integers(lo, hi, shape).astype(a_dtype)
     if shared == "a" and batch_n:
         a_full = np.ascontiguousarray(np.broadcast_to(a_full[:1], shape))
     if channel_major:  # K axes outermost in memory, then the batch, M innermost
         nk, nd, nl = len(k), len(shape), len(lead)
         order = (*range(nd - nk, nd), *range(nl), *range(nl, nd - nk))
-        a = np.ascontiguousarray(a_full.transpose(order)).transpose(np.argsort(order))
-        assert abs(a.strides[-1]) > abs(a.strides[-1 - nk])
+        memory = np.ascontiguousarray(a_full.transpose(order))
+        if padded:  # two bytes of other values after each row of the innermost M axis
+            wide = rng.integers(lo, hi, (*memory.shape[:-1], memory.shape[-1] + 2))
+            wide = wide.astype(a_dtype)
+            wide[..., : memory.shape[-1]] = memory
+            memory = wide[..., : memory.shape[-1]]
+        a = memory.transpose(np.argsort(order))
+        assert m[-1] == 1 or abs(a.strides[-1]) > abs(a.strides[-1 - nk])
     else:
         a = a_full
     if shared == "a" and batch_n:
@@ -277,5 +311,139 @@ def test_products_equal_int64_in_either_orientation(
     bi = b_full.astype(np.int64).reshape(*lead, math.prod(k), n) - zps[1]
     want = (ai @ bi).reshape(acc.shape) + (acc.astype(np.int64) if accumulate else 0)
     piece = batch.Piece(a, b_full, zps[0], zps[1], 256 * 256)
-    batch.reduce_into(acc, [piece], accumulate, batch_n)
+    with arithmetic(arith):
+        batch.reduce_into(acc, [piece], accumulate, batch_n)
     np.testing.assert_array_equal(acc, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("arith", ARITHS)
+@pytest.mark.parametrize("a_dtype", ["int8", "uint8"])
+def test_products_wrap_like_the_int32_accumulator(arith: str, a_dtype: str) -> None:
+    """A reduction whose sum overflows int32 (K = 300,000 products of 2**14, and zero points
+    making every product 2**16) gives the wrapped integers, not saturated or rounded ones, on
+    either arithmetic; two pieces of different zero points sum into one accumulator."""
+    k = 300_000
+    low = -128 if a_dtype == "int8" else 0
+    a = np.full((16, k), low, a_dtype)
+    b = np.full((k, 8), -128, np.int8)
+    zp = 0 if a_dtype == "int8" else 128  # (a - zp) = -128 either way
+    acc = np.full((16, 8), 7, np.int32)
+    pieces = [
+        batch.Piece(a, b, zp, 0, 128 * 128),
+        batch.Piece(a[:, :1000], b[:1000], zp + 128, 128, 256 * 256),
+    ]
+    with arithmetic(arith):
+        batch.reduce_into(acc, pieces, 1)
+    total = 7 + 16384 * k + 65536 * 1000
+    assert total >= 2**32
+    np.testing.assert_array_equal(acc, np.full((16, 8), np.int64(total).astype(np.int32)))
+    assert int(acc[0, 0]) == (total + 2**31) % 2**32 - 2**31
+
+
+def test_int_mm_is_trusted_only_where_it_is_exact() -> None:
+    """On this torch, products take torch._int_mm only after its probe; with oneDNN held to
+    AVX2 (no VNNI: its kernels give wrong integers) the probe refuses it, and the products
+    stay exact on float32."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, torch\n"
+        "from tensorgen.sim import batch, products\n"
+        "a = torch.full((64, 2), 127, dtype=torch.int8)\n"
+        "raw = bool((torch._int_mm(a, a.T.contiguous()) == 2 * 127 * 127).all())\n"
+        "trusted = products._int_mm() is not None\n"
+        "x = np.full((64, 600), 255, np.uint8); w = np.full((600, 64), 127, np.int8)\n"
+        "acc = np.zeros((64, 64), np.int32)\n"
+        "batch.reduce_into(acc, [batch.Piece(x, w, 128, 0, 127 * 128)], 0)\n"
+        "print(raw, trusted, bool((acc == 600 * 127 * 127).all()))\n"
+    )
+    for isa_limit in ("AVX2", ""):
+        env = {**__import__("os").environ, "ONEDNN_MAX_CPU_ISA": isa_limit}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        raw, trusted, exact = out.stdout.split()
+        assert exact == "True", out.stderr
+        assert trusted == "False" or raw == "True"  # never trusted where it is wrong
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("zps", [(-(2**23), -3), (2**31 - 1, -(2**31)), (-(2**31), 2**31 - 1)])
+def test_a_matmul_with_crafted_zero_points_wraps_exactly(zps, fast: bool) -> None:
+    """Zero points are int32 fields: with huge ones a single product exceeds float32's and
+    the sums float64's exact range. The fast kernel declines them and the MATMUL's semantics
+    give the exact wrapped integers (Python's own arbitrary-precision sums, modulo 2**32)."""
+    t = TARGETS[1]
+    program = f""".target tiny {t.hash.hex()}
+.dram 448
+.tensor X uint8 8x16 input dram=0 pad=0
+.tensor W int8 16x4 input dram=128 pad=0
+.tensor C int32 8x4 output dram=192 pad=0
+LOAD dst=spad:uint8@0[8x16:16,1] src=X(0,0)[8x16]
+LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] signal=EX
+MATMUL acc=acc:int32@0[8x4:4,1] a=spad:uint8@0[8x16:16,1] b=spad:int8@128[16x4:4,1] \
+accumulate=0 a_zp={zps[0]} b_zp={zps[1]} wait=LD signal=ST
+STORE dst=C(0,0)[8x4] src=acc:int32@0[8x4:4,1] wait=EX
+"""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (8, 16)).astype(np.uint8)
+    w = rng.integers(-128, 128, (16, 4)).astype(np.int8)
+    exact = [
+        [
+            sum((int(x[i, k]) - zps[0]) * (int(w[k, j]) - zps[1]) for k in range(16))
+            for j in range(4)
+        ]
+        for i in range(8)
+    ]
+    want = np.array([[(v + 2**31) % 2**32 - 2**31 for v in row] for row in exact], np.int64)
+    r = simulate(assemble(program), {"X": x, "W": w}, t, vectorize_loops=fast)
+    np.testing.assert_array_equal(r.outputs["C"], want)
+
+
+def test_a_padded_tile_is_gathered_in_runs_and_exact() -> None:
+    """Channel-major activations in rows of a padded image: the rows are gathered as one run
+    and the product, on either arithmetic, is the int64 one."""
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (16, 9, 16)).astype(np.uint8)  # (C, H, W) padded to W=16
+    a = image[:, :8, :14].transpose(1, 2, 0)  # (M: 8 x 14, K: 16 channels)
+    b = rng.integers(-128, 128, (16, 64)).astype(np.int8)
+    merge = batch._rows_merge([(a, 1)], 0)
+    assert merge == (8, 14, 16, 7 * 16 + 14)
+    want = (a.astype(np.int64) - 7).reshape(-1, 16) @ (b.astype(np.int64) + 1)
+    # and a second piece with two K axes (a nest's loop axis before the channels)
+    image2 = rng.integers(0, 256, (3, 16, 9, 16)).astype(np.uint8)
+    a2 = image2[:, :, :8, :14].transpose(2, 3, 0, 1)  # (M: 8 x 14, K: 3 x 16)
+    b2 = rng.integers(-128, 128, (3, 16, 64)).astype(np.int8)
+    assert batch._rows_merge([(a, 1), (a2, 2)], 0) is not None
+    want2 = want + (a2.astype(np.int64) - 5).reshape(-1, 48) @ b2.astype(np.int64).reshape(48, 64)
+    for arith in ARITHS:
+        for pieces, expected in (
+            ([batch.Piece(a, b, 7, -1, 256 * 129)], want),
+            ([batch.Piece(a, b, 7, -1, 256 * 129), batch.Piece(a2, b2, 5, 0, 256 * 128)], want2),
+        ):
+            acc = np.zeros((8, 14, 64), np.int32)
+            with arithmetic(arith):
+                batch.reduce_into(acc, pieces, 0)
+            np.testing.assert_array_equal(acc.reshape(-1, 64), expected)
+
+
+def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch) -> None:
+    """simulate pins torch to one thread for its products, and restores the caller's count."""
+    import torch
+
+    seen, real = [], products.product
+    monkeypatch.setattr(
+        products, "product", lambda *a: seen.append(torch.get_num_threads()) or real(*a)
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        c = Case(2, "uint8", 3, -2, False, False, "loop", 0, False, False, "none")
+        inputs = {"X": np.ones((8, 16), np.uint8), "W": np.ones((16, 4), np.int8)}
+        with arithmetic("int_mm"):
+            _outcome(assemble(_program(c)), inputs, TARGETS[2], True)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

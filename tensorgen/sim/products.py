@@ -1,0 +1,190 @@
+"""Exact tile products for the simulator's MATMUL fast paths (`tensorgen.sim.batch`): int8
+operands multiplied by `torch._int_mm` into int32, or float32 BLAS under the 2**24 bound.
+
+The MAC array's accumulator is int32 with two's-complement wrap, so a product is only ever
+needed modulo 2**32, and arithmetic modulo 2**32 is a ring: an int8 x int8 -> int32 product
+whose sums wrap is exact for it however large K is. uint8 operands are gathered as int8 with
+their top bit flipped (x - 128), and each operand's zero point enters as a correction:
+with a = a' + da and b = b' + db over a span of K (da = shift - a_zp, likewise db),
+  sum (a - a_zp)(b - b_zp) = a' @ b' + da * colsum(b') + db * rowsum(a') + K * da * db,
+every term in wrapping int32.
+
+`torch._int_mm` is trusted only after a probe with operands that overflow int16 pair sums
+and int32 accumulators gives the exact wrapped integers: oneDNN's kernels for CPUs without
+VNNI (ONEDNN_MAX_CPU_ISA=AVX2, measured with torch 2.13) give wrong integers, and then this
+module multiplies in float32 instead (`exact_product`), as it does for small products, where
+the call's overhead outweighs its speed, and when torch is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+
+import numpy as np
+
+# float32 holds every integer below 2**24 exactly: a sum of products stays exact below it
+FLOAT32_EXACT = 1 << 24
+# products of fewer multiply-accumulates than this stay on numpy's float32 BLAS
+MIN_INT_MACS = 1 << 16
+# tests set this to False to take the float32 path whatever the probe says
+ENABLED = True
+
+
+def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
+    """int32 (wrapped) x @ w of integer-valued float32 matrices (or stacks of them) whose
+    elementwise products are at most `term` in magnitude: float32 BLAS over chunks of K short
+    enough to stay exact."""
+    k = x.shape[-1]
+    chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
+    if k <= chunk:
+        return (x @ w).astype(np.int32)
+    out = np.zeros(x.shape[:-1] + w.shape[-1:], np.int32)
+    for s in range(0, k, chunk):
+        out += (x[..., s : s + chunk] @ w[..., s : s + chunk, :]).astype(np.int32)  # wraps
+    return out
+
+
+def integer(m: int, k: int, n: int) -> bool:
+    """Whether an (m, k) @ (k, n) product of int8/uint8 operands runs on `torch._int_mm`:
+    gather its operands as int8 (`fill`) and multiply them with `product`."""
+    return ENABLED and m * k * n >= MIN_INT_MACS and min(m, k, n) > 0 and _int_mm() is not None
+
+
+def buffer(shape: tuple[int, ...], integral: bool) -> np.ndarray:
+    return np.empty(shape, np.int8 if integral else np.float32)
+
+
+def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
+    """Copy the int8/uint8 values `src` into `dst` (a view of a `buffer`, same shape): as
+    float32 minus the zero point (returns 0), or as int8 (uint8 with its top bit flipped),
+    returning the correction da = shift - zp, wrapped to int32."""
+    if dst.dtype == np.float32:
+        np.copyto(dst, src, casting="unsafe")
+        if zp:
+            dst -= np.float32(zp)  # exact: small integers
+        return 0
+    if src.dtype == np.uint8:
+        view = dst.view(np.uint8)
+        np.copyto(view, src)
+        np.bitwise_xor(view, np.uint8(0x80), out=view)  # x - 128, as int8
+        return _wrap(128 - zp)
+    np.copyto(dst, src)
+    return _wrap(-zp)
+
+
+def product(x: np.ndarray, w: np.ndarray, term: int, spans) -> np.ndarray:
+    """int32 (wrapped) (x - zp) @ (w - zp) of (stacks of) gathered operands: float32 ones
+    (`exact_product`, zero points already subtracted) or int8 ones with `spans`, one
+    (k_lo, k_hi, da, db) per stretch of K gathered by `fill`."""
+    if x.dtype == np.float32:
+        return exact_product(x, w, term)
+    mm = _int_mm()
+    torch = _torch()
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)  # the simulator's products are many: one thread each
+    try:
+        if x.ndim == 2:
+            out = mm(_tensor(torch, x), _tensor(torch, w)).numpy()
+        else:
+            out = np.empty(x.shape[:-1] + w.shape[-1:], np.int32)
+            for i in np.ndindex(*x.shape[:-2]):
+                out[i] = mm(_tensor(torch, x[i]), _tensor(torch, w[i])).numpy()
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
+    for lo, hi, da, db in spans:
+        if da:
+            col = w[..., lo:hi, :].sum(axis=-2, dtype=np.int32)
+            out += np.multiply(col, np.int32(da), dtype=np.int32)[..., None, :]
+        if db:
+            row = x[..., lo:hi].sum(axis=-1, dtype=np.int32)
+            out += np.multiply(row, np.int32(db), dtype=np.int32)[..., None]
+        if da and db:
+            out += np.int32(_wrap((hi - lo) * da * db))
+    return out
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch at one thread meanwhile, if it is loaded (`simulate`): `product`'s calls then
+    need not set it each (15 us a call, measured)."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
+
+
+def _tensor(torch, a: np.ndarray):
+    """A 2-D operand as a tensor with the strides of a row-major or a column-major matrix:
+    a view whose one row or column has another stride (a (K, 1) buffer's transpose, strides
+    (1, 1)) gives wrong integers from torch._int_mm (torch 2.13, measured), so such a view
+    gets its canonical strides, and anything else strided is copied."""
+    (m, n), isz = a.shape, a.itemsize
+    if m > 1 and n > 1 and a.strides in ((n * isz, isz), (isz, m * isz)):
+        return torch.from_numpy(a)
+    if a.flags.c_contiguous:
+        a = np.lib.stride_tricks.as_strided(a, (m, n), (n * isz, isz))
+    elif a.flags.f_contiguous:
+        a = np.lib.stride_tricks.as_strided(a, (m, n), (isz, m * isz))
+    else:
+        a = np.ascontiguousarray(a)
+    return torch.from_numpy(a)
+
+
+def _wrap(v: int) -> int:
+    return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+@functools.lru_cache(maxsize=1)
+def _torch():
+    import torch  # only when a product is large enough to use it
+
+    return torch
+
+
+@functools.lru_cache(maxsize=1)
+def _int_mm():
+    """`torch._int_mm` if it gives exact wrapped int32 products here, else None."""
+    try:
+        torch = _torch()
+        mm = torch._int_mm
+    except (ImportError, AttributeError):
+        return None
+    return mm if _probe(torch, mm) else None
+
+
+def _probe(torch, mm) -> bool:
+    """The exact, wrapped integers for extreme operands (pair sums beyond int16, totals
+    beyond int32) and random ones, over shapes that take different kernels."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    try:
+        for m, k, n in ((1, 8, 8), (7, 3, 5), (17, 100, 9), (64, 64, 64), (300, 576, 64)):
+            for va, vb in ((-128, -128), (127, 127), (-128, 127), (127, -128), (None, None)):
+                if va is None:
+                    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+                    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+                    want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+                else:
+                    a, b = np.full((m, k), va, np.int8), np.full((k, n), vb, np.int8)
+                    want = np.full((m, n), _wrap(va * vb * k), np.int32)
+                got = mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+                if got.dtype != np.int32 or not np.array_equal(got, want):
+                    return False
+        a = np.full((16, 140_000), -128, np.int8)
+        b = np.full((140_000, 8), -128, np.int8)
+        got = mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        return bool((got == _wrap(16384 * 140_000)).all())  # int32 wrap, not saturation
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    finally:
+        torch.set_num_threads(threads)
