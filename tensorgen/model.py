@@ -24,7 +24,7 @@ from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph, lower_graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.frontend.pt2e import is_pt2e, lower_pt2e
-from tensorgen.frontend.quantize import quantize, quantized_engine
+from tensorgen.frontend.quantize import one_torch_thread, quantize, quantized_engine
 from tensorgen.fusion import Unit, fuse_units
 from tensorgen.ir.core import Program
 from tensorgen.ir.verify import verify_program
@@ -264,7 +264,7 @@ def _compile_layer(program: Program, target: Target, trace: tuple | None = None)
 
 def _lowered(model, example_inputs, engine: str, seed: int, quantizer: str):
     """(the quantized model, its layer graph, the reference of a PT2E graph or None)."""
-    with quantized_engine(engine):
+    with quantized_engine(engine), one_torch_thread():
         qmodel = (
             model
             if is_quantized(model) or is_pt2e(model)
@@ -274,7 +274,8 @@ def _lowered(model, example_inputs, engine: str, seed: int, quantizer: str):
             return qmodel, lower_graph(qmodel, example_inputs, engine), None
     from tensorgen.frontend.pt2e_rule import RuleModel
 
-    return qmodel, lower_pt2e(qmodel, example_inputs), RuleModel(qmodel)
+    with one_torch_thread():
+        return qmodel, lower_pt2e(qmodel, example_inputs), RuleModel(qmodel)
 
 
 def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:

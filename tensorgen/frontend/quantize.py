@@ -201,12 +201,28 @@ def quantize(
                 raise
             except Exception as err:  # torch.export or torchao refusing the model
                 raise SpecError(f"PT2E quantization failed: {_one_line(err)}") from None
-    with quantized_engine(engine), torch.no_grad(), _no_stack_traces():
+    with quantized_engine(engine), torch.no_grad(), _no_stack_traces(), one_torch_thread():
         prepared = prepare_fx(float_model, get_default_qconfig_mapping(engine), example_inputs)
         for _ in range(calibration_batches):
             prepared(*_random_like(example_inputs, generator))
         converted = convert_fx(prepared)
     return repair_qnnpack_clamp(converted) if engine == "qnnpack" else converted
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch's intra-op pool at one thread inside the block, the previous count restored.
+
+    Calibration and lowering run many small float ops; on a loaded machine torch's default
+    threads fight each other and the machine (0.9 s quiet, tens of seconds under load)."""
+    previous = torch.get_num_threads()
+    if previous != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
 
 
 @contextmanager

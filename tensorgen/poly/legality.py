@@ -116,19 +116,28 @@ def find_violation(
     A legal schedule is remembered by its text (the lowering checks again what the search and
     the schedule's primitives did).
     """
-    key = (id(program), str(schedule), parallel_from, parallel_to, among)
-    if _LEGAL.get(key) is program:  # the entry holds the program: its id is not reused
+    key = (_structure(program), str(schedule), parallel_from, parallel_to, among)
+    if key in _LEGAL:
         return None
     viol = _find_violation(program, schedule, parallel_from, parallel_to, among)
     if viol is None:
         if len(_LEGAL) >= LEGAL_CACHE:
             del _LEGAL[next(iter(_LEGAL))]
-        _LEGAL[key] = program
+        _LEGAL[key] = None
     return viol
 
 
 LEGAL_CACHE = 1024  # legal schedules remembered (the oldest forgotten first)
-_LEGAL: dict[tuple, Program] = {}
+_LEGAL: dict[tuple, None] = {}
+
+
+@lru_cache(maxsize=64)
+def _structure(program: Program) -> tuple[str, ...]:
+    """All that the verdict of `_find_violation` reads of `program`: the text of every statement
+    domain and of the relaxed dependences. Layers that differ only in names of tensors or
+    constants (structurally identical layers of a model) share it, and so their legal schedules."""
+    domains = tuple(f"{s.name}:{poly.domain(s)}" for s in program.statements)
+    return domains + tuple(f"{kind}:{deps}" for kind, deps in relaxed_dependences(program))
 
 
 def _find_violation(

@@ -232,10 +232,36 @@ def const_at(state: State, statements: Iterable[str], pos: int) -> int | None:
 
 
 def _const_dim(sched: isl.Map, pos: int) -> int | None:
+    fixed = _fixed_by_equality(sched, pos)
+    if fixed is not None:
+        return fixed
     v = sched.range().dim_max(pos)
     if not v.is_cst():
         return None
     return int(v.get_pieces()[0][1].get_constant_val().to_python())
+
+
+def _fixed_by_equality(sched: isl.Map, pos: int) -> int | None:
+    """The value c of an explicit equality `d<pos> = c` of a map of one basic map, or None (then
+    isl decides). Read off isl's equality matrix (microseconds; projecting the range and
+    taking its dim_max takes a hundred): every point of such a map has d<pos> = c, so that is
+    the dim_max `_const_dim` would compute (a schedule map is never empty: it places the
+    instances of its statement)."""
+    if sched.n_basic_map() != 1:
+        return None
+    t = isl.dim_type
+    rows = sched.get_basic_maps()[0].equalities_matrix(t.out, t.in_, t.param, t.div, t.cst)
+    width = rows.cols() - 1
+    for r in range(rows.rows()):
+        a = rows.get_element_val(r, pos)
+        if a.is_zero() or any(
+            not rows.get_element_val(r, c).is_zero() for c in range(width) if c != pos
+        ):
+            continue
+        k = rows.get_element_val(r, width)  # a * d + k = 0
+        value = k.neg().div(a)
+        return int(value.to_python()) if value.is_int() else None
+    return None
 
 
 def _derived(kind: str, sched: isl.Map, pos: int, compute):
