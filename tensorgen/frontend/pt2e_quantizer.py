@@ -65,7 +65,21 @@ SAME_VALUES = (  # ops whose output takes their input's quantization parameters
     aten.relu_.default,
     aten.hardtanh.default,
     aten.hardtanh_.default,
+    aten.dropout.default,
 )
+LOOKUPS = (  # functions of one tensor with their own output parameters: lookup tables
+    aten.hardswish.default,
+    aten.hardswish_.default,
+    aten.hardsigmoid.default,
+    aten.hardsigmoid_.default,
+    aten.sigmoid.default,
+    aten.tanh.default,
+    aten.leaky_relu.default,
+    aten.elu.default,
+    aten.gelu.default,
+    aten.silu.default,
+)
+MULS = (aten.mul.Tensor, aten.mul_.Tensor)
 OWN_OUTPUT = (aten.adaptive_avg_pool2d.default, aten.mean.dim, aten.avg_pool2d.default)
 KEY = "quantization_annotation"
 
@@ -95,7 +109,9 @@ class TensorgenQuantizer(Quantizer):
                 self._same(node)
             elif node.target in (aten.chunk.default, aten.split.Tensor):
                 self._pieces(node)
-            elif node.target in OWN_OUTPUT:
+            elif node.target in MULS:
+                self._annotate(node, {_arg(node, 0): ACT, _arg(node, 1): ACT}, ACT)
+            elif node.target in OWN_OUTPUT or node.target in LOOKUPS:
                 self._annotate(node, {_arg(node, 0): ACT}, ACT)
         return model
 

@@ -32,6 +32,14 @@ DEQUANT = "quantized_decomposed.dequantize_per_tensor.default"
 DEQUANT_CH = "quantized_decomposed.dequantize_per_channel.default"
 
 
+FLOAT_FUNCTIONS = {  # the graph's own float operators of one tensor, as torch runs them
+    f"aten.{name}.default": getattr(torch.ops.aten, name).default
+    for name in ("hardswish", "hardsigmoid", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu")
+}
+
+SCALAR_OPS = ("aten.mul.Tensor", "aten.mul_.Tensor", "aten.add.Tensor", "aten.add_.Tensor")
+
+
 class Codes:
     """An integer tensor and its quantization parameters."""
 
@@ -115,7 +123,7 @@ class _Rule:
             return np.clip(self.codes(src).q, lo, hi)
         if name in ("aten.conv2d.default", "aten.linear.default"):
             return self.weighted(src, s, zp, bounds)
-        if name in ("aten.add.Tensor", "aten.add_.Tensor"):
+        if name in ("aten.add.Tensor", "aten.add_.Tensor") and isinstance(src.args[1], fx.Node):
             a, b = self.codes(src.args[0]), self.codes(src.args[1])
             c = _dequantize(a) + _dequantize(b)
             return np.clip(_quantize(c, s, zp, -(2**40), 2**40), lo, hi)
@@ -124,10 +132,22 @@ class _Rule:
             t = torch.from_numpy(x.q.astype(np.float64))
             y = F.max_pool2d(t, *src.args[1:])
             return np.clip(y.numpy().astype(np.int64), lo, hi)
-        if name == "aten.adaptive_avg_pool2d.default":
+        if name in FLOAT_FUNCTIONS:  # the graph's own float function of the dequantized codes
+            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
+            y = FLOAT_FUNCTIONS[name](x, *src.args[1:], **src.kwargs).numpy()
+            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
+        if name in SCALAR_OPS and not isinstance(src.args[1], fx.Node):
+            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
+            y = (x * src.args[1] if "mul" in name else x + src.args[1]).numpy()
+            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
+        if name in ("aten.mul.Tensor", "aten.mul_.Tensor"):
+            a, b = self.codes(src.args[0]), self.codes(src.args[1])
+            m = np.float32(np.float64(a.scale) * np.float64(b.scale) / np.float64(s))
+            return _requant((a.q - a.zp) * (b.q - b.zp), np.asarray(m), zp, lo, hi)
+        if name in ("aten.adaptive_avg_pool2d.default", "aten.mean.dim"):
             x = self.codes(src.args[0])
             n, c, h, w = x.q.shape
-            oh, ow = src.args[1]
+            oh, ow = src.args[1] if name.startswith("aten.adaptive") else (1, 1)
             kh, kw = h // oh, w // ow
             acc = (x.q - x.zp).reshape(n, c, oh, kh, ow, kw).sum(axis=(3, 5))
             m = np.float32(x.scale / (kh * kw * s))
@@ -142,7 +162,7 @@ class _Rule:
             fn = torch.chunk if str(whole.target) == "aten.chunk.default" else torch.split
             dim = whole.args[2] if len(whole.args) > 2 else 0
             return np.clip(fn(x, whole.args[1], dim)[src.args[1]].numpy(), lo, hi)
-        if name in ("aten.contiguous.default", "aten.clone.default"):
+        if name in ("aten.contiguous.default", "aten.clone.default", "aten.dropout.default"):
             return np.clip(self.codes(src.args[0]).q, lo, hi)
         if name in ("aten.flatten.using_ints", "aten.view.default", "aten.reshape.default"):
             x = self.codes(src.args[0])
