@@ -13,7 +13,7 @@ import numpy as np
 from torch import fx
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import pt2e_elementwise
+from tensorgen.frontend import pt2e_elementwise, pt2e_pooling
 from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer, linear_layer
 from tensorgen.frontend.layers import (
     NATURAL,
@@ -282,10 +282,13 @@ def permute(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     )
 
 
+PIECES = ("aten.chunk.default", "aten.split.Tensor", "aten.split_with_sizes.default")
+
+
 def piece(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     """A getitem of chunk / split along a dimension, with shared parameters: a slice copy."""
     whole = src.args[0]
-    if op_of(whole) not in ("aten.chunk.default", "aten.split.Tensor"):
+    if op_of(whole) not in PIECES:
         raise SpecError(f"getitem of {op_of(whole)}")
     lw.used.add(whole)
     x = lw.value_of(whole.args[0])
@@ -301,23 +304,27 @@ def piece(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     lw.add(Layer(src.name, path_of(src), "slice", ports, lambda lo, hi: [stmt]))
 
 
-LAYERS = {
-    "aten.transpose.int": permute,
-    "aten.permute.default": permute,
-    "<built-in function getitem>": piece,
-    "aten.conv2d.default": conv,
-    "aten.linear.default": linear,
-    "aten.add.Tensor": add,
-    "aten.add_.Tensor": add,
-    "aten.max_pool2d.default": max_pool,
-    "aten.adaptive_avg_pool2d.default": adaptive_avg_pool,
-    "aten.mean.dim": adaptive_avg_pool,
-    "aten.dropout.default": alias,
-    "aten.flatten.using_ints": alias,
-    "aten.view.default": alias,
-    "aten.reshape.default": alias,
-    "aten.contiguous.default": alias,
-    "aten.clone.default": alias,
-    "aten.cat.default": cat,
-} | pt2e_elementwise.LAYERS
+LAYERS = (
+    {
+        "aten.transpose.int": permute,
+        "aten.permute.default": permute,
+        "<built-in function getitem>": piece,
+        "aten.conv2d.default": conv,
+        "aten.linear.default": linear,
+        "aten.add.Tensor": add,
+        "aten.add_.Tensor": add,
+        "aten.max_pool2d.default": max_pool,
+        "aten.adaptive_avg_pool2d.default": adaptive_avg_pool,
+        "aten.mean.dim": adaptive_avg_pool,
+        "aten.dropout.default": alias,
+        "aten.flatten.using_ints": alias,
+        "aten.view.default": alias,
+        "aten.reshape.default": alias,
+        "aten.contiguous.default": alias,
+        "aten.clone.default": alias,
+        "aten.cat.default": cat,
+    }
+    | pt2e_elementwise.LAYERS
+    | pt2e_pooling.LAYERS
+)
 FUSABLE = (conv, linear, add)

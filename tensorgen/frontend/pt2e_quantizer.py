@@ -10,8 +10,12 @@ tensorgen ships this one. It annotates the ATen graph `torch.export` produces:
 - a conv or linear followed by `relu` / `hardtanh` (ReLU6), and an `add` followed by `relu`,
   are one pattern: only the activation's output is quantized;
 - ops that do not change values share their input's parameters (max pooling, flatten, view,
-  reshape, `cat`'s inputs and output), so they stay integer copies; average pooling gets its
-  own output parameters.
+  reshape, transpose, permute, nearest upsampling, dropout, the pieces of chunk / split,
+  `cat`'s inputs and output), so they stay integer copies; average pooling and `mean` get
+  their own output parameters;
+- functions of one tensor (hardswish, hardsigmoid, sigmoid, tanh, leaky_relu, elu, gelu, silu)
+  and `mul` (of two tensors or a tensor and a number) get their own output parameters: the
+  lowering makes the former lookup tables.
 
 torchao is imported here only, and this module only when `--quantizer pt2e` is used.
 """
@@ -66,6 +70,8 @@ SAME_VALUES = (  # ops whose output takes their input's quantization parameters
     aten.hardtanh.default,
     aten.hardtanh_.default,
     aten.dropout.default,
+    aten.upsample_nearest2d.vec,
+    aten.upsample_nearest2d.default,
 )
 LOOKUPS = (  # functions of one tensor with their own output parameters: lookup tables
     aten.hardswish.default,
@@ -79,6 +85,7 @@ LOOKUPS = (  # functions of one tensor with their own output parameters: lookup 
     aten.gelu.default,
     aten.silu.default,
 )
+SPLIT_SIZES = aten.split_with_sizes.default
 MULS = (aten.mul.Tensor, aten.mul_.Tensor)
 OWN_OUTPUT = (aten.adaptive_avg_pool2d.default, aten.mean.dim, aten.avg_pool2d.default)
 KEY = "quantization_annotation"
@@ -107,7 +114,7 @@ class TensorgenQuantizer(Quantizer):
                 self._cat(node)
             elif node.target in SAME_VALUES:
                 self._same(node)
-            elif node.target in (aten.chunk.default, aten.split.Tensor):
+            elif node.target in (aten.chunk.default, aten.split.Tensor, SPLIT_SIZES):
                 self._pieces(node)
             elif node.target in MULS:
                 self._annotate(node, {_arg(node, 0): ACT, _arg(node, 1): ACT}, ACT)

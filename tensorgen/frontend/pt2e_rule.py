@@ -15,8 +15,13 @@ the same graph comes out different.
 - add: the float graph's own arithmetic, `c = RN(RN(s_a·(a − zp_a)) + RN(s_b·(b − zp_b)))`,
   then quantize (relu before it when fused);
 - max pooling, flatten / view / reshape, cat: integers moved (parameters shared);
-- adaptive average pooling: `acc = Σ (x − zp)`, `y = clamp(RNE(RN(f32(acc)·M)) + zp_y)`,
-  `M = f32(s_in/(n·s_out))`;
+- adaptive average pooling and mean over (2, 3): `acc = Σ (x − zp)`,
+  `y = clamp(RNE(RN(f32(acc)·M)) + zp_y)`, `M = f32(s_in/(n·s_out))`; average pooling the
+  same with ATen's divisor at each output position;
+- functions of one tensor (hardswish, hardsigmoid, sigmoid, tanh, leaky_relu, elu, gelu, silu,
+  mul / add of a number): the graph's own float operator on the dequantized tensor, quantized;
+- mul of two tensors: `(a − zp_a)·(b − zp_b)` exact, requantized with `f32(s_a·s_b/s_y)`;
+- nearest upsampling, dropout: integers moved;
 - dequantize (the exit): `RN(f32(q − zp)·f32(s))`.
 """
 
@@ -152,6 +157,11 @@ class _Rule:
             acc = (x.q - x.zp).reshape(n, c, oh, kh, ow, kw).sum(axis=(3, 5))
             m = np.float32(x.scale / (kh * kw * s))
             return _requant(acc, np.asarray(m), zp, lo, hi)
+        if name == "aten.avg_pool2d.default":
+            return self.avg_pool(src, s, zp, bounds)
+        if name.startswith("aten.upsample_nearest2d."):
+            t = torch.from_numpy(self.codes(src.args[0]).q.astype(np.float64))
+            return np.clip(src.target(t, *src.args[1:]).numpy().astype(np.int64), lo, hi)
         if name == "aten.transpose.int":
             return np.clip(np.swapaxes(self.codes(src.args[0]).q, src.args[1], src.args[2]), lo, hi)
         if name == "aten.permute.default":
@@ -171,6 +181,24 @@ class _Rule:
             dim = src.args[1] if len(src.args) > 1 else 0
             return np.clip(np.concatenate([self.codes(t).q for t in src.args[0]], dim), lo, hi)
         raise ValueError(f"{src.name}: {name} has no rule")
+
+    def avg_pool(self, src: fx.Node, s: float, zp: int, bounds) -> np.ndarray:
+        """The window sums of x − zp (ATen's pooling of them with divisor 1, its padding 0),
+        each requantized with PyTorch's divisor there: sum(ones) / mean(ones) of the same pooling."""
+        x = self.codes(src.args[0])
+        args = list(src.args[1:6]) + [(), 0, False, True][len(src.args) - 2 :]
+        kernel, stride, padding, ceil, include = args[:5]
+        override = src.args[6] if len(src.args) > 6 else None
+        pool = torch.ops.aten.avg_pool2d.default
+
+        def run(t, divisor):
+            return pool(t, kernel, stride, padding, ceil, include, divisor).numpy()
+
+        acc = np.rint(run(torch.from_numpy((x.q - x.zp).astype(np.float64)), 1)).astype(np.int64)
+        ones = torch.ones((1, 1, *x.q.shape[2:]), dtype=torch.float64)
+        n = override or np.rint(run(ones, 1) / run(ones, None))
+        m = (np.float64(x.scale) / (n * np.float64(s))).astype(np.float32)
+        return _requant(acc, np.asarray(m), zp, *bounds)
 
     def gm_shape(self, src: fx.Node, q: np.ndarray) -> np.ndarray:
         if str(src.target) == "aten.flatten.using_ints":
