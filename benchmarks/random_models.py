@@ -27,12 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", default="qnnpack", choices=("qnnpack", "x86"))
     p.add_argument("--size", type=int, default=8)
     p.add_argument("--quantizer", default="fx", choices=("fx", "pt2e"))
+    p.add_argument("--progress", action="store_true", help="one line per model as it ends")
     args = p.parse_args(argv)
     tally: collections.Counter[str] = collections.Counter()
     t0 = time.perf_counter()
     for seed in range(args.first_seed, args.first_seed + args.models):
         try:
-            tally[outcome(seed, args.engine, args.size, args.quantizer)] += 1
+            kind = outcome(seed, args.engine, args.size, args.quantizer)
+            tally[kind] += 1
+            if args.progress:
+                print(f"seed {seed}: {kind}", flush=True)
         except AssertionError as err:
             tally["MISMATCH or undocumented refusal"] += 1
             print(f"seed {seed}: {err}", file=sys.stderr)

@@ -81,6 +81,7 @@ def test_quantizer_annotates_int8_per_channel_weights_int32_bias_and_fused_relu(
         ("resnet18", 32),
         ("shufflenetv2", 32),
         ("inception", 16),
+        ("segnet", 16),
     ],
 )
 def test_example_model_is_bit_exact_with_the_rule(name, size):
