@@ -1,7 +1,7 @@
 """The element-wise layers of a PT2E graph beyond add and the clamps (docs/numerics.md, "PT2E").
 
 - A float function of one quantized tensor (`hardswish`, `hardsigmoid`, `sigmoid`, `tanh`,
-  `leaky_relu`, `elu`, `gelu`, and `mul` / `add` of a tensor and a number), dequantized before
+  `leaky_relu`, `elu`, `gelu`, `silu`, and `mul` / `add` / `sub` of a tensor and a number), dequantized before
   it and quantized after it, is a function of the input's 256 codes: a lookup table (`lut`, the
   VLUT instruction, built by elementwise.lut_layer as in the FX lowering). The table is the
   graph's own three nodes (dequantize, the operator, quantize) run by PyTorch on a tensor of all
@@ -72,6 +72,7 @@ def _table(lw: _Pt2e, q: fx.Node, src: fx.Node, dq: fx.Node, dtype: str) -> torc
     with torch.no_grad():
         for node in (dq, src):
             run(node)
+        env[q.args[0]] = env[src]  # a fused relu / hardtanh between: lookup() clamps after
         return run(q)
 
 
@@ -88,6 +89,8 @@ def lookup(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     if not isinstance(out, torch.Tensor) or out.shape != (256,):
         raise SpecError("is not an element-wise function of one tensor")
     table = out.numpy().astype(np.dtype(y.dtype))
+    if lo_f is not None or hi_f is not None:  # a fused relu / hardtanh: quantize is monotone,
+        table = np.clip(table, *lw.bounds(y, lo_f, hi_f))  # so it commutes with the clamp
     seen = lw.results[dq.args[0]].numpy().view(np.uint8)
     if not np.array_equal(table[seen], lw.results[q].numpy()):
         raise SpecError(
@@ -120,12 +123,13 @@ def mul(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     lw.add(Layer(src.name, path_of(src), "mul", ports, lambda lo, hi: [stmt]))
 
 
-def scalar_add(lw: _Pt2e, q: fx.Node, src: fx.Node) -> bool:
-    """An add of a tensor and a number is a lookup (True when it was one)."""
+def scalar_add(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> bool:
+    """An add of a tensor and a number (and its fused relu) is a lookup (True when it was)."""
     if isinstance(src.args[1], fx.Node):
         return False
-    lookup(lw, q, src, None, None)
+    lookup(lw, q, src, lo_f, hi_f)
     return True
 
 
 LAYERS = {name: lookup for name in LOOKUPS} | {"aten.mul.Tensor": mul, "aten.mul_.Tensor": mul}
+LAYERS |= {"aten.sub.Tensor": lookup}  # of a number (of two tensors: refused in one line)

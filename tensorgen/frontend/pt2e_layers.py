@@ -145,9 +145,7 @@ def add(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     y = clamp(RNE(RN(c·RN(1/s_y))) + zp_y): bit for bit what PyTorch computes."""
     if len(src.args) > 2 or src.kwargs.get("alpha", 1) != 1:
         raise SpecError("add with alpha")
-    if pt2e_elementwise.scalar_add(lw, q, src):
-        if lo_f is not None:
-            raise SpecError("relu after an add of a number")
+    if pt2e_elementwise.scalar_add(lw, q, src, lo_f, hi_f):
         return
     a, b = lw.value_of(src.args[0]), lw.value_of(src.args[1])
     y = lw.new_value(q)

@@ -86,7 +86,7 @@ LOOKUPS = (  # functions of one tensor with their own output parameters: lookup 
     aten.silu.default,
 )
 SPLIT_SIZES = aten.split_with_sizes.default
-MULS = (aten.mul.Tensor, aten.mul_.Tensor)
+MULS = (aten.mul.Tensor, aten.mul_.Tensor, aten.sub.Tensor)  # inputs and output quantized
 OWN_OUTPUT = (aten.adaptive_avg_pool2d.default, aten.mean.dim, aten.avg_pool2d.default)
 KEY = "quantization_annotation"
 

@@ -43,6 +43,7 @@ FLOAT_FUNCTIONS = {  # the graph's own float operators of one tensor, as torch r
 }
 
 SCALAR_OPS = ("aten.mul.Tensor", "aten.mul_.Tensor", "aten.add.Tensor", "aten.add_.Tensor")
+SCALAR_OPS += ("aten.sub.Tensor",)
 
 
 class Codes:
@@ -143,7 +144,8 @@ class _Rule:
             return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
         if name in SCALAR_OPS and not isinstance(src.args[1], fx.Node):
             x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
-            y = (x * src.args[1] if "mul" in name else x + src.args[1]).numpy()
+            c = src.args[1]
+            y = (x * c if "mul" in name else x - c if "sub" in name else x + c).numpy()
             return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
         if name in ("aten.mul.Tensor", "aten.mul_.Tensor"):
             a, b = self.codes(src.args[0]), self.codes(src.args[1])

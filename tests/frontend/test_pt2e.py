@@ -160,7 +160,7 @@ class _Elementwise(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.convs = nn.ModuleList(nn.Conv2d(4, 4, 3, padding=1) for _ in range(11))
+        self.convs = nn.ModuleList(nn.Conv2d(4, 4, 3, padding=1) for _ in range(13))
         self.fns = [
             nn.functional.hardswish,
             nn.functional.hardsigmoid,
@@ -173,6 +173,8 @@ class _Elementwise(nn.Module):
             nn.functional.silu,
             lambda x: x * 0.37,
             lambda x: x + 1.5,
+            lambda x: torch.relu(x + -0.5),  # add + relu, one pattern: the table clamped
+            lambda x: x - 0.25,
         ]
 
     def forward(self, x):
@@ -188,7 +190,7 @@ def test_lookup_tables_are_pytorchs_float_functions_on_every_code():
     example = (torch.randn(2, 4, 40, 40),)
     cm = compile_model(_Elementwise().eval(), example, load_target("tg1"), quantizer="pt2e")
     ops = [layer.op for layer in cm.layers]
-    assert ops.count("lut") == 11 and ops.count("mul") == 1, ops
+    assert ops.count("lut") == 13 and ops.count("mul") == 1, ops
     x = (torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(1)) * 2,)
     comparison, _ = check_model(cm, x)
     assert comparison.exact, comparison.message
@@ -206,7 +208,7 @@ def test_lookup_tables_are_pytorchs_float_functions_on_every_code():
         for q in tables
         if str(q.args[0].target) == "aten.mul.Tensor" and isinstance(q.args[0].args[1], fx.Node)
     ]
-    assert len(tables) == 13 and len(integer) == 2
+    assert len(tables) == 15 and len(integer) == 2
     for q in tables:
         d = np.abs(rule.quantize(q).q - theirs[q])
         assert d.max() <= (1 if q in integer else 0), q.args[0].target
