@@ -42,8 +42,13 @@ FLOAT_FUNCTIONS = {  # the graph's own float operators of one tensor, as torch r
     for name in ("hardswish", "hardsigmoid", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu")
 }
 
-SCALAR_OPS = ("aten.mul.Tensor", "aten.mul_.Tensor", "aten.add.Tensor", "aten.add_.Tensor")
-SCALAR_OPS += ("aten.sub.Tensor",)
+ARITHMETIC = (  # of a number, or of two tensors
+    "aten.mul.Tensor",
+    "aten.mul_.Tensor",
+    "aten.add.Tensor",
+    "aten.add_.Tensor",
+)
+ARITHMETIC += ("aten.sub.Tensor",)
 
 
 class Codes:
@@ -129,28 +134,13 @@ class _Rule:
             return np.clip(self.codes(src).q, lo, hi)
         if name in ("aten.conv2d.default", "aten.linear.default"):
             return self.weighted(src, s, zp, bounds)
-        if name in ("aten.add.Tensor", "aten.add_.Tensor") and isinstance(src.args[1], fx.Node):
-            a, b = self.codes(src.args[0]), self.codes(src.args[1])
-            c = _dequantize(a) + _dequantize(b)
-            return np.clip(_quantize(c, s, zp, -(2**40), 2**40), lo, hi)
         if name == "aten.max_pool2d.default":
             x = self.codes(src.args[0])
             t = torch.from_numpy(x.q.astype(np.float64))
             y = F.max_pool2d(t, *src.args[1:])
             return np.clip(y.numpy().astype(np.int64), lo, hi)
-        if name in FLOAT_FUNCTIONS:  # the graph's own float function of the dequantized codes
-            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
-            y = FLOAT_FUNCTIONS[name](x, *src.args[1:], **src.kwargs).numpy()
-            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
-        if name in SCALAR_OPS and not isinstance(src.args[1], fx.Node):
-            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
-            c = src.args[1]
-            y = (x * c if "mul" in name else x - c if "sub" in name else x + c).numpy()
-            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
-        if name in ("aten.mul.Tensor", "aten.mul_.Tensor"):
-            a, b = self.codes(src.args[0]), self.codes(src.args[1])
-            m = np.float32(np.float64(a.scale) * np.float64(b.scale) / np.float64(s))
-            return _requant((a.q - a.zp) * (b.q - b.zp), np.asarray(m), zp, lo, hi)
+        if name in FLOAT_FUNCTIONS or name in ARITHMETIC:
+            return self.elementwise(src, s, zp, bounds)
         if name in ("aten.adaptive_avg_pool2d.default", "aten.mean.dim"):
             x = self.codes(src.args[0])
             n, c, h, w = x.q.shape
@@ -183,6 +173,29 @@ class _Rule:
             dim = src.args[1] if len(src.args) > 1 else 0
             return np.clip(np.concatenate([self.codes(t).q for t in src.args[0]], dim), lo, hi)
         raise ValueError(f"{src.name}: {name} has no rule")
+
+    def elementwise(self, src: fx.Node, s: float, zp: int, bounds) -> np.ndarray:
+        """A float function of one tensor (or with a number): the graph's own operator on the
+        dequantized codes, quantized; a mul of two tensors: the integer product requantized."""
+        name, (lo, hi) = str(src.target), bounds
+        if name in FLOAT_FUNCTIONS:
+            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
+            y = FLOAT_FUNCTIONS[name](x, *src.args[1:], **src.kwargs).numpy()
+            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
+        if not isinstance(src.args[1], fx.Node):
+            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
+            c = src.args[1]
+            y = (x * c if "mul" in name else x - c if "sub" in name else x + c).numpy()
+            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
+        a, b = self.codes(src.args[0]), self.codes(src.args[1])
+        if "add" in name:  # the float graph's own add
+            return np.clip(
+                _quantize(_dequantize(a) + _dequantize(b), s, zp, -(2**40), 2**40), lo, hi
+            )
+        if "mul" not in name:
+            raise ValueError(f"{src.name}: {name} of two tensors has no rule")
+        m = np.float32(np.float64(a.scale) * np.float64(b.scale) / np.float64(s))
+        return _requant((a.q - a.zp) * (b.q - b.zp), np.asarray(m), zp, lo, hi)
 
     def avg_pool(self, src: fx.Node, s: float, zp: int, bounds) -> np.ndarray:
         """The window sums of x − zp (ATen's pooling of them with divisor 1, its padding 0),
