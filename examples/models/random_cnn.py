@@ -179,7 +179,7 @@ REFUSALS = {
     "qnnpack dilated max pool bug": r"qnnpack quantized max pooling is wrong at the borders",
     "qnnpack add scale ratio": r"PyTorch's qnnpack cannot run this model",
     "x86 add scalar tail": r"take fbgemm's scalar path",
-    "x86 adaptive pool channels": r"fbgemm rounds the last",
+    "x86 adaptive pool scalar channels (even window)": r"roundings of fbgemm.s scalar loop",
     "float upsampling of a float upsampling": r"interpolate of a float tensor that is not a dequan",
     "float op after a float upsampling": r"a float operation inside the quantized model",
 }

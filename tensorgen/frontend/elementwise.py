@@ -102,20 +102,23 @@ def lookup(lw: _Lowering, node: fx.Node) -> None:
         return
     if fuse_lookup(lw, node, table):
         return
+    lw.add(lut_layer(node.name, module_path(node), x, y, table), y)
+
+
+def lut_layer(name: str, path: str, x, y, table: np.ndarray) -> Layer:
+    """`Y = lut(X, T)`: each code of X replaced by T's entry at its byte (the VLUT instruction);
+    the FX and the PT2E lowerings both build their lookups with it."""
     a = idx(axes(len(y.shape)))
-    lw.add(
-        Layer(
-            node.name,
-            module_path(node),
-            "lut",
-            [
-                x.port("X", "input"),
-                Port("T", (256,), y.dtype, "input", 0, None, table),
-                y.port("Y", "output"),
-            ],
-            lambda lo, hi: [f"Y[{a}] = lut(X[{a}], T)"],
-        ),
-        y,
+    return Layer(
+        name,
+        path,
+        "lut",
+        [
+            x.port("X", "input"),
+            Port("T", (256,), y.dtype, "input", 0, None, table),
+            y.port("Y", "output"),
+        ],
+        lambda lo, hi: [f"Y[{a}] = lut(X[{a}], T)"],
     )
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
 from tensorgen.frontend import numerics, pooling
 from tensorgen.frontend.layers import NATURAL, Layer, Port, affine, f32, module_path
+from tensorgen.mc import arith
 
 if TYPE_CHECKING:
     from tensorgen.frontend.fx import _Lowering
@@ -80,13 +82,11 @@ def adaptive_avg_pool(lw: _Lowering, node: fx.Node, output_size) -> None:
         mult = numerics.fbgemm_avgpool_multiplier(kh, kw, channels_last=False)
         xz, result = "", f"requant(ACC[n, c, h, w], {f32(mult)}, 0)"
     else:  # channels-last: the zero point inside one fused multiply-add, on 8-channel vectors
-        if c % 8:
-            raise SpecError(
-                f"adaptive_avg_pool2d under {lw.engine} of {c} channels: fbgemm rounds the last "
-                f"{c % 8} differently; only multiples of 8 are supported"
-            )
         mult = numerics.fbgemm_avgpool_multiplier(kh, kw, True, x.scale, y.scale)
         result = f"requant_fma(ACC[n, c, h, w], {f32(mult)}, {y.zp})"
+    finals = [f"Y[n, c, h, w] = {result}"]
+    if lw.engine != "qnnpack" and not lw.results[node.args[0]].is_contiguous():
+        finals = _fbgemm_scalar_channels(x, y, kh * kw, mult, result)
 
     def body(lo, hi):  # the explicit zero: linked layers share DRAM, nothing starts at zero
         return [
@@ -96,7 +96,7 @@ def adaptive_avg_pool(lw: _Lowering, node: fx.Node, output_size) -> None:
                 f"{affine((kw, 'w'), (1, 'j'))}]{xz}",
                 "where": f"0 <= i < {kh} and 0 <= j < {kw}",
             },
-            f"Y[n, c, h, w] = {result}",
+            *finals,
         ]
 
     lw.add(
@@ -113,6 +113,36 @@ def adaptive_avg_pool(lw: _Lowering, node: fx.Node, output_size) -> None:
         ),
         y,
     )
+
+
+def _fbgemm_scalar_channels(x, y, n: int, mult, vector: str) -> list:
+    """fbgemm's channels-last adaptive pooling: the first 8·⌊C/8⌋ channels by the vector rule
+    (`vector`, one fused multiply-add), the last C mod 8 by its scalar loop's
+    `RNE(RN(RN(acc·M) + zp))` (arith.avgpool_fbgemm, pinned in test_numerics_x86.py), for which
+    a single-rounding `requant` / `requant_fma` is searched and checked on the window's whole
+    accumulator range (numerics.single_rounding_for); refused when none reproduces it."""
+    c = x.shape[1]
+    split = c // numerics.FBGEMM_AVGPOOL_BLOCK * numerics.FBGEMM_AVGPOOL_BLOCK
+    if split == c:
+        return [f"Y[n, c, h, w] = {vector}"]
+    lo, hi = NATURAL[y.dtype]
+    acc = np.arange((NATURAL[x.dtype][0] - x.zp) * n, (NATURAL[x.dtype][1] - x.zp) * n + 1)
+    want = arith.avgpool_fbgemm(acc, mult, y.zp, lo, hi, scalar=True)
+    fit = numerics.single_rounding_for(want, acc, mult, y.zp, lo, hi)
+    if fit is None:
+        raise SpecError(
+            f"adaptive_avg_pool2d of {c} channels: no single rounding reproduces the two float "
+            f"roundings of fbgemm's scalar loop in its last {c - split} channels"
+        )
+    fn, m = fit
+    stmts = [{"stmt": f"Y[n, c, h, w] = {vector}", "where": f"c < {split}"}] if split else []
+    stmts.append(
+        {
+            "stmt": f"Y[n, c, h, w] = {fn}(ACC[n, c, h, w], {f32(m)}, {y.zp})",
+            "where": f"c >= {split}",
+        }
+    )
+    return stmts
 
 
 def avg_pool(

@@ -13,6 +13,7 @@ import numpy as np
 from torch import fx
 
 from tensorgen.errors import SpecError
+from tensorgen.frontend import pt2e_elementwise, pt2e_pooling
 from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer, linear_layer
 from tensorgen.frontend.layers import (
     NATURAL,
@@ -65,7 +66,9 @@ def dequantize(lw: _Pt2e, dq: fx.Node) -> None:
     s, zp = float(dq.args[1]), int(dq.args[2])
     if (np.float32(s), zp) != (np.float32(x.scale), x.zp):
         raise SpecError("dequantize with parameters other than its quantize's")
-    y = lw.values[dq.name] = type(x)(dq.name, x.shape, "float32", buffer=dq.name)
+    # the output's public name, at most 32 bytes (dequantize_per_tensor_default_109 is 33)
+    name = dq.name.replace("dequantize_per_tensor_default", "dequantized")
+    y = lw.values[dq.name] = type(x)(name, x.shape, "float32", buffer=name)
     a = idx(axes(len(y.shape)))
     lw.add(
         Layer(
@@ -142,6 +145,8 @@ def add(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     y = clamp(RNE(RN(c·RN(1/s_y))) + zp_y): bit for bit what PyTorch computes."""
     if len(src.args) > 2 or src.kwargs.get("alpha", 1) != 1:
         raise SpecError("add with alpha")
+    if pt2e_elementwise.scalar_add(lw, q, src, lo_f, hi_f):
+        return
     a, b = lw.value_of(src.args[0]), lw.value_of(src.args[1])
     y = lw.new_value(q)
     if a.shape != y.shape or b.shape != y.shape:
@@ -203,6 +208,11 @@ def adaptive_avg_pool(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     M = f32(s_in / (n·s_out)) in double."""
     x = lw.value_of(src.args[0])
     y = lw.new_value(q)
+    if op_of(src) == "aten.mean.dim":
+        dims = sorted(d % len(x.shape) for d in src.args[1])
+        keep = src.args[2] if len(src.args) > 2 else src.kwargs.get("keepdim", False)
+        if len(x.shape) != 4 or dims != [2, 3] or not keep:
+            raise SpecError(f"mean over {dims} keepdim={keep} (only over (2, 3) with keepdim)")
     h, w = x.shape[2:]
     oh, ow = y.shape[2:]
     if h % oh or w % ow:
@@ -231,6 +241,8 @@ def alias(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     x = lw.value_of(src.args[0])
     if op_of(src.args[0]) != DQ:
         raise SpecError("reshape of a float result")
+    if op_of(src) == "aten.dropout.default" and (src.args[2:3] or [False])[0]:
+        raise SpecError("dropout in training mode (put the model in eval mode)")
     y = lw.new_value(q, buffer=x.buffer)
     _same_params(x, y)
 
@@ -268,10 +280,13 @@ def permute(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     )
 
 
+PIECES = ("aten.chunk.default", "aten.split.Tensor", "aten.split_with_sizes.default")
+
+
 def piece(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     """A getitem of chunk / split along a dimension, with shared parameters: a slice copy."""
     whole = src.args[0]
-    if op_of(whole) not in ("aten.chunk.default", "aten.split.Tensor"):
+    if op_of(whole) not in PIECES:
         raise SpecError(f"getitem of {op_of(whole)}")
     lw.used.add(whole)
     x = lw.value_of(whole.args[0])
@@ -287,21 +302,27 @@ def piece(lw: _Pt2e, q: fx.Node, src: fx.Node, lo_f, hi_f) -> None:
     lw.add(Layer(src.name, path_of(src), "slice", ports, lambda lo, hi: [stmt]))
 
 
-LAYERS = {
-    "aten.transpose.int": permute,
-    "aten.permute.default": permute,
-    "<built-in function getitem>": piece,
-    "aten.conv2d.default": conv,
-    "aten.linear.default": linear,
-    "aten.add.Tensor": add,
-    "aten.add_.Tensor": add,
-    "aten.max_pool2d.default": max_pool,
-    "aten.adaptive_avg_pool2d.default": adaptive_avg_pool,
-    "aten.flatten.using_ints": alias,
-    "aten.view.default": alias,
-    "aten.reshape.default": alias,
-    "aten.contiguous.default": alias,
-    "aten.clone.default": alias,
-    "aten.cat.default": cat,
-}
+LAYERS = (
+    {
+        "aten.transpose.int": permute,
+        "aten.permute.default": permute,
+        "<built-in function getitem>": piece,
+        "aten.conv2d.default": conv,
+        "aten.linear.default": linear,
+        "aten.add.Tensor": add,
+        "aten.add_.Tensor": add,
+        "aten.max_pool2d.default": max_pool,
+        "aten.adaptive_avg_pool2d.default": adaptive_avg_pool,
+        "aten.mean.dim": adaptive_avg_pool,
+        "aten.dropout.default": alias,
+        "aten.flatten.using_ints": alias,
+        "aten.view.default": alias,
+        "aten.reshape.default": alias,
+        "aten.contiguous.default": alias,
+        "aten.clone.default": alias,
+        "aten.cat.default": cat,
+    }
+    | pt2e_elementwise.LAYERS
+    | pt2e_pooling.LAYERS
+)
 FUSABLE = (conv, linear, add)

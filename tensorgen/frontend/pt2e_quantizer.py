@@ -10,8 +10,12 @@ tensorgen ships this one. It annotates the ATen graph `torch.export` produces:
 - a conv or linear followed by `relu` / `hardtanh` (ReLU6), and an `add` followed by `relu`,
   are one pattern: only the activation's output is quantized;
 - ops that do not change values share their input's parameters (max pooling, flatten, view,
-  reshape, `cat`'s inputs and output), so they stay integer copies; average pooling gets its
-  own output parameters.
+  reshape, transpose, permute, nearest upsampling, dropout, the pieces of chunk / split,
+  `cat`'s inputs and output), so they stay integer copies; average pooling and `mean` get
+  their own output parameters;
+- functions of one tensor (hardswish, hardsigmoid, sigmoid, tanh, leaky_relu, elu, gelu, silu)
+  and `mul` (of two tensors or a tensor and a number) get their own output parameters: the
+  lowering makes the former lookup tables.
 
 torchao is imported here only, and this module only when `--quantizer pt2e` is used.
 """
@@ -65,7 +69,24 @@ SAME_VALUES = (  # ops whose output takes their input's quantization parameters
     aten.relu_.default,
     aten.hardtanh.default,
     aten.hardtanh_.default,
+    aten.dropout.default,
+    aten.upsample_nearest2d.vec,
+    aten.upsample_nearest2d.default,
 )
+LOOKUPS = (  # functions of one tensor with their own output parameters: lookup tables
+    aten.hardswish.default,
+    aten.hardswish_.default,
+    aten.hardsigmoid.default,
+    aten.hardsigmoid_.default,
+    aten.sigmoid.default,
+    aten.tanh.default,
+    aten.leaky_relu.default,
+    aten.elu.default,
+    aten.gelu.default,
+    aten.silu.default,
+)
+SPLIT_SIZES = aten.split_with_sizes.default
+MULS = (aten.mul.Tensor, aten.mul_.Tensor, aten.sub.Tensor)  # inputs and output quantized
 OWN_OUTPUT = (aten.adaptive_avg_pool2d.default, aten.mean.dim, aten.avg_pool2d.default)
 KEY = "quantization_annotation"
 
@@ -93,9 +114,11 @@ class TensorgenQuantizer(Quantizer):
                 self._cat(node)
             elif node.target in SAME_VALUES:
                 self._same(node)
-            elif node.target in (aten.chunk.default, aten.split.Tensor):
+            elif node.target in (aten.chunk.default, aten.split.Tensor, SPLIT_SIZES):
                 self._pieces(node)
-            elif node.target in OWN_OUTPUT:
+            elif node.target in MULS:
+                self._annotate(node, {_arg(node, 0): ACT, _arg(node, 1): ACT}, ACT)
+            elif node.target in OWN_OUTPUT or node.target in LOOKUPS:
                 self._annotate(node, {_arg(node, 0): ACT}, ACT)
         return model
 

@@ -15,8 +15,13 @@ the same graph comes out different.
 - add: the float graph's own arithmetic, `c = RN(RN(s_a·(a − zp_a)) + RN(s_b·(b − zp_b)))`,
   then quantize (relu before it when fused);
 - max pooling, flatten / view / reshape, cat: integers moved (parameters shared);
-- adaptive average pooling: `acc = Σ (x − zp)`, `y = clamp(RNE(RN(f32(acc)·M)) + zp_y)`,
-  `M = f32(s_in/(n·s_out))`;
+- adaptive average pooling and mean over (2, 3): `acc = Σ (x − zp)`,
+  `y = clamp(RNE(RN(f32(acc)·M)) + zp_y)`, `M = f32(s_in/(n·s_out))`; average pooling the
+  same with ATen's divisor at each output position;
+- functions of one tensor (hardswish, hardsigmoid, sigmoid, tanh, leaky_relu, elu, gelu, silu,
+  mul / add of a number): the graph's own float operator on the dequantized tensor, quantized;
+- mul of two tensors: `(a − zp_a)·(b − zp_b)` exact, requantized with `f32(s_a·s_b/s_y)`;
+- nearest upsampling, dropout: integers moved;
 - dequantize (the exit): `RN(f32(q − zp)·f32(s))`.
 """
 
@@ -30,6 +35,20 @@ from torch import fx, nn
 QUANT = "quantized_decomposed.quantize_per_tensor.default"
 DEQUANT = "quantized_decomposed.dequantize_per_tensor.default"
 DEQUANT_CH = "quantized_decomposed.dequantize_per_channel.default"
+
+
+FLOAT_FUNCTIONS = {  # the graph's own float operators of one tensor, as torch runs them
+    f"aten.{name}.default": getattr(torch.ops.aten, name).default
+    for name in ("hardswish", "hardsigmoid", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu")
+}
+
+ARITHMETIC = (  # of a number, or of two tensors
+    "aten.mul.Tensor",
+    "aten.mul_.Tensor",
+    "aten.add.Tensor",
+    "aten.add_.Tensor",
+)
+ARITHMETIC += ("aten.sub.Tensor",)
 
 
 class Codes:
@@ -115,23 +134,26 @@ class _Rule:
             return np.clip(self.codes(src).q, lo, hi)
         if name in ("aten.conv2d.default", "aten.linear.default"):
             return self.weighted(src, s, zp, bounds)
-        if name in ("aten.add.Tensor", "aten.add_.Tensor"):
-            a, b = self.codes(src.args[0]), self.codes(src.args[1])
-            c = _dequantize(a) + _dequantize(b)
-            return np.clip(_quantize(c, s, zp, -(2**40), 2**40), lo, hi)
         if name == "aten.max_pool2d.default":
             x = self.codes(src.args[0])
             t = torch.from_numpy(x.q.astype(np.float64))
             y = F.max_pool2d(t, *src.args[1:])
             return np.clip(y.numpy().astype(np.int64), lo, hi)
-        if name == "aten.adaptive_avg_pool2d.default":
+        if name in FLOAT_FUNCTIONS or name in ARITHMETIC:
+            return self.elementwise(src, s, zp, bounds)
+        if name in ("aten.adaptive_avg_pool2d.default", "aten.mean.dim"):
             x = self.codes(src.args[0])
             n, c, h, w = x.q.shape
-            oh, ow = src.args[1]
+            oh, ow = src.args[1] if name.startswith("aten.adaptive") else (1, 1)
             kh, kw = h // oh, w // ow
             acc = (x.q - x.zp).reshape(n, c, oh, kh, ow, kw).sum(axis=(3, 5))
             m = np.float32(x.scale / (kh * kw * s))
             return _requant(acc, np.asarray(m), zp, lo, hi)
+        if name == "aten.avg_pool2d.default":
+            return self.avg_pool(src, s, zp, bounds)
+        if name.startswith("aten.upsample_nearest2d."):
+            t = torch.from_numpy(self.codes(src.args[0]).q.astype(np.float64))
+            return np.clip(src.target(t, *src.args[1:]).numpy().astype(np.int64), lo, hi)
         if name == "aten.transpose.int":
             return np.clip(np.swapaxes(self.codes(src.args[0]).q, src.args[1], src.args[2]), lo, hi)
         if name == "aten.permute.default":
@@ -142,7 +164,7 @@ class _Rule:
             fn = torch.chunk if str(whole.target) == "aten.chunk.default" else torch.split
             dim = whole.args[2] if len(whole.args) > 2 else 0
             return np.clip(fn(x, whole.args[1], dim)[src.args[1]].numpy(), lo, hi)
-        if name in ("aten.contiguous.default", "aten.clone.default"):
+        if name in ("aten.contiguous.default", "aten.clone.default", "aten.dropout.default"):
             return np.clip(self.codes(src.args[0]).q, lo, hi)
         if name in ("aten.flatten.using_ints", "aten.view.default", "aten.reshape.default"):
             x = self.codes(src.args[0])
@@ -151,6 +173,47 @@ class _Rule:
             dim = src.args[1] if len(src.args) > 1 else 0
             return np.clip(np.concatenate([self.codes(t).q for t in src.args[0]], dim), lo, hi)
         raise ValueError(f"{src.name}: {name} has no rule")
+
+    def elementwise(self, src: fx.Node, s: float, zp: int, bounds) -> np.ndarray:
+        """A float function of one tensor (or with a number): the graph's own operator on the
+        dequantized codes, quantized; a mul of two tensors: the integer product requantized."""
+        name, (lo, hi) = str(src.target), bounds
+        if name in FLOAT_FUNCTIONS:
+            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
+            y = FLOAT_FUNCTIONS[name](x, *src.args[1:], **src.kwargs).numpy()
+            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
+        if not isinstance(src.args[1], fx.Node):
+            x = torch.from_numpy(_dequantize(self.codes(src.args[0])))
+            c = src.args[1]
+            y = (x * c if "mul" in name else x - c if "sub" in name else x + c).numpy()
+            return np.clip(_quantize(y, s, zp, -(2**40), 2**40), lo, hi)
+        a, b = self.codes(src.args[0]), self.codes(src.args[1])
+        if "add" in name:  # the float graph's own add
+            return np.clip(
+                _quantize(_dequantize(a) + _dequantize(b), s, zp, -(2**40), 2**40), lo, hi
+            )
+        if "mul" not in name:
+            raise ValueError(f"{src.name}: {name} of two tensors has no rule")
+        m = np.float32(np.float64(a.scale) * np.float64(b.scale) / np.float64(s))
+        return _requant((a.q - a.zp) * (b.q - b.zp), np.asarray(m), zp, lo, hi)
+
+    def avg_pool(self, src: fx.Node, s: float, zp: int, bounds) -> np.ndarray:
+        """The window sums of x − zp (ATen's pooling of them with divisor 1, its padding 0),
+        each requantized with PyTorch's divisor there: sum(ones) / mean(ones) of the same pooling."""
+        x = self.codes(src.args[0])
+        args = list(src.args[1:6]) + [(), 0, False, True][len(src.args) - 2 :]
+        kernel, stride, padding, ceil, include = args[:5]
+        override = src.args[6] if len(src.args) > 6 else None
+        pool = torch.ops.aten.avg_pool2d.default
+
+        def run(t, divisor):
+            return pool(t, kernel, stride, padding, ceil, include, divisor).numpy()
+
+        acc = np.rint(run(torch.from_numpy((x.q - x.zp).astype(np.float64)), 1)).astype(np.int64)
+        ones = torch.ones((1, 1, *x.q.shape[2:]), dtype=torch.float64)
+        n = override or np.rint(run(ones, 1) / run(ones, None))
+        m = (np.float64(x.scale) / (n * np.float64(s))).astype(np.float32)
+        return _requant(acc, np.asarray(m), zp, *bounds)
 
     def gm_shape(self, src: fx.Node, q: np.ndarray) -> np.ndarray:
         if str(src.target) == "aten.flatten.using_ints":

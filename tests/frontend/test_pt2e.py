@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from torch import fx, nn
 
 from tensorgen.errors import SpecError
+from tensorgen.frontend import pt2e_rule
 from tensorgen.frontend.pt2e_rule import RuleModel
 from tensorgen.frontend.quantize import is_pt2e_quantized, load_factory, quantize
 from tensorgen.model import check_model, compile_model
@@ -80,6 +81,7 @@ def test_quantizer_annotates_int8_per_channel_weights_int32_bias_and_fused_relu(
         ("resnet18", 32),
         ("shufflenetv2", 32),
         ("inception", 16),
+        ("segnet", 16),
     ],
 )
 def test_example_model_is_bit_exact_with_the_rule(name, size):
@@ -117,23 +119,99 @@ def test_an_already_converted_model_and_its_pt2_are_lowered_as_they_are(tmp_path
     assert proc.stderr == ""  # torchao's and torch's log lines stay off stderr
 
 
-class _Sigmoid(nn.Module):
+class _Softmax(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
 
     def forward(self, x):
-        return torch.sigmoid(self.conv(x))
+        return torch.softmax(self.conv(x), 1)
 
 
 def test_an_unsupported_operator_is_refused_in_one_line():
     with pytest.raises(SpecError) as info:
         compile_model(
-            _Sigmoid().eval(), (torch.randn(1, 3, 8, 8),), load_target("tg1"), quantizer="pt2e"
+            _Softmax().eval(), (torch.randn(1, 3, 8, 8),), load_target("tg1"), quantizer="pt2e"
         )
     message = str(info.value)
     assert "\n" not in message
-    assert "sigmoid" in message
+    assert "softmax" in message
+
+
+@pytest.mark.parametrize("mean", [0, 1])
+def test_mobilenetv3_small_is_bit_exact_with_the_rule(mean):
+    """hardswish / hardsigmoid as lookup tables, squeeze-excite's broadcast mul, its global
+    pooling (nn.AdaptiveAvgPool2d(1) or x.mean((2, 3), keepdim=True)), dropout in eval mode."""
+    args = {"size": 32, "blocks": 5, "mean": mean, "classes": 10}
+    model, example = load_factory(str(MODELS / "mobilenetv3_small.py"), args)
+    cm = compile_model(model, example, load_target("tg1"), quantizer="pt2e")
+    ops = {layer.op for layer in cm.layers}
+    assert {"lut", "mul", "adaptive_avg_pool2d"} <= ops, ops
+    for seed in (0, 1):
+        x = torch.randn(example[0].shape, generator=torch.Generator().manual_seed(seed))
+        comparison, _ = check_model(cm, (x,))
+        assert comparison.exact, comparison.message
+        differ, largest, total = cm.reference.layer_deviations((x,))
+        assert largest <= 1 and differ <= 0.001 * total
+
+
+class _Elementwise(nn.Module):
+    """Every lookup-table function of one tensor, a number added and multiplied, a broadcast mul."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(4, 4, 3, padding=1) for _ in range(13))
+        self.fns = [
+            nn.functional.hardswish,
+            nn.functional.hardsigmoid,
+            torch.sigmoid,
+            torch.tanh,
+            lambda x: nn.functional.leaky_relu(x, 0.07),
+            nn.functional.elu,
+            nn.functional.gelu,
+            lambda x: nn.functional.gelu(x, approximate="tanh"),
+            nn.functional.silu,
+            lambda x: x * 0.37,
+            lambda x: x + 1.5,
+            lambda x: torch.relu(x + -0.5),  # add + relu, one pattern: the table clamped
+            lambda x: x - 0.25,
+        ]
+
+    def forward(self, x):
+        for conv, fn in zip(self.convs, self.fns, strict=True):
+            x = fn(conv(x))
+        return x * x.mean((2, 3), keepdim=True)
+
+
+def test_lookup_tables_are_pytorchs_float_functions_on_every_code():
+    """The tables are the graph's own dequantize -> op -> quantize on the 256 codes: layer by
+    layer no element differs from PyTorch's float execution; the integer mul may (by 1 LSB)."""
+    torch.manual_seed(0)
+    example = (torch.randn(2, 4, 40, 40),)
+    cm = compile_model(_Elementwise().eval(), example, load_target("tg1"), quantizer="pt2e")
+    ops = [layer.op for layer in cm.layers]
+    assert ops.count("lut") == 13 and ops.count("mul") == 1, ops
+    x = (torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(1)) * 2,)
+    comparison, _ = check_model(cm, x)
+    assert comparison.exact, comparison.message
+    gm = cm.reference.gm
+    theirs = pt2e_rule.RuleModel(gm)._torch_codes(x)
+    rule = pt2e_rule._Rule(gm)
+    for q, codes in theirs.items():  # each layer on PyTorch's own codes at its input
+        s, zp, lo, hi = (q.args[1], *q.args[2:5])
+        rule.env[q] = pt2e_rule.Codes(codes, float(s), int(zp), int(lo), int(hi))
+    tables = [q for q in theirs if q.args[0].op != "placeholder"]
+    tables = [q for q in tables if str(q.args[0].target) != "aten.conv2d.default"]
+    integer = [q for q in tables if str(q.args[0].target) == "aten.mean.dim"]
+    integer += [  # x * mean(x)
+        q
+        for q in tables
+        if str(q.args[0].target) == "aten.mul.Tensor" and isinstance(q.args[0].args[1], fx.Node)
+    ]
+    assert len(tables) == 15 and len(integer) == 2
+    for q in tables:
+        d = np.abs(rule.quantize(q).q - theirs[q])
+        assert d.max() <= (1 if q in integer else 0), q.args[0].target
 
 
 def test_the_rule_differs_from_float_execution_by_at_most_one_lsb_on_few_elements():
@@ -161,7 +239,7 @@ def test_the_cli_refuses_an_unquantized_operator_with_exit_code_2(tmp_path):
         "import torch\nfrom torch import nn\n\n"
         "class M(nn.Module):\n"
         "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3)\n\n"
-        "    def forward(self, x):\n        return torch.sigmoid(self.conv(x))\n\n"
+        "    def forward(self, x):\n        return torch.softmax(self.conv(x), 1)\n\n"
         "def build():\n    torch.manual_seed(0)\n    return M().eval(), (torch.randn(1, 3, 8, 8),)\n"
     )
     proc = subprocess.run(
@@ -173,7 +251,7 @@ def test_the_cli_refuses_an_unquantized_operator_with_exit_code_2(tmp_path):
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: aten.sigmoid.default at "), lines
+    assert len(lines) == 1 and lines[0].startswith("error: aten.softmax.int at "), lines
 
 
 def test_ties_round_half_to_even_in_the_simulator_and_in_the_rule(monkeypatch):

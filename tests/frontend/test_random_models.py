@@ -35,11 +35,12 @@ def refusals() -> dict[str, str]:
     return module.REFUSALS
 
 
-def outcome(seed: int, engine: str, size: int = 8) -> str:
-    """ "exact", or the kind of documented refusal; raises AssertionError on anything else."""
+def outcome(seed: int, engine: str, size: int = 8, quantizer: str = "fx") -> str:
+    """ "exact", or the kind of documented refusal; raises AssertionError on anything else.
+    With quantizer "pt2e" the engine is unused: the reference is tensorgen's PT2E rule."""
     model, example = load_factory(f"{RANDOM_CNN}:build", {"size": size, "seed": seed})
     try:
-        cm = compile_model(model, example, TG1, engine=engine)
+        cm = compile_model(model, example, TG1, engine=engine, quantizer=quantizer)
     except SpecError as err:
         text = str(err)
         assert "\n" not in text, text
