@@ -399,7 +399,8 @@ class Simulator:
         for dst in ins.signal:
             self.tokens[(q, dst)].append(end)
         st.instructions += 1
-        self._count(cost)
+        if cost.macs or cost.vector_ops or cost.bytes or cost.written:  # a SYNC's are none
+            self._count(cost)
 
     def _await(self, pc: int, ins: isa.Instruction, q: str, counters: tuple[int, ...]) -> int:
         """Take the tokens instruction `pc` waits for; when the last of them arrives."""
@@ -503,10 +504,13 @@ class Simulator:
         ]
         # each queue's horizon, the earliest time of the other queues: the smallest time, or
         # the second smallest for the queue that holds the smallest
-        (t1, q1), (t2, _) = sorted(zip(self.queue_time.values(), self.queue_time, strict=True))[:2]
+        q1 = None  # computed once a queue has accesses to check
         for other, accesses in self.inflight.items():
             if other == q or not accesses:
                 continue
+            if q1 is None:
+                qt = self.queue_time
+                (t1, q1), (t2, _) = sorted(zip(qt.values(), qt, strict=True))[:2]
             horizon = t2 if other == q1 else t1
             if accesses[0].end <= horizon:  # no other queue can start that early again
                 del accesses[: bisect.bisect_right(accesses, horizon, key=_end)]

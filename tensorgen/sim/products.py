@@ -66,9 +66,9 @@ def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
             dst -= np.float32(zp)  # exact: small integers
         return 0
     if src.dtype == np.uint8:
-        view = dst.view(np.uint8)
-        np.copyto(view, src)
-        np.bitwise_xor(view, np.uint8(0x80), out=view)  # x - 128, as int8
+        # x - 128, as int8, gathered and flipped in one pass (a copy and then an in-place
+        # flip read the gathered bytes twice)
+        np.bitwise_xor(src, np.uint8(0x80), out=dst.view(np.uint8))
         return _wrap(128 - zp)
     np.copyto(dst, src)
     return _wrap(-zp)

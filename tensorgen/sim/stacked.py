@@ -149,6 +149,9 @@ class _Stacked:
             arr[...] = values
             return
         values = np.broadcast_to(values, arr.shape)
+        if arr.dtype.kind != "f" and values.dtype.kind in "iub":
+            np.copyto(arr, values, casting="unsafe")  # wraps as through int64 (`Machine.write`)
+            return
         arr[...] = (
             values.astype(np.float32)
             if arr.dtype.kind == "f"

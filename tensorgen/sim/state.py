@@ -89,6 +89,11 @@ class Machine:
             arr[...] = values  # a LOAD of the tensor's own dtype (`load_box`): no round trip
             return
         values = np.broadcast_to(values, view.shape)
+        if arr.dtype.kind != "f" and values.dtype.kind in "iub":
+            # integers wrap to the memory's dtype as through int64 (a C cast keeps the low
+            # bits either way), without the two intermediate copies
+            np.copyto(arr, values, casting="unsafe")
+            return
         arr[...] = (
             values.astype(np.float32)
             if arr.dtype.kind == "f"
