@@ -1,0 +1,168 @@
+"""Quantized ConvTranspose2d as stride-1 convolutions, one per output phase.
+
+`y[o] = sum over (i, kh) with o = s*i - p + d*kh of x[i] * w[kh]` (per dimension). The outputs
+`o = s*t + a` of one phase `a` (0 <= a < s) receive exactly the taps `kh` with
+`(a + p - d*kh) % s == 0`, an arithmetic progression, reading `x[t + (a + p - d*kh) / s]`; with
+the taps in reverse order that is a plain stride-1 convolution over `x`, of dilation
+`d / gcd(s, d)`, an offset for padding, and the phase's own slice of the flipped weights. So
+every phase is an ordinary conv layer body (conv_layer.py, so the same accumulator, zero points
+and requantization), with its own weights and accumulator, writing `Y[.., s*t + a, s*u + b]`:
+affine, no modulo in any subscript, and MAC-array shaped.
+
+Numerics (tests/frontend/test_numerics_conv_transpose.py): PyTorch's quantized ConvTranspose2d
+rounds as its conv does under qnnpack (int32 bias, one float32 multiplier); under x86 it runs
+fbgemm with per-tensor weights and fbgemm's per-channel bias rule, `RN(acc + RN(b / atws))`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tensorgen.errors import SpecError
+from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer
+from tensorgen.frontend.layers import NATURAL, Layer, module_path
+from tensorgen.frontend.rules import Requant, bias_array, conv_requant, weights
+
+if TYPE_CHECKING:
+    from torch import fx
+
+    from tensorgen.frontend.fx import Value, _Lowering
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Outputs `s*t + a`, t < count, of one dimension: the kernel taps `taps` (in the order the
+    stride-1 conv reads them) at input `t + offset + dilation*m` for the m-th tap."""
+
+    a: int
+    count: int
+    taps: tuple[int, ...]
+    offset: int
+    dilation: int
+
+
+def phases(size_out: int, stride: int, padding: int, kernel: int, dilation: int) -> list[Phase]:
+    """The `stride` phases of one dimension of a transposed convolution."""
+    out = []
+    for a in range(min(stride, size_out)):
+        taps = [kh for kh in range(kernel) if (a + padding - dilation * kh) % stride == 0]
+        if not taps:
+            raise SpecError(
+                f"kernel {kernel} with stride {stride} and dilation {dilation} leaves output "
+                f"phase {a} without taps (only kernels that reach every phase are supported)"
+            )
+        taps.reverse()  # ascending input index
+        offset = (a + padding - dilation * taps[0]) // stride
+        step = dilation // math.gcd(stride, dilation)
+        out.append(Phase(a, -(-(size_out - a) // stride), tuple(taps), offset, step))
+    return out
+
+
+def conv_transpose_layer(
+    name: str,
+    path: str,
+    x: Value,
+    y: Value,
+    weights: tuple[np.ndarray, int],
+    rq: Requant,
+    geometry: ConvGeometry,
+    bounds: tuple[int, int],
+    epilogue: list[str],
+) -> Layer:
+    """The layer `y = conv_transpose(x, W)` of int8 weights (W[c, k/g, r, s], zero point), with
+    `geometry` the transposed conv's stride, padding, dilation and groups (output padding is in
+    `y`'s shape)."""
+    wq, w_zp = weights
+    g = geometry.groups
+    c, kg, kh, kw = wq.shape
+    # as conv weights: Wc[k, c/g, r, s] = W[c, k in group, r, s]
+    wc = wq.reshape(g, c // g, kg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * kg, c // g, kh, kw)
+    rows = phases(y.shape[2], geometry.stride[0], geometry.padding[0], kh, geometry.dilation[0])
+    cols = phases(y.shape[3], geometry.stride[1], geometry.padding[1], kw, geometry.dilation[1])
+    (sh, sw), grouped = geometry.stride, g != 1 and not (g == c == y.shape[1])
+    bodies, ports, first = [], [], None
+    for ph in rows:
+        for pw in cols:
+            tag = f"{ph.a}{pw.a}" if max(sh, sw) <= 10 else f"{ph.a}_{pw.a}"
+            wp = np.ascontiguousarray(wc[:, :, list(ph.taps)][:, :, :, list(pw.taps)])
+            yp = replace(y, shape=(*y.shape[:2], ph.count, pw.count))
+            phase_geo = ConvGeometry(
+                (1, 1), (-ph.offset, -pw.offset), (ph.dilation, pw.dilation), g
+            )
+            layer = conv_layer(name, path, x, yp, (wp, w_zp), rq, phase_geo, bounds, epilogue)
+            first = first or layer
+            rename = {p.name: f"{p.name}{tag}" for p in layer.ports if p.name not in ("X", "Y")}
+            ports += [replace(p, name=rename[p.name]) for p in layer.ports if p.name in rename]
+            bodies.append((layer.body, rename, (sh, ph.a), (sw, pw.a), grouped))
+    y_port = next(p for p in first.ports if p.name == "Y")
+    if grouped:
+        y_port = replace(y_port, shape=(*y_port.shape[:3], *y.shape[2:]))
+    else:
+        y_port = replace(y_port, shape=y.shape)
+    x_port = next(p for p in first.ports if p.name == "X")
+
+    def body(lo, hi):
+        return [s for b in bodies for s in _phase_statements(*b, lo, hi)]
+
+    lo, hi = bounds
+    return Layer(
+        name, path, "conv_transpose", [x_port, *ports, y_port], body, lo, hi,
+        fusable=True, epilogue=epilogue,
+    )  # fmt: skip
+
+
+def _phase_statements(body, rename, rows, cols, grouped, lo, hi) -> list[str]:
+    """A phase's conv statements with its own tensors, its output written at `s*h + a`."""
+    (sh, a), (sw, b) = rows, cols
+    names = "|".join(sorted(rename, key=len, reverse=True))
+    pattern = re.compile(rf"\b({names})\[")
+    out = []
+    for stmt in body(lo, hi):
+        stmt = pattern.sub(lambda m: f"{rename[m.group(1)]}[", stmt)
+        if stmt.startswith("Y["):
+            lhs, rhs = stmt.split(" = ", 1)
+            head = "n, g, k" if grouped else "n, k"
+            lhs = f"Y[{head}, {_strided(sh, 'h', a)}, {_strided(sw, 'w', b)}]"
+            stmt = f"{lhs} = {rhs}"
+        out.append(stmt)
+    return out
+
+
+def _strided(s: int, name: str, a: int) -> str:
+    base = f"{s}*{name}" if s != 1 else name
+    return f"{base} + {a}" if a else base
+
+
+def transpose_requant(engine: str, s_in: float, s_w, s_out: float, bias: np.ndarray) -> Requant:
+    """The requantization of a quantized ConvTranspose2d: conv's under qnnpack; under x86
+    fbgemm's per-channel bias rule with the per-tensor weight scale on every channel."""
+    if engine == "qnnpack":
+        return conv_requant(engine, s_in, s_w, s_out, bias)
+    if np.ndim(s_w):
+        raise SpecError(f"ConvTranspose2d with per-channel weights under {engine}")
+    return conv_requant(engine, s_in, np.full(bias.shape[0], s_w), s_out, bias)
+
+
+def conv_transpose(lw: _Lowering, node: fx.Node, mod) -> None:
+    """A quantized nn.ConvTranspose2d module (FX's convert gives no fused-ReLU variant)."""
+    x, y = lw.value_of(node.args[0]), lw.result_value(node)
+    if getattr(mod, "padding_mode", "zeros") != "zeros":
+        raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
+    if lw.engine != "qnnpack" and mod.groups > 1 and x.shape[1] != y.shape[1]:
+        raise SpecError(
+            f"grouped ConvTranspose2d with {x.shape[1]} input and {y.shape[1]} output channels "
+            f"under {lw.engine}: PyTorch's fbgemm kernel does not compute the transposed "
+            "convolution of its own weights there (tests/frontend/test_numerics_conv_transpose.py)"
+        )
+    wq, s_w, w_zp = weights(mod.weight())
+    rq = transpose_requant(lw.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), y.shape[1]))
+    geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)
+    layer = conv_transpose_layer(
+        node.name, module_path(node), x, y, (wq, w_zp), rq, geometry, NATURAL[y.dtype], []
+    )
+    lw.add(layer, y)
