@@ -22,10 +22,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from tensorgen.errors import SpecError
 from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer
 from tensorgen.frontend.layers import NATURAL, Layer, module_path
+from tensorgen.frontend.onednn import onednn_requant
 from tensorgen.frontend.rules import Requant, bias_array, conv_requant, weights
 
 if TYPE_CHECKING:
@@ -138,14 +141,14 @@ def _strided(s: int, name: str, a: int) -> str:
     return f"{base} + {a}" if a else base
 
 
-def transpose_requant(engine: str, s_in: float, s_w, s_out: float, bias: np.ndarray) -> Requant:
-    """The requantization of a quantized ConvTranspose2d: conv's under qnnpack; under x86
-    fbgemm's per-channel bias rule with the per-tensor weight scale on every channel."""
+def transpose_requant(engine: str, x: Value, wc: np.ndarray, s_w, y: Value, bias) -> Requant:
+    """The requantization of a quantized ConvTranspose2d: conv's under qnnpack; under x86 PyTorch
+    runs it on oneDNN (its rule, onednn.py, with the per-tensor weight scale on every channel;
+    `wc` the weights in conv layout, for the reachable accumulators)."""
     if engine == "qnnpack":
-        return conv_requant(engine, s_in, s_w, s_out, bias)
-    if np.ndim(s_w):
-        raise SpecError(f"ConvTranspose2d with per-channel weights under {engine}")
-    return conv_requant(engine, s_in, np.full(bias.shape[0], s_w), s_out, bias)
+        return conv_requant(engine, x.scale, s_w, y.scale, bias)
+    s_w = np.full(bias.shape[0], s_w)
+    return onednn_requant(x.scale, x.zp, wc, s_w, y.scale, y.zp, bias, NATURAL[y.dtype][0])
 
 
 def conv_transpose(lw: _Lowering, node: fx.Node, mod) -> None:
@@ -153,16 +156,46 @@ def conv_transpose(lw: _Lowering, node: fx.Node, mod) -> None:
     x, y = lw.value_of(node.args[0]), lw.result_value(node)
     if getattr(mod, "padding_mode", "zeros") != "zeros":
         raise SpecError(f"padding_mode '{mod.padding_mode}' (only zeros)")
-    if lw.engine != "qnnpack" and mod.groups > 1 and x.shape[1] != y.shape[1]:
-        raise SpecError(
-            f"grouped ConvTranspose2d with {x.shape[1]} input and {y.shape[1]} output channels "
-            f"under {lw.engine}: PyTorch's fbgemm kernel does not compute the transposed "
-            "convolution of its own weights there (tests/frontend/test_numerics_conv_transpose.py)"
-        )
     wq, s_w, w_zp = weights(mod.weight())
-    rq = transpose_requant(lw.engine, x.scale, s_w, y.scale, bias_array(mod.bias(), y.shape[1]))
+    bias = bias_array(mod.bias(), y.shape[1])
+    if np.ndim(s_w) or y.dtype != "uint8":
+        raise SpecError("ConvTranspose2d with per-channel weights or a non-quint8 output")
+    if not _pytorch_is_a_transposed_conv(mod, lw.results[node.args[0]], lw.engine):
+        raise SpecError(
+            f"PyTorch's {lw.engine} quantized ConvTranspose2d does not compute the transposed "
+            f"convolution of its own weights on this layer ({x.shape[1]} to {y.shape[1]} "
+            f"channels, stride {tuple(mod.stride)}, groups {mod.groups}; see "
+            "tests/frontend/test_numerics_conv_transpose.py)"
+        )
+    g = mod.groups
+    c, kg, kh, kw = wq.shape
+    wc = wq.reshape(g, c // g, kg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * kg, c // g, kh, kw)
+    rq = transpose_requant(lw.engine, x, wc, s_w, y, bias)
     geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)
     layer = conv_transpose_layer(
         node.name, module_path(node), x, y, (wq, w_zp), rq, geometry, NATURAL[y.dtype], []
     )
     lw.add(layer, y)
+
+
+def _pytorch_is_a_transposed_conv(mod, qx: torch.Tensor, engine: str) -> bool:
+    """Whether PyTorch's kernel, on random codes of the layer's input, gives the accumulator of
+    the transposed convolution of its weights (any requantization: outputs within 1, never
+    more): PyTorch's x86 kernel does not on some shapes."""
+    g = torch.Generator().manual_seed(0)
+    lo, hi = (0, 255) if qx.dtype == torch.quint8 else (-128, 127)
+    codes = torch.randint(lo, hi + 1, qx.shape, generator=g).to(qx.int_repr().dtype)
+    probe = torch._make_per_tensor_quantized_tensor(codes, qx.q_scale(), qx.q_zero_point())
+    w = mod.weight()
+    with torch.no_grad():
+        got = mod(probe).int_repr().double()
+        acc = F.conv_transpose2d(
+            codes.double() - qx.q_zero_point(),
+            w.int_repr().double() - w.q_zero_point(),
+            None, mod.stride, mod.padding, mod.output_padding, mod.groups, mod.dilation,
+        )  # fmt: skip
+        bias = mod.bias().detach().double() if mod.bias() is not None else 0.0
+        scale = qx.q_scale() * w.q_scale() / mod.scale
+        real = acc * scale + (bias / mod.scale).reshape(1, -1, 1, 1) + mod.zero_point
+        want = torch.clamp(torch.round(real), 0, 255)  # FX's activations are quint8
+    return bool((got - want).abs().max() <= 1)

@@ -86,9 +86,9 @@ def quantized(codes: np.ndarray, dtype, scale=0.05, zp=0) -> torch.Tensor:
 DYADIC = [
     (6, None, 2.0, False, 4),
     (5, None, 4.0, False, 6),
-    (8, None, 0.5, False, 0),
+    (8, None, 0.5, False, 1),
     (5, 9, None, True, 1),
-    (4, 10, None, True, 2),
+    (4, 7, None, True, 1),
     (7, 7, None, False, 0),
 ]
 
