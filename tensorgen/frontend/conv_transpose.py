@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -72,12 +73,14 @@ def conv_transpose_layer(
     x: Value,
     y: Value,
     weights: tuple[np.ndarray, int],
-    rq: Requant,
+    rq: Callable[[np.ndarray], Requant],
     geometry: ConvGeometry,
     bounds: tuple[int, int],
     epilogue: list[str],
 ) -> Layer:
-    """The layer `y = conv_transpose(x, W)` of int8 weights (W[c, k/g, r, s], zero point), with
+    """The layer `y = conv_transpose(x, W)` of int8 weights (W[c, k/g, r, s], zero point),
+    requantized by `rq(phase weights)` (each phase its own: oneDNN's fit is proven on the
+    accumulators a phase can reach), with
     `geometry` the transposed conv's stride, padding, dilation and groups (output padding is in
     `y`'s shape)."""
     wq, w_zp = weights
@@ -97,7 +100,7 @@ def conv_transpose_layer(
             phase_geo = ConvGeometry(
                 (1, 1), (-ph.offset, -pw.offset), (ph.dilation, pw.dilation), g
             )
-            layer = conv_layer(name, path, x, yp, (wp, w_zp), rq, phase_geo, bounds, epilogue)
+            layer = conv_layer(name, path, x, yp, (wp, w_zp), rq(wp), phase_geo, bounds, epilogue)
             first = first or layer
             rename = {p.name: f"{p.name}{tag}" for p in layer.ports if p.name not in ("X", "Y")}
             ports += [replace(p, name=rename[p.name]) for p in layer.ports if p.name in rename]
@@ -167,10 +170,10 @@ def conv_transpose(lw: _Lowering, node: fx.Node, mod) -> None:
             f"channels, stride {tuple(mod.stride)}, groups {mod.groups}; see "
             "tests/frontend/test_numerics_conv_transpose.py)"
         )
-    g = mod.groups
-    c, kg, kh, kw = wq.shape
-    wc = wq.reshape(g, c // g, kg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * kg, c // g, kh, kw)
-    rq = transpose_requant(lw.engine, x, wc, s_w, y, bias)
+
+    def rq(wp: np.ndarray) -> Requant:
+        return transpose_requant(lw.engine, x, wp, s_w, y, bias)
+
     geometry = ConvGeometry(mod.stride, mod.padding, mod.dilation, mod.groups)
     layer = conv_transpose_layer(
         node.name, module_path(node), x, y, (wq, w_zp), rq, geometry, NATURAL[y.dtype], []
