@@ -60,6 +60,7 @@ class Decoder(nn.Module):
         )
 
 
+@pytest.mark.slow  # eight outputs, 23 statements of conv phases: minutes of scheduling
 @pytest.mark.parametrize("engine", ["qnnpack", "x86"])
 def test_decoder_paths_are_bit_exact(engine):
     cm = assert_bit_exact(Decoder(), engine)
