@@ -6,12 +6,19 @@ ReLU, conv 3x3 + BN + ReLU6). Decoder, twice: nn.Upsample(scale_factor=2) of the
 features, torch.cat with the skip of that scale (each input has its own quantization
 parameters: tensorgen requantizes them by PyTorch's rule), conv 3x3 + BN + ReLU. Classifier:
 a 1x1 conv to NUM_CLASSES logits per pixel, at the input's resolution.
+
+`decoder` picks the upsampling: "nearest" (nn.Upsample, the default), "bilinear"
+(F.interpolate x2, align_corners=False: PyTorch's quantized bilinear kernel) or "transposed"
+(a learned nn.ConvTranspose2d 3x3, stride 2, padding 1, output padding 1, per stage).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+DECODERS = ("nearest", "bilinear", "transposed")
 
 NUM_CLASSES = 5
 
@@ -35,12 +42,18 @@ def conv_bn(c_in: int, c_out: int, stride: int = 1, act: type[nn.Module] = nn.Re
 
 
 class SegNet(nn.Module):
-    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
+    def __init__(self, num_classes: int = NUM_CLASSES, decoder: str = "nearest") -> None:
         super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder '{decoder}' (one of {', '.join(DECODERS)})")
+        self.decoder = decoder
         self.enc1 = conv_bn(3, 16)
         self.enc2 = nn.Sequential(conv_bn(16, 24, 2), conv_bn(24, 24, act=nn.ReLU6))
         self.enc3 = nn.Sequential(conv_bn(24, 32, 2), conv_bn(32, 32, act=nn.ReLU6))
         self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        if decoder == "transposed":
+            self.up3 = nn.ConvTranspose2d(32, 32, 3, stride=2, padding=1, output_padding=1)
+            self.up2 = nn.ConvTranspose2d(24, 24, 3, stride=2, padding=1, output_padding=1)
         self.dec2 = conv_bn(32 + 24, 24)
         self.dec1 = conv_bn(24 + 16, 16)
         self.classifier = nn.Conv2d(16, num_classes, 1)
@@ -49,18 +62,37 @@ class SegNet(nn.Module):
         s1 = self.enc1(x)  # full resolution
         s2 = self.enc2(s1)  # 1/2
         s3 = self.enc3(s2)  # 1/4
-        d2 = self.dec2(torch.cat([self.up(s3), s2], 1))
-        d1 = self.dec1(torch.cat([self.up(d2), s1], 1))
+        d2 = self.dec2(torch.cat([self._up(s3, "up3"), s2], 1))
+        d1 = self.dec1(torch.cat([self._up(d2, "up2"), s1], 1))
         return self.classifier(d1)
 
+    def _up(self, x: torch.Tensor, learned: str) -> torch.Tensor:
+        if self.decoder == "bilinear":
+            return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+        if self.decoder == "transposed":
+            return getattr(self, learned)(x)
+        return self.up(x)
 
-def build(size: int = 32, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+
+def build(
+    size: int = 32, seed: int = 0, decoder: str = "nearest"
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """SegNet with seeded random weights, in eval mode, and a 1x3xSIZExSIZE input (SIZE a
-    multiple of 4)."""
+    multiple of 4); `decoder` one of DECODERS."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = SegNet()
+        model = SegNet(decoder=decoder)
     randomize_batchnorm(model, torch.Generator().manual_seed(seed + 1))
     model.eval()
     example = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed + 2))
     return model, (example,)
+
+
+def build_bilinear(size: int = 32, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """SegNet whose decoder upsamples bilinearly (`segnet.py:build_bilinear` on the CLI)."""
+    return build(size, seed, decoder="bilinear")
+
+
+def build_transposed(size: int = 32, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """SegNet whose decoder upsamples with transposed convolutions."""
+    return build(size, seed, decoder="transposed")

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend import elementwise, fx_pooling, numerics, ops
+from tensorgen.frontend import conv_transpose, elementwise, fx_pooling, numerics, ops, upsample
 from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer, linear_layer
 from tensorgen.frontend.layers import (
     NATURAL,
@@ -510,6 +510,7 @@ def _hardtanh_module(lw, node, mod):
 
 
 MODULES = (
+    (torch.ao.nn.quantized.ConvTranspose2d, conv_transpose.conv_transpose),
     (torch.ao.nn.quantized.Conv2d, lambda lw, n, m: lw.conv(n, m)),  # ConvReLU2d derives from it
     (torch.ao.nn.quantized.Linear, lambda lw, n, m: lw.linear(n, m)),  # LinearReLU derives from it
     (nn.ReLU, lambda lw, n, m: lw.clamp_op(n, "relu", 0.0, None)),
@@ -529,7 +530,7 @@ MODULES = (
             m.divisor_override,
         ),
     ),
-    (nn.Upsample, lambda lw, n, m: ops.nearest_upsample(lw, n, m)),
+    (nn.Upsample, lambda lw, n, m: upsample.interpolate(lw, n, m, m.mode)),
     (nn.Flatten, lambda lw, n, m: lw.alias(n)),
     (nn.Identity, lambda lw, n, m: lw.alias(n)),
 )
@@ -551,8 +552,11 @@ FUNCTIONS = {
         n.kwargs.get("min_val", (list(n.args) + [-1.0])[1]),
         n.kwargs.get("max_val", (list(n.args) + [-1.0, 1.0])[2]),
     ),
-    F.interpolate: lambda lw, n: ops.nearest_upsample(
-        lw, n, lambda t: n.target(t, *n.args[1:], **n.kwargs)
+    F.interpolate: lambda lw, n: upsample.interpolate(
+        lw,
+        n,
+        lambda t: n.target(t, *n.args[1:], **n.kwargs),
+        n.kwargs.get("mode", n.args[3] if len(n.args) > 3 else "nearest"),
     ),
     F.max_pool2d: fx_pooling.max_pool_function,
     torch.max_pool2d: fx_pooling.max_pool_function,

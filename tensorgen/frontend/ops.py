@@ -71,53 +71,6 @@ def cat(lw: _Lowering, node: fx.Node) -> None:
     )
 
 
-def nearest_upsample(lw: _Lowering, node: fx.Node, run) -> None:
-    """Nearest upsampling by integer factors, `Y[n, c, fh*h + a, fw*w + b] = X[n, c, h, w]`: a
-    copy. On a quantized tensor (PyTorch's quantized kernel keeps the qparams) it copies the
-    integers; on a float one between FX's dequantize and quantize (the default qconfig leaves
-    nn.Upsample unquantized) it is that dequantize with a gathering subscript, exactly
-    PyTorch's since dequantize is element-wise. `run(t)` applies the node's own operator to a
-    float tensor: the index map is PyTorch's, read off an index image."""
-    src = node.args[0]
-    x, y = lw.value_of(src), lw.result_value(node)
-    if x.dtype == "float32":
-        producer = lw.producer.get(getattr(src, "name", ""))
-        if producer is None or producer.op != "dequantize":
-            raise SpecError("interpolate of a float tensor that is not a dequantized one")
-        q = lw.value_of(src.args[0])  # the quantized tensor the dequantize reads
-        read = f"dequantize(X[n, c, h, w], {q.scale!r}, {q.zp})"
-        ports = [q.port("X", "input"), y.port("Y", "output", 0)]
-    else:
-        if (x.scale, x.zp) != (y.scale, y.zp):
-            raise SpecError("quantized interpolate that changes the quantization parameters")
-        read, ports = "X[n, c, h, w]", [x.port("X", "input"), y.port("Y", "output")]
-    fh, fw = _factors(x.shape, y.shape, run)
-    stmt = {
-        "stmt": f"Y[n, c, {affine((fh, 'h'), (1, 'a'))}, {affine((fw, 'w'), (1, 'b'))}] = {read}",
-        "where": f"0 <= a < {fh} and 0 <= b < {fw}",
-    }
-    lw.add(Layer(node.name, module_path(node), "upsample_nearest", ports, lambda lo, hi: [stmt]), y)
-
-
-def _factors(xs: tuple[int, ...], ys: tuple[int, ...], run) -> tuple[int, int]:
-    """The integer factors (fh, fw) of a nearest upsampling from `xs` to `ys`, checked against
-    the map PyTorch's operator `run` computes (sizes, scale factors, every mode's own rounding)."""
-    if len(xs) != 4:
-        raise SpecError(f"interpolate of a rank-{len(xs)} tensor (only NCHW)")
-    (h, w), (oh, ow) = xs[2:], ys[2:]
-    index = torch.arange(h * w, dtype=torch.float32).reshape(1, 1, h, w)
-    with torch.no_grad():
-        got = run(index).reshape(oh, ow)
-    fh, fw = oh // h, ow // w
-    if fh * h == oh and fw * w == ow:
-        want = (torch.arange(oh) // fh)[:, None] * w + (torch.arange(ow) // fw)[None, :]
-        if torch.equal(got, want.to(torch.float32)):
-            return fh, fw
-    raise SpecError(
-        f"interpolate from {h}x{w} to {oh}x{ow}: only nearest upsampling by integer factors"
-    )
-
-
 def transpose(lw: _Lowering, node: fx.Node) -> None:
     """transpose(a, b) (a channel shuffle's middle step): a copy into the transposed layout, so
     the view that follows it is again an alias of contiguous bytes."""
