@@ -145,7 +145,7 @@ def test_mobilenetv3_small_is_bit_exact_with_the_rule(mean):
     args = {"size": 32, "blocks": 5, "mean": mean, "classes": 10}
     model, example = load_factory(str(MODELS / "mobilenetv3_small.py"), args)
     cm = compile_model(model, example, load_target("tg1"), quantizer="pt2e")
-    ops = {layer.op for layer in cm.layers}
+    ops = {layer.op for layer in cm.graph.layers}  # cm.layers: units, fused groups among them
     assert {"lut", "mul", "adaptive_avg_pool2d"} <= ops, ops
     for seed in (0, 1):
         x = torch.randn(example[0].shape, generator=torch.Generator().manual_seed(seed))
@@ -189,7 +189,7 @@ def test_lookup_tables_are_pytorchs_float_functions_on_every_code():
     torch.manual_seed(0)
     example = (torch.randn(2, 4, 40, 40),)
     cm = compile_model(_Elementwise().eval(), example, load_target("tg1"), quantizer="pt2e")
-    ops = [layer.op for layer in cm.layers]
+    ops = [layer.op for layer in cm.graph.layers]
     assert ops.count("lut") == 13 and ops.count("mul") == 1, ops
     x = (torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(1)) * 2,)
     comparison, _ = check_model(cm, x)
