@@ -413,15 +413,7 @@ class MatmulRuns:
                 sim.recorder.events.append(("EX", start, start, stop, pc, "MATMUL"))
         st.busy["EX"] += end - steps[0][0]
         sim.queue_time["EX"] = end
-        for seg in segments:
-            cost, k = sim.costs[seg.pc], len(seg.bases)
-            st.instructions += k
-            st.macs += cost.macs * k
-            st.vector_ops += cost.vector_ops * k
-            for m, b in cost.bytes:
-                st.onchip_bytes[m] += b * k
-            for m, b in cost.written:
-                st.onchip_write_bytes[m] += b * k
+        count_segments(sim, segments)
 
 
 def _coefs(d: Decoded, levels: int) -> np.ndarray:
@@ -467,3 +459,17 @@ def hazard(accesses: list[Access], mem: str, lo: int, hi: int, write: bool, star
         if a.parts.first_end <= start:
             return None  # stepping's scan would have stopped inside the run
     return None
+
+
+def count_segments(sim, segments) -> None:
+    """Add the counters of every instruction a run's segments stand for (each `k` times)."""
+    st = sim.stats
+    for seg in segments:
+        cost, k = sim.costs[seg.pc], len(seg.bases)
+        st.instructions += k
+        st.macs += cost.macs * k
+        st.vector_ops += cost.vector_ops * k
+        for m, b in cost.bytes:
+            st.onchip_bytes[m] += b * k
+        for m, b in cost.written:
+            st.onchip_write_bytes[m] += b * k

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, Nest, VectorOp
-from tensorgen.sim.runs import MAX_PLANS, Access, RunParts, Segment, _spans
+from tensorgen.sim.runs import MAX_PLANS, Access, RunParts, Segment, _spans, count_segments
 
 
 @dataclass(frozen=True)
@@ -227,15 +227,7 @@ class VectorRuns:
                 sim.recorder.events.append(("EX", start, start, stop, pc, name))
         st.busy["EX"] += end - steps[0][0]
         sim.queue_time["EX"] = end
-        for seg in segs:
-            cost, k = sim.costs[seg.pc], len(seg.bases)
-            st.instructions += k
-            st.macs += cost.macs * k
-            st.vector_ops += cost.vector_ops * k
-            for m, b in cost.bytes:
-                st.onchip_bytes[m] += b * k
-            for m, b in cost.written:
-                st.onchip_write_bytes[m] += b * k
+        count_segments(sim, segs)
 
 
 def _coefs(d: Decoded | None, levels: int) -> np.ndarray:
