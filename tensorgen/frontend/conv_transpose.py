@@ -9,6 +9,14 @@ every phase is an ordinary conv layer body (conv_layer.py, so the same accumulat
 and requantization), with its own weights and accumulator, writing `Y[.., s*t + a, s*u + b]`:
 affine, no modulo in any subscript, and MAC-array shaped.
 
+Past MAX_PHASES phases (stride 3 by 3: 9 phases, 27 statements) a layer compiled for minutes
+(the legality checks of the schedules grow with the square of the statements), so an ungrouped
+or depthwise layer of more phases is one stride-1 convolution over the zero-inserted input
+instead: `U` filled with the input's zero point, `U[.., s*i, s*j] = X[.., i, j]`, and the conv of
+dilation `d`, padding `d*(k - 1) - p` (reads outside `U`, output padding's among them, are the
+zero point too) and the flipped weights: five statements whatever the stride, for s*s times the
+MACs (the inserted zeros).
+
 Numerics (tests/frontend/test_numerics_conv_transpose.py): PyTorch's quantized ConvTranspose2d
 rounds as its conv does under qnnpack (int32 bias, one float32 multiplier); under x86 it runs
 fbgemm with per-tensor weights and fbgemm's per-channel bias rule, `RN(acc + RN(b / atws))`.
@@ -28,7 +36,7 @@ import torch.nn.functional as F
 
 from tensorgen.errors import SpecError
 from tensorgen.frontend.conv_layer import ConvGeometry, conv_layer
-from tensorgen.frontend.layers import NATURAL, Layer, module_path
+from tensorgen.frontend.layers import NATURAL, Layer, Port, module_path
 from tensorgen.frontend.onednn import onednn_requant, runs_on_onednn
 from tensorgen.frontend.rules import Requant, bias_array, conv_requant, weights
 
@@ -36,6 +44,10 @@ if TYPE_CHECKING:
     from torch import fx
 
     from tensorgen.frontend.fx import Value, _Lowering
+
+
+# phases a layer is written as (stride 2 by 2: 4); past it, the zero-inserted input's conv
+MAX_PHASES = 4
 
 
 @dataclass(frozen=True)
@@ -88,9 +100,12 @@ def conv_transpose_layer(
     c, kg, kh, kw = wq.shape
     # as conv weights: Wc[k, c/g, r, s] = W[c, k in group, r, s]
     wc = wq.reshape(g, c // g, kg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * kg, c // g, kh, kw)
+    (sh, sw), grouped = geometry.stride, g != 1 and not (g == c == y.shape[1])
+    if sh * sw > MAX_PHASES and not grouped:
+        flipped = np.ascontiguousarray(wc[:, :, ::-1, ::-1])
+        return _zero_inserted(name, path, x, y, (flipped, w_zp), rq, geometry, bounds, epilogue)
     rows = phases(y.shape[2], geometry.stride[0], geometry.padding[0], kh, geometry.dilation[0])
     cols = phases(y.shape[3], geometry.stride[1], geometry.padding[1], kw, geometry.dilation[1])
-    (sh, sw), grouped = geometry.stride, g != 1 and not (g == c == y.shape[1])
     bodies, ports, first = [], [], None
     for ph in rows:
         for pw in cols:
@@ -120,6 +135,28 @@ def conv_transpose_layer(
         name, path, "conv_transpose", [x_port, *ports, y_port], body, lo, hi,
         fusable=True, epilogue=epilogue,
     )  # fmt: skip
+
+
+def _zero_inserted(name, path, x: Value, y: Value, weights, rq, geometry, bounds, epilogue):
+    """The layer as one stride-1 conv of the flipped weights over the input with s - 1 zero
+    points inserted between its elements (module docstring)."""
+    (sh, sw), (ph, pw), (dh, dw) = geometry.stride, geometry.padding, geometry.dilation
+    (n, c, h, w), (kh, kw) = x.shape, weights[0].shape[2:]
+    u = replace(x, shape=(n, c, (h - 1) * sh + 1, (w - 1) * sw + 1))
+    pads = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
+    conv_geo = ConvGeometry((1, 1), pads, (dh, dw), geometry.groups)
+    layer = conv_layer(name, path, u, y, weights, rq(weights[0]), conv_geo, bounds, epilogue)
+    ports = [x.port("X", "input"), Port("U", u.shape, x.dtype, "none", x.zp)]
+    ports += [p for p in layer.ports if p.name != "X"]
+    scatter = f"U[n, c, {_strided(sh, 'h', 0)}, {_strided(sw, 'w', 0)}] = X[n, c, h, w]"
+    fill = [f"U[n, c, h, w] = {x.zp}"] if x.zp else []  # a temporary starts at zero
+
+    def body(lo, hi):
+        conv = [re.sub(r"\bX\[", "U[", st) for st in layer.body(lo, hi)]
+        return [*fill, scatter, *conv]
+
+    lo, hi = bounds
+    return Layer(name, path, "conv_transpose", ports, body, lo, hi, fusable=True, epilogue=epilogue)
 
 
 def _phase_statements(body, rename, rows, cols, grouped, lo, hi) -> list[str]:

@@ -7,7 +7,13 @@ columns), so every mode's index rule and float rounding (scale factors, sizes, `
 `o = q*t + a` (t in [t0, t1]) whose taps sit at `p*t + r` with constant weights (`gather_classes`);
 each pair of a row class and a column class is one statement.
 
-Nearest: a copy, `Y[n, c, q*t + a, q'*u + b] = X[n, c, p*t + r, p'*u + r']`.
+Nearest: a copy, `Y[n, c, q*t + a, q'*u + b] = X[n, c, p*t + r, p'*u + r']`. A ratio of
+sizes with a long period (8 to 13 rows: 13 classes, each one row) gives more class pairs than
+MAX_GATHER_PIECES; compile time grows with the square of a layer's statements (39 copies took
+minutes), so such a gather is two contractions by one-hot matrices instead, rows then columns,
+`T[n, c, o, j] += R[o, i] * X[n, c, i, j]` and `Y[n, c, o, p] += T[n, c, o, j] * C[p, j]`, with R
+and C PyTorch's own weights (0 or 1, one 1 a row): exact (every sum has one nonzero term) and
+on the MAC array, four statements whatever the sizes.
 
 Bilinear on quantized data (PyTorch's quantized kernel, the output keeps the input's
 parameters): `y = RNE(fl(fl(S) - zp) + zp)` (quantize_val adds the zero point before rounding),
@@ -29,7 +35,7 @@ import numpy as np
 import torch
 
 from tensorgen.errors import SpecError
-from tensorgen.frontend.layers import NATURAL, Layer, affine, f32, module_path
+from tensorgen.frontend.layers import NATURAL, Layer, Port, affine, f32, module_path
 
 if TYPE_CHECKING:
     from torch import fx
@@ -37,6 +43,8 @@ if TYPE_CHECKING:
     from tensorgen.frontend.fx import _Lowering
 
 EXACT_BITS = 16  # kh + kw at most this: 255 * 2^16 < 2^24, float32's significand
+# class pairs a nearest gather writes as copies (nearest-x1.5: 9); past it, one-hot contractions
+MAX_GATHER_PIECES = 16
 
 
 @dataclass(frozen=True)
@@ -148,11 +156,38 @@ def interpolate(lw: _Lowering, node: fx.Node, run: Callable, mode: str) -> None:
         )
     classes = [(h, w) for h in gather_classes(rows) for w in gather_classes(cols)]
     natural = NATURAL.get(y.dtype, (0, 0))
-    stmts = [_statement(h, w, kh + kw, read, natural) for h, w in classes]
+    if mode != "bilinear" and len(classes) > MAX_GATHER_PIECES:
+        ports, stmts = _one_hot_gather(ports, rows, cols, q if read else x, read is not None)
+    else:
+        stmts = [_statement(h, w, kh + kw, read, natural) for h, w in classes]
     op = "upsample_bilinear" if mode == "bilinear" else "upsample_nearest"
     if read is None:
         _check_quantized(lw.results[src], lw.results[node], run, rows, cols, mode)
     lw.add(Layer(node.name, module_path(node), op, ports, lambda lo, hi: stmts), y)
+
+
+def _one_hot_gather(ports: list[Port], rows, cols, x, dequantize: bool):
+    """The ports and statements of a nearest gather as two one-hot contractions (module
+    docstring); `x` the codes read, `dequantize`: Y is their float32 dequantized values."""
+    if not all(np.isin(m, (0.0, 1.0)).all() and (m.sum(axis=1) == 1).all() for m in (rows, cols)):
+        raise SpecError("nearest interpolate whose weights are not one input each")
+    (n, c, _, w_in), (h_out, w_out) = x.shape, (rows.shape[0], cols.shape[0])
+    one_hot = lambda name, m: Port(name, m.shape, "int8", "input", 0, None, m.astype(np.int8))  # noqa: E731
+    mid, out = (n, c, h_out, w_in), (n, c, h_out, w_out)
+    extra = [one_hot("R", rows), one_hot("C", cols), Port("A1", mid, "int32", "none")]
+    extra += [Port("T", mid, x.dtype, "none"), Port("A2", out, "int32", "none")]
+    stmts = [
+        "A1[n, c, o, j] += R[o, i] * X[n, c, i, j]",
+        "T[n, c, o, j] = A1[n, c, o, j]",  # a code: the store is exact
+        "A2[n, c, o, p] += T[n, c, o, j] * C[p, j]",
+    ]
+    if dequantize:
+        extra.append(Port("U", out, x.dtype, "none"))
+        stmts += ["U[n, c, o, p] = A2[n, c, o, p]"]
+        stmts += [f"Y[n, c, o, p] = dequantize(U[n, c, o, p], {x.scale!r}, {x.zp})"]
+    else:
+        stmts.append("Y[n, c, o, p] = A2[n, c, o, p]")
+    return [ports[0], *extra, ports[1]], stmts
 
 
 def _statement(h: OutputClass, w: OutputClass, k: int, read, natural) -> dict:
