@@ -67,7 +67,7 @@ class Simulator:
         self.binary, self.target = binary, target
         spare, known.spare = known.spare, None  # taken: a second live Simulator maps its own
         self.machine = Machine(binary, target, spare)
-        self.machine.decoded = known.decoded
+        self.machine.decoded, self.machine.boxes = known.decoded, known.boxes
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
         self.channel = isa.Channel()  # the DRAM channel's bookings
