@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tensorgen.mc.binary import assemble
 from tensorgen.sim import batch, loops, products
-from tensorgen.sim.machine import simulate
+from tensorgen.sim.machine import Simulator, simulate
 from tensorgen.sim.products import exact_product
 from tensorgen.target import ISA_DIR, target_from_dict
 
@@ -433,3 +433,48 @@ def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch, outco
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_s_timing_is_kept_and_shifted_exactly(monkeypatch, outcome) -> None:
+    """`MatmulRuns._timing` computes a run's steps once per (segments, EX state relative to
+    its time) and shifts them after: a second run of a binary takes them (no fresh
+    `_steps`) and still equals stepping; an entry is not taken where its clamp at 0 would
+    bite (a state shifted below it)."""
+    from tensorgen.sim import runs
+
+    fresh = []
+    real = runs.MatmulRuns._steps
+    monkeypatch.setattr(runs.MatmulRuns, "_steps", lambda *a: fresh.append(1) or real(*a))
+    rng = np.random.default_rng(2)
+    inputs = {
+        "X": rng.integers(-128, 128, (8, 16)).astype(np.int8),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+    c = Case(2, "int8", 3, -2, False, False, "loop", 0, False, False, "none", "moves")
+    binary = assemble(_program(c))
+    first = outcome(binary, inputs, TARGETS[2], True)
+    assert first[0] != "error" and fresh
+    fresh.clear()
+    assert outcome(binary, inputs, TARGETS[2], True) == first and not fresh
+    assert first == outcome(binary, inputs, TARGETS[2], False)
+    # a kept entry records the least time it clamped at; below that it is recomputed
+    sim = Simulator(binary, TARGETS[2])
+    key, entry = next(iter(sim.runs.timings.items()))
+    entry = (*entry[:4], 5)  # as if it had clamped 5 cycles after the run's start
+    sim.runs.timings[key] = entry
+    sim.queue_time["EX"] = -10  # then a start at -10 clamps at -5: not a shift of it
+    sim.streaming = None if key[1] is None else (-10 - key[1][0], key[1][1])
+    segments = next(s for s in _kept_segments(sim) if sim.runs.signature(s) == key[0])
+    fresh.clear()
+    sim.runs._timing(segments, {})
+    assert fresh  # recomputed, not shifted
+
+
+def _kept_segments(sim):
+    """The segment lists of the plans a binary's runs keep."""
+    for plan in sim.runs.loop_plans.values():
+        if plan is not None:
+            yield plan.ordered
+    for _, plan in sim.runs.run_plans.values():
+        if plan is not None:
+            yield plan[0]
