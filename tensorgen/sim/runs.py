@@ -323,17 +323,19 @@ class MatmulRuns:
         state = None if saved is None else (t - saved[0], saved[1])
         key = (self.signature(segments), state)
         known = self.timings.get(key)
-        if known is not None and t + known[4] >= 0:
-            relative, rf, after, rows, _ = known
-            steps = [(a + t, b + t) for a, b in relative]
+        if known is not None and t + known[5] >= 0:
+            starts, ends, rf, after, rows, _ = known
+            steps = list(zip((starts + t).tolist(), (ends + t).tolist(), strict=True))
             reads_from = rf + t
             sim.streaming = None if after is None else (after + t, rows)
         else:
             steps, reads_from, clamped = self._steps(segments)
             if steps and clamped >= 0 and len(self.timings) < MAX_PLANS:
                 after = sim.streaming
+                relative = np.array(steps, np.int64) - t  # shifted back in C: runs are long
                 self.timings[key] = (
-                    [(a - t, b - t) for a, b in steps],
+                    relative[:, 0].copy(),
+                    relative[:, 1].copy(),
                     reads_from - t,
                     None if after is None else after[0] - t,
                     None if after is None else after[1],

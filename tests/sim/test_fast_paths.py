@@ -460,7 +460,7 @@ def test_a_run_s_timing_is_kept_and_shifted_exactly(monkeypatch, outcome) -> Non
     # a kept entry records the least time it clamped at; below that it is recomputed
     sim = Simulator(binary, TARGETS[2])
     key, entry = next(iter(sim.runs.timings.items()))
-    entry = (*entry[:4], 5)  # as if it had clamped 5 cycles after the run's start
+    entry = (*entry[:5], 5)  # as if it had clamped 5 cycles after the run's start
     sim.runs.timings[key] = entry
     sim.queue_time["EX"] = -10  # then a start at -10 clamps at -5: not a shift of it
     sim.streaming = None if key[1] is None else (-10 - key[1][0], key[1][1])
