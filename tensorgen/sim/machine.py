@@ -17,9 +17,7 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
-import gc
 import math
 from collections import deque
 
@@ -67,7 +65,7 @@ class Simulator:
         self.binary, self.target = binary, target
         spare, known.spare = known.spare, None  # taken: a second live Simulator maps its own
         self.machine = Machine(binary, target, spare)
-        self.machine.decoded, self.machine.boxes = known.decoded, known.boxes
+        self.machine.decoded = known.decoded
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
         self.channel = isa.Channel()  # the DRAM channel's bookings
@@ -549,28 +547,13 @@ def simulate(
     the boundaries of a model's layers. The binary is verified against the target first
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
     timelines)."""
-    with _blas().limit(limits=1, user_api="blas"), products.one_thread(), _no_gc():
+    with _blas().limit(limits=1, user_api="blas"), products.one_thread():  # restored on return
         sim = Simulator(binary, target, vectorize_loops, limits, record)
         result = sim.run(inputs, marks)
     # nothing refers to its memories any more (the outputs are copies): the next run of this
     # binary zeroes them instead of mapping fresh pages
     sim.static.spare = sim.machine.mem
     return result
-
-
-@contextlib.contextmanager
-def _no_gc():
-    """The cyclic garbage collector paused for a run (restored on return): a run allocates
-    many small acyclic objects (tuples, views), and each full collection walks every object
-    the process holds (~170,000 with torch imported: ~1 ms, 10-15 % of a 2 ms layer). A run
-    makes no cyclic garbage but its own Simulator, collected afterwards as before."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @functools.lru_cache(maxsize=1)

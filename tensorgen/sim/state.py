@@ -7,8 +7,6 @@ for the simulator's hazard checks (`tensorgen.sim.machine`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from tensorgen.errors import SimulatorError
@@ -54,8 +52,8 @@ class Machine:
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
         self.decoded: dict[int, Decoded] = {}
-        self.boxes: dict[int, BoxInfo] = {}  # `_box`'s, by id (the binary holds its boxes)
         self._tensors: dict[int, tuple] = {}  # `_tensor`'s, by tensor index
+        self._box_dtypes: dict[int, np.dtype] = {}  # `load_box`'s, by tensor index
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
@@ -129,20 +127,12 @@ class Machine:
             )
         )
 
-    def _box(self, box: Box) -> BoxInfo:
-        known = self.boxes.get(id(box))
-        if known is None:
-            t = self.binary.tensors[box.tensor]
-            if len(box.shape) != len(t.shape):
-                raise SimulatorError(
-                    f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
-                )
-            known = self.boxes[id(box)] = BoxInfo.of(box, t)
-        return known
-
     def _tensor(self, box: Box):
-        info = self._box(box)
-        t = info.tensor
+        t = self.binary.tensors[box.tensor]
+        if len(box.shape) != len(t.shape):
+            raise SimulatorError(
+                f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
+            )
         known = self._tensors.get(box.tensor)
         if known is None:  # per tensor, once a run: its array over the DRAM and its extent
             arr = np.ndarray(
@@ -152,25 +142,24 @@ class Machine:
                 arr,
                 ("dram", t.dram_offset, t.dram_offset + t.nbytes, None),
             )
-        origin = info.origin
-        if origin is None:
-            origin = [_eval(a, self.counters) for a in box.origin]
+        origin = [_eval(a, self.counters) for a in box.origin]
         self.touched.append(known[1])
-        return info, known[0], origin
+        return t, known[0], origin
 
     def load_box(self, box: Box) -> np.ndarray:
-        info, arr, origin = self._tensor(box)
-        t, dt = info.tensor, info.dtype
-        if (
-            dt == arr.dtype
+        t, arr, origin = self._tensor(box)
+        dt = self._box_dtypes.get(box.tensor)
+        if dt is None:
+            dt = np.dtype(t.dtype)
+            if dt.kind == "f":
+                dt = np.dtype(np.float32)
+            elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
+                dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
+            self._box_dtypes[box.tensor] = dt
+        if dt == arr.dtype and all(
+            o >= 0 and o + n <= dim for o, n, dim in zip(origin, box.shape, t.shape, strict=False)
         ):  # wholly inside the tensor: the box itself, a view (`write` copies it on chip)
-            if info.inside is not None:
-                return arr[info.inside]
-            if info.origin is None and all(
-                o >= 0 and o + n <= dim
-                for o, n, dim in zip(origin, box.shape, t.shape, strict=False)
-            ):
-                return arr[tuple(slice(o, o + n) for o, n in zip(origin, box.shape, strict=False))]
+            return arr[tuple(slice(o, o + n) for o, n in zip(origin, box.shape, strict=False))]
         # the tensor's own dtype: the values are the same, without an int64 round trip
         out = np.full(box.shape, t.pad, dt)
         src, dst = [], []
@@ -184,8 +173,7 @@ class Machine:
         return out
 
     def store_box(self, box: Box, values: np.ndarray) -> None:
-        info, arr, origin = self._tensor(box)
-        t = info.tensor
+        t, arr, origin = self._tensor(box)
         src, dst = [], []
         for o, n, dim in zip(origin, box.shape, t.shape, strict=False):
             lo, hi = max(o, 0), min(o + n, dim)
@@ -195,31 +183,3 @@ class Machine:
             src.append(slice(lo - o, hi - o))
         part = values[tuple(src)]
         arr[tuple(dst)] = part if part.dtype == arr.dtype else part.astype(arr.dtype)
-
-
-@dataclass(frozen=True)
-class BoxInfo:
-    """What a DRAM box's accesses need that depends on the binary only: its tensor, the
-    dtype a LOAD of it computes in, and, when its origin does not move with any loop, that
-    origin and (if the box lies wholly inside the tensor) its slices."""
-
-    tensor: object  # mc.binary's tensor entry
-    dtype: np.dtype
-    origin: tuple[int, ...] | None
-    inside: tuple[slice, ...] | None
-
-    @staticmethod
-    def of(box: Box, t) -> BoxInfo:
-        dt = np.dtype(t.dtype)
-        if dt.kind == "f":
-            dt = np.dtype(np.float32)
-        elif not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max:
-            dt = np.dtype(np.int64)  # a pad outside the dtype: wrapped on write, as before
-        origin = inside = None
-        if not any(c for a in box.origin for c in a.coefs):
-            origin = tuple(a.const for a in box.origin)
-            if all(
-                o >= 0 and o + n <= d for o, n, d in zip(origin, box.shape, t.shape, strict=False)
-            ):
-                inside = tuple(slice(o, o + n) for o, n in zip(origin, box.shape, strict=False))
-        return BoxInfo(t, dt, origin, inside)

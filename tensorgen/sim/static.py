@@ -39,7 +39,6 @@ class Static:
         self.plans: dict = {}  # replay: stacked.plan per (pc, counters, iterations)
         self.runs: dict[str, dict] = {}  # runs.MatmulRuns' caches by name
         self.decoded: dict = {}  # state.Machine's views
-        self.boxes: dict = {}  # and DRAM boxes (`state.Machine._box`)
         self.spare: dict | None = None  # memories a finished run left (`simulate`)
 
 
