@@ -121,6 +121,12 @@ class MatmulRuns:
         self.loops: dict[tuple[int, int], object] = known["loops"]  # loops.LoopForm or None
         self.loop_plans: dict[tuple, object] = known["loop_plans"]  # loops.LoopPlan or None
         self.run_plans: dict[tuple, tuple] = known["run_plans"]  # (shape, `_plan`) of `run`
+        # `_timing`'s steps relative to the run's start, per (signature, streaming state)
+        self.timings: dict[tuple, tuple] = known.setdefault("timings", {})
+        self.counts: dict[tuple, tuple] = known.setdefault("counts", {})  # `count_segments`'
+        # per segment list of a kept plan: (the list, its signature), the list held so that
+        # its id stays its own
+        self.signatures: dict[int, tuple] = known.setdefault("signatures", {})
 
     def op(self, pc: int) -> MatmulOp | None:
         if pc not in self.ops:
@@ -296,12 +302,65 @@ class MatmulRuns:
             )
         return self.coefs[key]
 
+    def signature(self, segments) -> tuple[tuple[int, int], ...]:
+        """(pc, MATMULs) per segment: with the state on EX when it starts, all a run's
+        timing and counters depend on."""
+        known = self.signatures.get(id(segments))
+        if known is not None and known[0] is segments:
+            return known[1]
+        sig = tuple((seg.pc, len(seg.bases)) for seg in segments)
+        if len(self.signatures) < MAX_PLANS:
+            self.signatures[id(segments)] = (segments, sig)
+        return sig
+
     def _timing(self, segments, spans) -> list[tuple[int, int]] | None:
         """Per-step (start, end) on EX, or None if another queue might touch the run's memory
-        meanwhile (then stepping finds the exact hazard, or none)."""
+        meanwhile (then stepping finds the exact hazard, or none). The steps are a function of
+        the segments and of EX's state relative to its time (`_steps`), computed once per
+        such state: every time in them shifts with it."""
         sim = self.sim
-        saved = sim.streaming
-        t = sim.queue_time["EX"]
+        t, saved = sim.queue_time["EX"], sim.streaming
+        state = None if saved is None else (t - saved[0], saved[1])
+        key = (self.signature(segments), state)
+        known = self.timings.get(key)
+        if known is not None and t + known[5] >= 0:
+            starts, ends, rf, after, rows, _ = known
+            steps = list(zip((starts + t).tolist(), (ends + t).tolist(), strict=True))
+            reads_from = rf + t
+            sim.streaming = None if after is None else (after + t, rows)
+        else:
+            steps, reads_from, clamped = self._steps(segments)
+            if steps and clamped >= 0 and len(self.timings) < MAX_PLANS:
+                after = sim.streaming
+                relative = np.array(steps, np.int64) - t  # shifted back in C: runs are long
+                self.timings[key] = (
+                    relative[:, 0].copy(),
+                    relative[:, 1].copy(),
+                    reads_from - t,
+                    None if after is None else after[0] - t,
+                    None if after is None else after[1],
+                    clamped - t,
+                )
+        for other, accesses in sim.inflight.items():
+            if other == "EX":
+                continue
+            for (_, write), (mem, lo, hi) in spans.items():
+                for a in reversed(accesses):
+                    if a.end <= reads_from:
+                        break
+                    if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
+                        sim.streaming = saved
+                        return None
+        return steps
+
+    def _steps(self, segments) -> tuple[list[tuple[int, int]], int | None, int]:
+        """(per-step (start, end), the first cycle the run reads, the least of EX's time and
+        the streaming starts clamped at 0 on the way) from EX's state now; the MAC array's
+        streaming state updated. While that least is >= 0 no clamp changed anything, so the
+        steps from the same state shifted by s are these shifted by s, as long as it stays
+        >= 0 (`_timing`)."""
+        sim = self.sim
+        t = clamped = sim.queue_time["EX"]
         steps, reads_from = [], None
         target = sim.target
         fill, double = target.fill_cycles, target.weight_buffers > 1
@@ -312,6 +371,8 @@ class MatmulRuns:
                 continue
             if not cost.fill:
                 for _ in range(k):
+                    if sim.streaming is not None:
+                        clamped = min(clamped, sim.streaming[0])
                     end, rf = sim._execute_timing(cost, 1, t, 0)
                     steps.append((t, end))
                     reads_from = rf if reads_from is None else min(reads_from, rf)
@@ -322,6 +383,8 @@ class MatmulRuns:
             # (`matmul_stream_start`); the first MATMUL of a segment depends on the one before
             rows = cost.cycles - cost.fill
             streaming = sim.streaming
+            if streaming is not None and double:
+                clamped = min(clamped, streaming[0])
             begin = t if streaming is None or not double else max(streaming[0], 0)
             end = max(t, begin + fill) + rows
             rf = min(begin, t)
@@ -334,17 +397,7 @@ class MatmulRuns:
             steps += zip([t, *ends[:-1]], ends, strict=True)
             t = ends[-1]
             sim.streaming = (t - rows, rows)
-        for other, accesses in sim.inflight.items():
-            if other == "EX":
-                continue
-            for (_, write), (mem, lo, hi) in spans.items():
-                for a in reversed(accesses):
-                    if a.end <= reads_from:
-                        break
-                    if a.mem == mem and a.lo < hi and lo < a.hi and (a.write or write):
-                        sim.streaming = saved
-                        return None
-        return steps
+        return steps, reads_from, clamped
 
     def _compute(self, n_singles, nest, shape, segments, counters) -> None:
         """The run's values: its products summed into the accumulator as one BLAS product
@@ -462,14 +515,32 @@ def hazard(accesses: list[Access], mem: str, lo: int, hi: int, write: bool, star
 
 
 def count_segments(sim, segments) -> None:
-    """Add the counters of every instruction a run's segments stand for (each `k` times)."""
+    """Add the counters of every instruction a run's segments stand for (each `k` times),
+    summed once per signature (`MatmulRuns.signature`)."""
+    runs = sim.runs
+    sig = runs.signature(segments)
+    known = runs.counts.get(sig)
+    if known is None:
+        instructions = macs = vector_ops = 0
+        onchip: dict[str, int] = {}
+        written: dict[str, int] = {}
+        for pc, k in sig:
+            cost = sim.costs[pc]
+            instructions += k
+            macs += cost.macs * k
+            vector_ops += cost.vector_ops * k
+            for m, b in cost.bytes:
+                onchip[m] = onchip.get(m, 0) + b * k
+            for m, b in cost.written:
+                written[m] = written.get(m, 0) + b * k
+        known = (instructions, macs, vector_ops, tuple(onchip.items()), tuple(written.items()))
+        if len(runs.counts) < MAX_PLANS:
+            runs.counts[sig] = known
     st = sim.stats
-    for seg in segments:
-        cost, k = sim.costs[seg.pc], len(seg.bases)
-        st.instructions += k
-        st.macs += cost.macs * k
-        st.vector_ops += cost.vector_ops * k
-        for m, b in cost.bytes:
-            st.onchip_bytes[m] += b * k
-        for m, b in cost.written:
-            st.onchip_write_bytes[m] += b * k
+    st.instructions += known[0]
+    st.macs += known[1]
+    st.vector_ops += known[2]
+    for m, b in known[3]:
+        st.onchip_bytes[m] += b
+    for m, b in known[4]:
+        st.onchip_write_bytes[m] += b

@@ -16,10 +16,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorgen.errors import BinaryError, SimulatorError
 from tensorgen.mc.binary import assemble
 from tensorgen.sim import batch, loops, products
-from tensorgen.sim.machine import simulate
+from tensorgen.sim.machine import Simulator, simulate
 from tensorgen.sim.products import exact_product
 from tensorgen.target import ISA_DIR, target_from_dict
 
@@ -139,19 +138,6 @@ LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4] {"" if c.drop == "ld" else "si
     return head + "\n".join(ex) + "\n"
 
 
-def _outcome(binary, inputs, target, fast: bool):
-    try:
-        r = simulate(binary, inputs, target, vectorize_loops=fast, record=True)
-    except (SimulatorError, BinaryError) as err:  # BinaryError: the verifier refuses it first
-        return ("error", str(err))
-    return (
-        {k: v.tolist() for k, v in r.outputs.items()},
-        r.stats.as_dict(),
-        r.recorder.events,
-        r.recorder.channel,
-    )
-
-
 CASES = st.builds(
     Case,
     buffers=st.sampled_from([1, 2]),
@@ -171,12 +157,12 @@ CASES = st.builds(
 
 @settings(max_examples=120, deadline=None)
 @given(case=CASES, seed=st.integers(0, 2**16), arith=st.sampled_from(ARITHS))
-def test_fast_paths_equal_stepping(case: Case, seed: int, arith: str) -> None:
+def test_fast_paths_equal_stepping(case: Case, seed: int, arith: str, outcome) -> None:
     with arithmetic(arith):
-        _fast_paths_equal_stepping(case, seed)
+        _fast_paths_equal_stepping(case, seed, outcome)
 
 
-def _fast_paths_equal_stepping(case: Case, seed: int) -> None:
+def _fast_paths_equal_stepping(case: Case, seed: int, outcome) -> None:
     binary = assemble(_program(case))
     rng = np.random.default_rng(seed)
     lo, hi = (-128, 128) if case.xd == "int8" else (0, 256)
@@ -185,12 +171,12 @@ def _fast_paths_equal_stepping(case: Case, seed: int) -> None:
         "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
     }
     target = TARGETS[case.buffers]
-    fast = _outcome(binary, inputs, target, True)
-    assert fast == _outcome(binary, inputs, target, False)
+    fast = outcome(binary, inputs, target, True)
+    assert fast == outcome(binary, inputs, target, False)
     # a second run of the same binary takes the plans the first one kept (`sim.static`):
     # on other inputs, still stepping's values, counters, events and errors
     again = {k: rng.permutation(v.ravel()).reshape(v.shape) for k, v in inputs.items()}
-    assert _outcome(binary, again, target, True) == _outcome(binary, again, target, False)
+    assert outcome(binary, again, target, True) == outcome(binary, again, target, False)
     if (
         fast[0] != "error"
         and case.drop == "none"
@@ -211,14 +197,14 @@ def _fast_paths_equal_stepping(case: Case, seed: int) -> None:
             np.testing.assert_array_equal(np.array(fast[0]["E"]), want)
 
 
-def test_the_hazard_checks_run_on_both_paths() -> None:
+def test_the_hazard_checks_run_on_both_paths(outcome) -> None:
     """The random programs above reach errors on both paths, hazards among them."""
     c = Case(1, "int8", 0, 0, True, True, "loopb", 0, False, False, "st")
     binary = assemble(_program(c))
     inputs = {"X": np.ones((8, 16), np.int8), "W": np.ones((16, 4), np.int8)}
-    fast = _outcome(binary, inputs, TARGETS[1], True)
+    fast = outcome(binary, inputs, TARGETS[1], True)
     assert fast[0] == "error" and "hazard" in fast[1]
-    assert fast == _outcome(binary, inputs, TARGETS[1], False)
+    assert fast == outcome(binary, inputs, TARGETS[1], False)
 
 
 def test_exact_product_chunks_k_beyond_the_float32_bound() -> None:
@@ -233,7 +219,7 @@ def test_exact_product_chunks_k_beyond_the_float32_bound() -> None:
 
 
 @pytest.mark.parametrize("nest", ["loop", "loopb", "pair", "none"])
-def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
+def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch, outcome) -> None:
     """The group loop of the random programs takes the batched path (`sim.loops`) when its
     accumulators move, and is declined when they do not; both equal stepping."""
     taken = []
@@ -250,11 +236,11 @@ def test_a_loop_of_runs_runs_at_once(nest: str, monkeypatch) -> None:
         c = Case(2, "int8", 3, -2, False, False, nest, 0, False, False, "none", group)
         binary = assemble(_program(c))
         taken.clear()
-        fast = _outcome(binary, inputs, TARGETS[2], True)
+        fast = outcome(binary, inputs, TARGETS[2], True)
         assert taken == expected
         assert len(shared) == (group == "shared")  # one A for every iteration: one product
         shared.clear()
-        assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
+        assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
 
 
 @settings(max_examples=100, deadline=None)
@@ -428,7 +414,7 @@ def test_a_padded_tile_is_gathered_in_runs_and_exact() -> None:
             np.testing.assert_array_equal(acc.reshape(-1, 64), expected)
 
 
-def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch) -> None:
+def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch, outcome) -> None:
     """simulate pins torch to one thread for its products, and restores the caller's count."""
     import torch
 
@@ -442,8 +428,53 @@ def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch) -> No
         c = Case(2, "uint8", 3, -2, False, False, "loop", 0, False, False, "none")
         inputs = {"X": np.ones((8, 16), np.uint8), "W": np.ones((16, 4), np.int8)}
         with arithmetic("int_mm"):
-            _outcome(assemble(_program(c)), inputs, TARGETS[2], True)
+            outcome(assemble(_program(c)), inputs, TARGETS[2], True)
         assert seen and set(seen) == {1}
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_s_timing_is_kept_and_shifted_exactly(monkeypatch, outcome) -> None:
+    """`MatmulRuns._timing` computes a run's steps once per (segments, EX state relative to
+    its time) and shifts them after: a second run of a binary takes them (no fresh
+    `_steps`) and still equals stepping; an entry is not taken where its clamp at 0 would
+    bite (a state shifted below it)."""
+    from tensorgen.sim import runs
+
+    fresh = []
+    real = runs.MatmulRuns._steps
+    monkeypatch.setattr(runs.MatmulRuns, "_steps", lambda *a: fresh.append(1) or real(*a))
+    rng = np.random.default_rng(2)
+    inputs = {
+        "X": rng.integers(-128, 128, (8, 16)).astype(np.int8),
+        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+    }
+    c = Case(2, "int8", 3, -2, False, False, "loop", 0, False, False, "none", "moves")
+    binary = assemble(_program(c))
+    first = outcome(binary, inputs, TARGETS[2], True)
+    assert first[0] != "error" and fresh
+    fresh.clear()
+    assert outcome(binary, inputs, TARGETS[2], True) == first and not fresh
+    assert first == outcome(binary, inputs, TARGETS[2], False)
+    # a kept entry records the least time it clamped at; below that it is recomputed
+    sim = Simulator(binary, TARGETS[2])
+    key, entry = next(iter(sim.runs.timings.items()))
+    entry = (*entry[:5], 5)  # as if it had clamped 5 cycles after the run's start
+    sim.runs.timings[key] = entry
+    sim.queue_time["EX"] = -10  # then a start at -10 clamps at -5: not a shift of it
+    sim.streaming = None if key[1] is None else (-10 - key[1][0], key[1][1])
+    segments = next(s for s in _kept_segments(sim) if sim.runs.signature(s) == key[0])
+    fresh.clear()
+    sim.runs._timing(segments, {})
+    assert fresh  # recomputed, not shifted
+
+
+def _kept_segments(sim):
+    """The segment lists of the plans a binary's runs keep."""
+    for plan in sim.runs.loop_plans.values():
+        if plan is not None:
+            yield plan.ordered
+    for _, plan in sim.runs.run_plans.values():
+        if plan is not None:
+            yield plan[0]

@@ -14,7 +14,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorgen.errors import BinaryError, SimulatorError
 from tensorgen.mc.binary import assemble
 from tensorgen.mc.verify import SimLimits
 from tensorgen.sim import replay
@@ -146,19 +145,6 @@ def _program(c: Case) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def _outcome(binary, inputs, target, fast: bool, limits=None):
-    try:
-        r = simulate(binary, inputs, target, vectorize_loops=fast, record=True, limits=limits)
-    except (SimulatorError, BinaryError) as err:
-        return ("error", str(err))
-    return (
-        {k: v.tolist() for k, v in r.outputs.items()},
-        r.stats.as_dict(),
-        r.recorder.events,
-        r.recorder.channel,
-    )
-
-
 def _inputs(c: Case, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     lo, hi = (-128, 128) if c.xd == "int8" else (0, 256)
@@ -189,11 +175,11 @@ CASES = st.builds(
 
 @settings(max_examples=60, deadline=None)
 @given(case=CASES, seed=st.integers(0, 2**16))
-def test_replay_equals_stepping(case: Case, seed: int) -> None:
+def test_replay_equals_stepping(case: Case, seed: int, outcome) -> None:
     binary = assemble(_program(case))
     inputs, target = _inputs(case, seed), TARGETS[case.buffers]
-    fast = _outcome(binary, inputs, target, True)
-    assert fast == _outcome(binary, inputs, target, False)
+    fast = outcome(binary, inputs, target, True)
+    assert fast == outcome(binary, inputs, target, False)
     if fast[0] != "error" and case.drop == "none" and case.acc0 == 0:
         x = inputs["X"].astype(np.int64) - case.a_zp
         if (
@@ -216,55 +202,55 @@ def _counting(monkeypatch) -> list:
 
 @pytest.mark.parametrize("vec", [False, True])
 @pytest.mark.parametrize("nest", ["loop", "loopb"])
-def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch) -> None:
+def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch, outcome) -> None:
     """The double-buffered loop reaches a steady state and is replayed up to its last
     iteration, whose IF differs (stepped again); its outputs, counters and trace are
     stepping's."""
     taken = _counting(monkeypatch)
     c = Case(2, "int8", 3, -2, 9, 2, nest, 0, True, "none", True, vec, "no", vec)
     binary, inputs = assemble(_program(c)), _inputs(c, 1)
-    fast = _outcome(binary, inputs, TARGETS[2], True)
+    fast = outcome(binary, inputs, TARGETS[2], True)
     assert True in taken
-    assert fast[0] != "error" and fast == _outcome(binary, inputs, TARGETS[2], False)
+    assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
 
 
-def test_replay_declines_a_loop_carried_accumulator(monkeypatch) -> None:
+def test_replay_declines_a_loop_carried_accumulator(monkeypatch, outcome) -> None:
     """accumulate=1 on the peeled MATMUL: each iteration reads the accumulator the one before
     left; the values cannot be computed at once, so the loop is stepped (same result)."""
     taken = _counting(monkeypatch)
     c = Case(1, "int8", 0, 0, 8, 1, "none", 1, False, "none", False)
     binary, inputs = assemble(_program(c)), _inputs(c, 2)
-    fast = _outcome(binary, inputs, TARGETS[1], True)
+    fast = outcome(binary, inputs, TARGETS[1], True)
     assert taken and True not in taken
-    assert fast == _outcome(binary, inputs, TARGETS[1], False)
+    assert fast == outcome(binary, inputs, TARGETS[1], False)
 
 
-def test_replay_stops_short_of_the_step_limit() -> None:
+def test_replay_stops_short_of_the_step_limit(outcome) -> None:
     """A limit the replayed iterations would cross is reported as stepping reports it."""
     c = Case(2, "int8", 0, 0, 9, 2, "loop", 0, False, "none", False)
     binary, inputs = assemble(_program(c)), _inputs(c, 3)
-    full = _outcome(binary, inputs, TARGETS[2], True)
+    full = outcome(binary, inputs, TARGETS[2], True)
     steps = full[1]["instructions"]
     limits = SimLimits(max_steps=steps - 5)
-    fast = _outcome(binary, inputs, TARGETS[2], True, limits)
-    assert fast[0] == "error" and fast == _outcome(binary, inputs, TARGETS[2], False, limits)
+    fast = outcome(binary, inputs, TARGETS[2], True, limits)
+    assert fast[0] == "error" and fast == outcome(binary, inputs, TARGETS[2], False, limits)
 
 
-def test_a_binary_run_again_is_the_same_and_verified_per_limits() -> None:
+def test_a_binary_run_again_is_the_same_and_verified_per_limits(outcome) -> None:
     """The decode kept across runs of one binary (`sim.static`) changes nothing: a second run
     is the first, and other limits are checked again (the step limit refuses it up front)."""
     c = Case(2, "uint8", 128, -2, 7, 2, "loopb", 0, True, "none", True, True)
     binary, inputs = assemble(_program(c)), _inputs(c, 4)
-    first = _outcome(binary, inputs, TARGETS[2], True)
-    assert first[0] != "error" and _outcome(binary, inputs, TARGETS[2], True) == first
+    first = outcome(binary, inputs, TARGETS[2], True)
+    assert first[0] != "error" and outcome(binary, inputs, TARGETS[2], True) == first
     tight = SimLimits(max_steps=10)
-    refused = _outcome(binary, inputs, TARGETS[2], True, tight)
-    assert refused[0] == "error" and refused == _outcome(binary, inputs, TARGETS[2], False, tight)
+    refused = outcome(binary, inputs, TARGETS[2], True, tight)
+    assert refused[0] == "error" and refused == outcome(binary, inputs, TARGETS[2], False, tight)
 
 
 @pytest.mark.parametrize("resident", ["yes", "reload"])
 def test_sources_moving_with_the_loop_are_replayed_unless_a_load_may_meet_them(
-    resident: str, monkeypatch
+    resident: str, monkeypatch, outcome
 ) -> None:
     """X loaded whole before the loop, read at addresses that move with it, LD idle meanwhile
     (its later LOADs may meet every access and DMA of the loop): replayed, unless a LOAD after
@@ -273,9 +259,9 @@ def test_sources_moving_with_the_loop_are_replayed_unless_a_load_may_meet_them(
     taken = _counting(monkeypatch)
     c = Case(2, "int8", 3, -2, 9, 2, "loopb", 0, True, "none", False, True, resident)
     binary, inputs = assemble(_program(c)), _inputs(c, 5)
-    fast = _outcome(binary, inputs, TARGETS[2], True)
+    fast = outcome(binary, inputs, TARGETS[2], True)
     assert (True in taken) == (resident == "yes")
-    assert fast == _outcome(binary, inputs, TARGETS[2], False)
+    assert fast == outcome(binary, inputs, TARGETS[2], False)
     if resident == "yes":
         assert fast[0] != "error"
 

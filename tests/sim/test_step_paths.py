@@ -85,21 +85,6 @@ LOAD dst=spad:int8@128[16x4:4,1] src=W(0,0)[16x4]{"" if c.fault == "ld" else " s
     return head + "\n".join(sync + ex) + "\n"
 
 
-def _outcome(binary, inputs, fast: bool, marks: bool = False):
-    marks = tuple(range(len(binary.code) + 1)) if marks else ()  # every top-level pc
-    try:
-        r = simulate(binary, inputs, TARGET, vectorize_loops=fast, record=True, marks=marks)
-    except (SimulatorError, BinaryError) as err:
-        return ("error", str(err))
-    return (
-        {k: v.tolist() for k, v in r.outputs.items()},
-        r.stats.as_dict(),
-        r.recorder.events,
-        r.recorder.channel,
-        [(m.pc, m.cycles, m.macs, m.counters) for m in r.marks],
-    )
-
-
 def _inputs(xd: str, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     lo, hi = (-128, 128) if xd == "int8" else (0, 256)
@@ -124,17 +109,19 @@ CASES = st.builds(
 
 @settings(max_examples=120, deadline=None)
 @given(case=CASES, seed=st.integers(0, 2**16))
-def test_vector_runs_equal_stepping(case: Case, seed: int) -> None:
+def test_vector_runs_equal_stepping(case: Case, seed: int, outcome) -> None:
     binary = assemble(_program(case))
     inputs = _inputs(case.xd, seed)
-    fast = _outcome(binary, inputs, True, case.marks)
-    assert fast == _outcome(binary, inputs, False, case.marks)
+    fast = outcome(binary, inputs, TARGET, True, marks=case.marks)
+    assert fast == outcome(binary, inputs, TARGET, False, marks=case.marks)
     # a second run takes the plans the first one kept: on other inputs, stepping's too
     again = _inputs(case.xd, seed + 1)
-    assert _outcome(binary, again, True, case.marks) == _outcome(binary, again, False, case.marks)
+    assert outcome(binary, again, TARGET, True, marks=case.marks) == outcome(
+        binary, again, TARGET, False, marks=case.marks
+    )
 
 
-def test_vector_runs_are_taken_and_compute_the_taps(monkeypatch) -> None:
+def test_vector_runs_are_taken_and_compute_the_taps(monkeypatch, outcome) -> None:
     """Each nest kind runs at once (box, box but its corner, tap by tap) and is the 3x3
     depthwise sum itself, computed here in int64."""
     taken = []
@@ -147,8 +134,8 @@ def test_vector_runs_are_taken_and_compute_the_taps(monkeypatch) -> None:
     for nest in ("box", "corner", "triangle"):
         taken.clear()
         binary = assemble(_program(Case("int8", "vmul", nest, 0, False, "tap", "none")))
-        fast = _outcome(binary, inputs, True)
-        assert fast[0] != "error" and fast == _outcome(binary, inputs, False)
+        fast = outcome(binary, inputs, TARGET, True)
+        assert fast[0] != "error" and fast == outcome(binary, inputs, TARGET, False)
         assert len(taken) == 1 and (taken[0] is None) == (nest == "triangle")
         taps = {
             "box": [(i, j) for i in range(3) for j in range(3)],
@@ -161,12 +148,12 @@ def test_vector_runs_are_taken_and_compute_the_taps(monkeypatch) -> None:
         np.testing.assert_array_equal(np.array(fast[0]["D"]), want.astype(np.int32))
 
 
-def test_a_hazard_inside_a_run_is_stepping_s() -> None:
+def test_a_hazard_inside_a_run_is_stepping_s(outcome) -> None:
     """An EX run reading weights LD still writes: the run declines, stepping names the hazard."""
     binary = assemble(_program(Case("int8", "vmul", "box", 0, False, "tap", "ld")))
-    fast = _outcome(binary, _inputs("int8", 0), True)
+    fast = outcome(binary, _inputs("int8", 0), TARGET, True)
     assert fast[0] == "error" and "hazard" in fast[1]
-    assert fast == _outcome(binary, _inputs("int8", 0), False)
+    assert fast == outcome(binary, _inputs("int8", 0), TARGET, False)
 
 
 @dataclass(frozen=True)
