@@ -80,6 +80,7 @@ def _ports(graph: Graph, layers: list[Layer]):
     shared: set[str] = set()
     made: dict[str, str] = {}  # buffer -> the tensor of the layer that wrote it
     seen: dict[str, str] = {}  # buffer -> the input port that reads it from outside
+    padded: dict[str, int] = {}  # tensor -> the pad its readers read it with
     for i, layer in enumerate(layers):
         rename = {}
         for p in layer.ports:
@@ -90,10 +91,12 @@ def _ports(graph: Graph, layers: list[Layer]):
                 and decls[have]["shape"] == list(p.shape)
                 and (decls[have]["dtype"] == p.dtype)
             ):
-                if p.pad and decls[have].get("pad", p.pad) != p.pad:
+                # the pad is the readers' (a producer's port carries its zero point, which
+                # means nothing for a tensor it writes): a pad of 0 counts too -- max pooling
+                # of uint8 pads with 0, and a zero point there would beat every real element
+                if padded.setdefault(have, int(p.pad)) != int(p.pad):
                     raise FusionError(f"{layer.name} reads {buf} with another pad")
-                if p.pad:
-                    decls[have]["pad"] = int(p.pad)
+                decls[have]["pad"] = int(p.pad)
                 if buf in made:
                     decls[have].pop("role", None)
                     inner.add(have)
@@ -115,6 +118,7 @@ def _ports(graph: Graph, layers: list[Layer]):
                 made[buf] = tensor
             elif p.role == "input" and buf is not None:
                 seen.setdefault(buf, tensor)
+                padded[tensor] = int(p.pad)
         names.append(rename)
     return names, decls, inner, shared
 
