@@ -25,7 +25,7 @@ from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.fusion.program import FusionError, Merged, _buffer, fused_schedule, merge
-from tensorgen.fusion.tiled import Tile, TileError, check_capacity
+from tensorgen.fusion.tiled import Tile, TileError, check_capacity, row_halo
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
 from tensorgen.sim.machine import simulate
@@ -347,6 +347,9 @@ def _fused_unit(
     merged = None
     try:
         merged = merge(graph, layers, target.name)
+        halo = row_halo(merged.program, merged.intermediates) if tiled else None
+        if halo is not None:
+            raise TileError(f"{halo} (a halo): the band before's rows are not kept on chip yet")
         alone = [
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)

@@ -32,6 +32,35 @@ class Tile:
     banded: frozenset[str]
 
 
+def row_halo(program, kept: frozenset[str]) -> str | None:
+    """A statement of `program` that reads a row of a kept 4-D activation (NCHW) other than
+    the row it writes (a 3x3 or strided consumer: a halo two bands read), from the text of its
+    accesses alone: the refusal before any schedule is built. isl's check in `tile_group` is
+    the authoritative one."""
+    for st in program.statements:
+        if len(st.lhs.index) != 4:
+            continue
+        fixed = {i: lo for i, (lo, hi) in zip(st.indices, st.bounds, strict=True) if lo == hi}
+        for acc in st.reads:
+            if acc.tensor not in kept or len(acc.index) != 4:
+                continue
+            row, own = _rows(acc.index[2], fixed), _rows(st.lhs.index[2], fixed)
+            if row != own:
+                return f"{st.name} reads {acc.tensor}'s rows as {_text(acc.index[2])}"
+    return None
+
+
+def _rows(a, fixed: dict[str, int]) -> tuple:
+    """An index expression with the indices of one value (a 1x1 kernel's `r`) folded in."""
+    const = a.const + sum(c * fixed[v] for v, c in a.terms if v in fixed)
+    return tuple((v, c) for v, c in a.terms if v not in fixed), const
+
+
+def _text(a) -> str:
+    terms = [f"{c}*{v}" if c != 1 else v for v, c in a.terms]
+    return " + ".join(terms + ([str(a.const)] if a.const or not terms else []))
+
+
 def is_row_loop(loop) -> bool:
     """A loop (or a LoopRef) over output rows or their blocks: `h`, `h_o` of any statement."""
     return loop is not None and loop.name.split(".", 1)[-1] in ("h", "h_o")
@@ -56,17 +85,21 @@ def tile_group(fused: Schedule, tile: Tile, first: str, moved: list[str]) -> Loo
     loop = band_loop(fused, first)
     try:
         fused.compute_at(loop, *moved)
-        fused.check()  # the dependences, once: what the lowering's verify_schedule would say
     except TensorgenError as err:
         raise TileError(f"the producers do not run per band: {err}") from None
     written = {st.lhs.tensor for st in fused.program.statements}
-    for tensor in sorted(tile.banded):
+    for tensor in sorted(tile.banded & written):
         box = fused.staged_box(tensor, loop.name)
-        if tensor in written and (box is None or not box.fresh):
+        if box is None or not box.fresh:
             raise TileError(
                 f"{tensor}'s rows are read by two bands of {loop.name} (a halo): the band "
                 f"before's rows are not kept on chip yet"
             )
+    try:
+        fused.check()  # the dependences, once: what the lowering's verify_schedule would say
+    except TensorgenError as err:
+        raise TileError(f"the producers do not run per band: {err}") from None
+    for tensor in sorted(tile.banded):
         fused.stage(tensor, loop, "spad")
     return loop
 
