@@ -57,8 +57,8 @@ def _rows(a, fixed: dict[str, int]) -> tuple:
 
 
 def _text(a) -> str:
-    terms = [f"{c}*{v}" if c != 1 else v for v, c in a.terms]
-    return " + ".join(terms + ([str(a.const)] if a.const or not terms else []))
+    text = " + ".join(f"{c}*{v}" if c != 1 else v for v, c in a.terms) or "0"
+    return text if not a.const else f"{text} {'-' if a.const < 0 else '+'} {abs(a.const)}"
 
 
 def is_row_loop(loop) -> bool:

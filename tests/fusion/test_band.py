@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 
 from tensorgen import fusion
@@ -83,3 +84,25 @@ def test_a_halo_is_refused_before_lowering(monkeypatch) -> None:
     assert lowered == [], lowered  # nothing lowered for the refused group
     cmp, _ = check_model(cm, example)
     assert cmp.exact, cmp.message
+
+
+def test_the_capacity_check_before_lowering_counts_the_staged_footprints() -> None:
+    import dataclasses
+    from pathlib import Path
+
+    from tensorgen.fusion.tiled import TileError, check_capacity
+    from tensorgen.ir.verify import verify_program
+    from tensorgen.schedule.api import Schedule
+    from tensorgen.spec.loader import load_program
+
+    program = verify_program(load_program(Path(__file__).parent / "conv1x1_pair.yaml", None))
+    s = Schedule(program, None, checked=False)
+    for t in ("X", "W1", "H"):
+        s.stage(t, None, "spad")
+    need = sum(s.footprint_bytes(st) for st in s.stages)
+    assert need == sum(program.tensor(t).nbytes for t in ("X", "W1", "H"))
+    room = dataclasses.replace(TG1, spad=dataclasses.replace(TG1.spad, bytes=need))
+    check_capacity(s, room, (0,), frozenset())  # exactly full: accepted
+    tight = dataclasses.replace(TG1, spad=dataclasses.replace(TG1.spad, bytes=need - 1))
+    with pytest.raises(TileError, match=rf"spad needs at least {need} B of its {need - 1} B"):
+        check_capacity(s, tight, (0,), frozenset())
