@@ -51,6 +51,7 @@ MODELS = {  # name -> (file, factory arguments)
     "small_cnn": ("small_cnn.py", {}),
     "mlp": ("mlp.py", {}),
     "mobilenetv2_64": ("mobilenetv2.py", {"size": 64}),
+    "mobilenetv2_224": ("mobilenetv2.py", {"size": 224}),
     "mobilenetv3_small_64": ("mobilenetv3_small.py", {"size": 64}),
     "resnet18_64": ("resnet18.py", {"size": 64}),
     "resnet18_224": ("resnet18.py", {"size": 224}),

@@ -1,6 +1,6 @@
 """The candidate fusion groups of a model: runs of consecutive layers that keep on chip every
 activation they write and read, which must then be read by no layer outside the run
-(tensorgen/fusion.py)."""
+(tensorgen/fusion/)."""
 
 from __future__ import annotations
 

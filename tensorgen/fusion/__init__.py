@@ -15,7 +15,6 @@ cycles are no higher than its layers' alone, else tries two parts, split where b
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
@@ -25,15 +24,23 @@ from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
-from tensorgen.ir.core import Program
+from tensorgen.fusion.program import FusionError, Merged, _buffer, fused_schedule, merge
+from tensorgen.fusion.tiled import Tile, TileError, check_capacity, row_halo
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
-from tensorgen.schedule.api import Schedule
-from tensorgen.schedule.state import Loop
-from tensorgen.schedule.steps import LoopRef
 from tensorgen.sim.machine import simulate
-from tensorgen.spec.loader import parse_program
 from tensorgen.target import Target
+
+__all__ = [
+    "FusionError",
+    "Group",
+    "Merged",
+    "Unit",
+    "fuse_units",
+    "fused_schedule",
+    "fusion_groups",
+    "merge",
+]
 
 
 @dataclass(frozen=True)
@@ -69,11 +76,6 @@ class Group:
             f"{self.whole_bytes} B kept whole (the largest live set {self.live_bytes} B) {room} "
             f"the {target.spad.bytes} B scratchpad"
         )
-
-
-def _buffer(graph: Graph, value: str) -> str:
-    v = graph.values.get(value)
-    return v.buffer if v is not None and v.buffer else value
 
 
 def _activations(graph: Graph, layer: Layer, role: str) -> set[str]:
@@ -207,195 +209,6 @@ def fusion_groups(graph: Graph, target: Target) -> list[Group]:
     return groups
 
 
-# -- one program for a group ----------------------------------------------------------------
-# a name: an access `T[...]`, or a tensor passed whole (`lut(Q[i], T)`); not a call's function
-_REF = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()")
-
-
-@dataclass(frozen=True)
-class Merged:
-    """A group's layers as one program: `names[i]` maps layer i's tensors to the program's;
-    `bindings` the program's tensors to what the model binds them to (a model value, or the
-    port of a layer whose constant it holds: (layer index, port name))."""
-
-    program: Program
-    names: tuple[dict[str, str], ...]
-    intermediates: frozenset[str]
-    offsets: tuple[int, ...]  # the index of each layer's first statement
-    shared: frozenset[str] = frozenset()  # input ports that several layers read: staged whole
-
-    @property
-    def whole(self) -> frozenset[str]:
-        """The tensors staged whole in the scratchpad, not by their layers' own schedules."""
-        return self.intermediates | self.shared
-
-
-def merge(graph: Graph, layers: list[Layer], target: str) -> Merged:
-    """The op.yaml of `layers` in one: each layer's tensors renamed `<name>_<i>`, an activation
-    that a layer writes and later layers read one temporary (its readers' pad), never a port,
-    and a model value that several layers read (as one view) one input port, loaded once."""
-    names, decls, inner, shared = _ports(graph, layers)
-    lines = ["tensorgen: 1", f"name: {layers[0].name}_fused", "tensors:"]
-    lines += [f"  {t}: {_flow(d)}" for t, d in decls.items()]
-    lines.append("statements:")
-    offsets = []
-    count = 0
-    for layer, rename in zip(layers, names, strict=True):
-        offsets.append(count)
-        for st in layer.body(layer.lo, layer.hi):
-            text = st if isinstance(st, str) else st["stmt"]
-            text = _REF.sub(lambda m, r=rename: r.get(m.group(1), m.group(1)), text)
-            item = text if isinstance(st, str) else {**st, "stmt": text}
-            lines.append(f"  - {_flow(item)}")
-            count += 1
-    lines += [f"target: {target}", "schedule: auto"]
-    where = f"<fused {' + '.join(layer.name for layer in layers)}>"
-    program = parse_program("\n".join(lines) + "\n", where, target)
-    return Merged(program, tuple(names), frozenset(inner), tuple(offsets), frozenset(shared))
-
-
-def _ports(graph: Graph, layers: list[Layer]):
-    """merge's tensors: each layer's port -> tensor map, the tensors' declarations, and the
-    tensors kept on chip (written and read inside) and shared (one input several layers read)."""
-    names: list[dict[str, str]] = []
-    decls: dict[str, dict] = {}
-    inner: set[str] = set()
-    shared: set[str] = set()
-    made: dict[str, str] = {}  # buffer -> the tensor of the layer that wrote it
-    seen: dict[str, str] = {}  # buffer -> the input port that reads it from outside
-    padded: dict[str, int] = {}  # tensor -> the pad its readers read it with
-    for i, layer in enumerate(layers):
-        rename = {}
-        for p in layer.ports:
-            buf = _buffer(graph, p.value) if p.value is not None and p.const is None else None
-            have = made.get(buf, seen.get(buf)) if p.role == "input" else None
-            if (
-                have is not None
-                and decls[have]["shape"] == list(p.shape)
-                and (decls[have]["dtype"] == p.dtype)
-            ):
-                # the pad is the readers' (a producer's port carries its zero point, which
-                # means nothing for a tensor it writes): a pad of 0 counts too -- max pooling
-                # of uint8 pads with 0, and a zero point there would beat every real element
-                if padded.setdefault(have, int(p.pad)) != int(p.pad):
-                    raise FusionError(f"{layer.name} reads {buf} with another pad")
-                decls[have]["pad"] = int(p.pad)
-                if buf in made:
-                    decls[have].pop("role", None)
-                    inner.add(have)
-                else:
-                    shared.add(have)
-                rename[p.name] = have
-                continue
-            if p.role == "input" and buf in made:
-                raise FusionError(f"{layer.name} reads {buf} as another shape")
-            tensor = f"{p.name}_{i}"
-            decl = {"shape": list(p.shape), "dtype": p.dtype}
-            if p.role != "none":
-                decl["role"] = p.role
-            if p.pad:
-                decl["pad"] = int(p.pad)
-            decls[tensor] = decl
-            rename[p.name] = tensor
-            if p.role == "output" and buf is not None:
-                made[buf] = tensor
-            elif p.role == "input" and buf is not None:
-                seen.setdefault(buf, tensor)
-                padded[tensor] = int(p.pad)
-        names.append(rename)
-    return names, decls, inner, shared
-
-
-def _flow(value) -> str:
-    """YAML flow style through JSON (a JSON value is YAML)."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value)
-
-
-class FusionError(TensorgenError):
-    """A group that cannot be fused (the model compiles its layers one by one instead)."""
-
-
-# -- the group's schedule: each layer's own, replayed on the merged program -----------------
-def fused_schedule(merged: Merged, alone: list[tuple[Program, tuple]], target: Target):
-    """Every layer's schedule (the automatic scheduler's, by its trace) replayed on the merged
-    program, the layers one after another; the intermediates are not staged by them (each is
-    kept whole in the scratchpad, where the producer writes it and its readers read it: never in
-    DRAM), nor an input several layers read (staged whole: loaded once).
-    Replayed unchecked: the lowering's verify_schedule checks the result once against the
-    dependences, and its buffer plan the capacities (a group whose layers' buffers do not fit
-    together is refused there)."""
-    # no target: the replay skips the capacity check of every step (each one recomputes every
-    # staged box of the whole group: quadratic in its layers); the lowering's buffer plan
-    # checks the real capacities once
-    fused = Schedule(merged.program, None, checked=False)
-    for tensor, layout in _layouts(merged, alone).items():
-        fused.stage(tensor, None, "spad", layout=layout)
-    for i, (program, trace) in enumerate(alone):
-        rename, offset = merged.names[i], merged.offsets[i]
-        stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
-        mirror = Schedule(program, None, checked=False)
-        handles = {}
-        for s in program.statements:
-            for a, b in zip(mirror.loops(s.name), fused.loops(stmt[s.name]), strict=True):
-                handles[a.name] = b
-        for step in trace:
-            if step.primitive in ("stage", "double_buffer") and (
-                rename[step.args[0]] in merged.whole
-            ):
-                continue
-            kwargs = dict(step.kwargs)
-            got = getattr(mirror, step.primitive)(*_args(step.args, mirror.loop, None), **kwargs)
-            args = _args(step.args, handles.__getitem__, {**rename, **stmt})
-            made = getattr(fused, step.primitive)(*args, **kwargs)
-            for a, b in zip(_loops(got), _loops(made), strict=True):
-                handles[a.name] = b
-        # the layer's rows shared with the others' (each layer's split made a row for all):
-        # isl's AST of the group, its checks and the next layer's steps see a few dimensions
-        fused.pack()
-    return fused  # compile_scheduled's verify_schedule checks it against the dependences
-
-
-def _layouts(merged: Merged, alone: list[tuple[Program, tuple]]) -> dict[str, object]:
-    """Each tensor kept whole's layout on chip: the one its first reader staged it with (a
-    channels-last input that folds a small kernel into the MAC array's K), not its writer's;
-    else the tensor's own."""
-    layouts: dict[str, object] = {}
-    for i, (_, trace) in enumerate(alone):
-        for step in trace:
-            tensor = merged.names[i].get(step.args[0]) if step.args else None
-            if step.primitive != "stage" or tensor not in merged.whole or tensor in layouts:
-                continue
-            if tensor in merged.intermediates and tensor.endswith(f"_{i}"):
-                continue  # the writer's own staging of its output
-            layout = dict(step.kwargs).get("layout")
-            layouts[tensor] = None if layout is None else tuple(layout)
-    return {t: layouts.get(t) for t in sorted(merged.whole)}
-
-
-def _args(args, loop, rename):
-    out = []
-    for a in args:
-        if isinstance(a, LoopRef):
-            out.append(loop(a.name))
-        elif isinstance(a, tuple):
-            out.append(tuple(_args(a, loop, rename)))
-        elif isinstance(a, str) and rename is not None:
-            out.append(rename.get(a, a))
-        else:
-            out.append(a)
-    return out
-
-
-def _loops(value) -> list[Loop]:
-    if isinstance(value, Loop):
-        return [value]
-    if isinstance(value, tuple):
-        return [v for v in value if isinstance(v, Loop)]
-    return []
-
-
 # -- the model's units: single layers, and the groups fused ---------------------------------
 @dataclass
 class Unit:
@@ -418,8 +231,7 @@ def fuse_units(
     for group in fusion_groups(graph, target):
         first = next(k for k, lay in enumerate(graph.layers) if lay.name == group.layers[0])
         start[first] = group
-    cycles: dict[int, int] = {}  # a single layer's simulated cycles, once each
-    run = _Run(graph, target, uses, singles, schedules, notes, cycles)
+    run = _Run(graph, target, uses, singles, schedules, notes, {}, slack=BAND_SLACK)
     i = 0
     while i < len(graph.layers):
         group = start.get(i)
@@ -429,7 +241,51 @@ def fuse_units(
             continue
         units.extend(run.fuse(i, i + len(group.layers) - 1))
         i += len(group.layers)
-    return units, notes
+    return _tiled_units(run, units), notes
+
+
+# the cycles a model's groups fused per band may add beyond what its whole groups save
+BAND_SLACK = 0
+
+# the most layers a group fused per band may hold (an inverted residual: expand, depthwise,
+# project with its residual add)
+TILE_LAYERS = 3
+
+
+def _tiled_units(run: _Run, units: list[Unit]) -> list[Unit]:
+    """`units` with runs of single layers whose activations do not fit whole fused per band
+    (tiled.py), greedily from the first: the longest group from each layer that compiles so
+    and costs less than its layers alone."""
+    out: list[Unit] = []
+    i = 0
+    while i < len(units):
+        if len(units[i].layers) != 1:
+            out.append(units[i])
+            i += 1
+            continue
+        a, last = units[i].layers[0], i
+        while last + 1 < len(units) and units[last + 1].layers == [a + last + 1 - i]:
+            last += 1
+        b_max = min(a + TILE_LAYERS - 1, a + last - i)
+        unit = None
+        for b in range(b_max, a, -1):
+            group = run.uses.group(a, b, run.target)
+            if group is None or group.fits:
+                continue
+            unit, why = _fused_unit(run, group, list(range(a, b + 1)), tiled=True)
+            run.notes.append(
+                f"{'fused per band' if unit else 'not fused per band'} "
+                f"{group.reason(run.target)}{why}"
+            )
+            if unit is not None:
+                break
+        if unit is None:
+            out.append(units[i])
+            i += 1
+            continue
+        out.append(unit)
+        i += len(unit.layers)
+    return out
 
 
 @dataclass
@@ -442,8 +298,9 @@ class _Run:
     singles: list[Unit]
     schedules: list[tuple | None]
     notes: list[str]
-    cycles: dict[int, int]
+    costs: dict[int, tuple[int, int, float]]  # a single layer's, simulated once each
     blamed: int | None = None  # the layer the last refusal named, where to split
+    slack: int = 0  # the cycles the groups fused so far saved: what a group per band may add
 
     def fuse(self, a: int, b: int) -> list[Unit]:
         """One fused unit for layers a..b; if they do not compile as one, each part so, split
@@ -469,15 +326,19 @@ class _Run:
     def _part(self, a: int, b: int) -> bool:
         return a == b or self.uses.inner(a, b) is not None
 
-    def alone_cycles(self, j: int) -> int:
-        if j not in self.cycles:
-            self.cycles[j] = _cycles(self.singles[j].binary, self.target)
-        return self.cycles[j]
+    def alone_cost(self, j: int) -> tuple[int, int, float]:
+        if j not in self.costs:
+            self.costs[j] = _cost(self.singles[j].binary, self.target)
+        return self.costs[j]
 
 
-def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, str]:
+def _fused_unit(
+    run: _Run, group: Group, idx: list[int], tiled: bool = False
+) -> tuple[Unit | None, str]:
+    """Layers idx fused into one unit (whole, or per band of the last one's rows), if they
+    compile so and cost no more than alone; else None and why."""
     graph, target, singles, schedules = run.graph, run.target, run.singles, run.schedules
-    if not group.fits:
+    if not (group.fits or tiled):
         return None, ""
     run.blamed = next((j for j in idx if schedules[j] is None), None)
     if run.blamed is not None:
@@ -486,12 +347,20 @@ def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, s
     merged = None
     try:
         merged = merge(graph, layers, target.name)
+        halo = row_halo(merged.program, merged.intermediates) if tiled else None
+        if halo is not None:
+            raise TileError(f"{halo} (a halo): the band before's rows are not kept on chip yet")
         alone = [
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)
         ]
-        sched = fused_schedule(merged, alone, target)
+        tile = Tile(len(idx) - 1, merged.whole) if tiled else None
+        sched = fused_schedule(merged, alone, target, tile)
+        check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
         compiled = compile_scheduled(merged.program, target, sched)
+    except TileError as err:  # refused before lowering
+        run.blamed = _blame(str(err), merged, idx[0])
+        return None, f"; refused before lowering: {err}"
     except TensorgenError as err:
         run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
         return None, f"; {err}"
@@ -502,12 +371,23 @@ def _fused_unit(run: _Run, group: Group, idx: list[int]) -> tuple[Unit | None, s
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
     binary = decode(encode(compiled.binary))
-    fused, alone_cycles = _cycles(binary, target), sum(run.alone_cycles(j) for j in idx)
-    if fused > alone_cycles:  # DRAM bytes and energy are always lower: cycles must not rise
-        return None, f"; {fused} cycles fused against {alone_cycles} layer by layer"
-    return Unit(
-        idx, binary, bindings, compiled.macs, "fused"
-    ), f"; {fused} cycles, {alone_cycles} layer by layer"
+    cost = _cost(binary, target)
+    alone = tuple(sum(run.alone_cost(j)[k] for j in idx) for k in range(3))
+    said = (
+        f"{cost[0]} cycles, {cost[1]} DRAM B, {cost[2] / 1e6:.2f} uJ fused; {alone[0]} cycles, "
+        f"{alone[1]} DRAM B, {alone[2] / 1e6:.2f} uJ layer by layer"
+    )
+    # whole: DRAM bytes and energy are always lower, its cycles must not rise. Per band (its
+    # DMAs overlap less, its input halos and per-band loads add DRAM bytes) DRAM bytes and
+    # energy must fall, and its cycles may rise by what the model's whole groups saved
+    # (run.slack): the model's cycles stay no higher than layer by layer
+    more = cost[0] - alone[0]
+    if more > (run.slack if tiled else 0) or (
+        tiled and not (cost[1] < alone[1] and cost[2] < alone[2])
+    ):
+        return None, f"; {said}: costs more" + (f" ({run.slack} cycles to spare)" if tiled else "")
+    run.slack -= more
+    return Unit(idx, binary, bindings, compiled.macs, "fused"), f"; {said}"
 
 
 _NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")
@@ -525,9 +405,11 @@ def _blame(message: str, merged: Merged, first: int) -> int | None:
     return None
 
 
-def _cycles(binary: Binary, target: Target) -> int:
-    """The simulated cycles of one unit alone, on zeros (its timing does not depend on values)."""
+def _cost(binary: Binary, target: Target) -> tuple[int, int, float]:
+    """The simulated cycles, DRAM bytes and energy (pJ) of one unit alone, on zeros (none of
+    them depends on the values)."""
     zeros = {
         t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
     }
-    return simulate(binary, zeros, target).stats.cycles
+    stats = simulate(binary, zeros, target).stats
+    return stats.cycles, stats.dram_bytes, stats.energy_pj

@@ -1,0 +1,237 @@
+"""One program for a fused group: its layers' op.yaml merged, their schedules replayed on it
+(tile-level: the layers before the tile layer per band of its rows, tiled.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from tensorgen.errors import TensorgenError
+from tensorgen.frontend.fx import Graph
+from tensorgen.frontend.layers import Layer
+from tensorgen.fusion.tiled import Tile, is_row_loop, restage, tile_group
+from tensorgen.ir.core import Program
+from tensorgen.schedule.api import Schedule
+from tensorgen.schedule.state import Loop
+from tensorgen.schedule.steps import LoopRef
+from tensorgen.spec.loader import parse_program
+from tensorgen.target import Target
+
+
+def _buffer(graph: Graph, value: str) -> str:
+    v = graph.values.get(value)
+    return v.buffer if v is not None and v.buffer else value
+
+
+# -- one program for a group ----------------------------------------------------------------
+# a name: an access `T[...]`, or a tensor passed whole (`lut(Q[i], T)`); not a call's function
+_REF = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()")
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A group's layers as one program: `names[i]` maps layer i's tensors to the program's;
+    `bindings` the program's tensors to what the model binds them to (a model value, or the
+    port of a layer whose constant it holds: (layer index, port name))."""
+
+    program: Program
+    names: tuple[dict[str, str], ...]
+    intermediates: frozenset[str]
+    offsets: tuple[int, ...]  # the index of each layer's first statement
+    shared: frozenset[str] = frozenset()  # input ports that several layers read: staged whole
+
+    @property
+    def whole(self) -> frozenset[str]:
+        """The tensors staged whole in the scratchpad, not by their layers' own schedules."""
+        return self.intermediates | self.shared
+
+
+def merge(graph: Graph, layers: list[Layer], target: str) -> Merged:
+    """The op.yaml of `layers` in one: each layer's tensors renamed `<name>_<i>`, an activation
+    that a layer writes and later layers read one temporary (its readers' pad), never a port,
+    and a model value that several layers read (as one view) one input port, loaded once."""
+    names, decls, inner, shared = _ports(graph, layers)
+    lines = ["tensorgen: 1", f"name: {layers[0].name}_fused", "tensors:"]
+    lines += [f"  {t}: {_flow(d)}" for t, d in decls.items()]
+    lines.append("statements:")
+    offsets = []
+    count = 0
+    for layer, rename in zip(layers, names, strict=True):
+        offsets.append(count)
+        for st in layer.body(layer.lo, layer.hi):
+            text = st if isinstance(st, str) else st["stmt"]
+            text = _REF.sub(lambda m, r=rename: r.get(m.group(1), m.group(1)), text)
+            item = text if isinstance(st, str) else {**st, "stmt": text}
+            lines.append(f"  - {_flow(item)}")
+            count += 1
+    lines += [f"target: {target}", "schedule: auto"]
+    where = f"<fused {' + '.join(layer.name for layer in layers)}>"
+    program = parse_program("\n".join(lines) + "\n", where, target)
+    return Merged(program, tuple(names), frozenset(inner), tuple(offsets), frozenset(shared))
+
+
+def _ports(graph: Graph, layers: list[Layer]):
+    """merge's tensors: each layer's port -> tensor map, the tensors' declarations, and the
+    tensors kept on chip (written and read inside) and shared (one input several layers read)."""
+    names: list[dict[str, str]] = []
+    decls: dict[str, dict] = {}
+    inner: set[str] = set()
+    shared: set[str] = set()
+    made: dict[str, str] = {}  # buffer -> the tensor of the layer that wrote it
+    seen: dict[str, str] = {}  # buffer -> the input port that reads it from outside
+    padded: dict[str, int] = {}  # tensor -> the pad its readers read it with
+    for i, layer in enumerate(layers):
+        rename = {}
+        for p in layer.ports:
+            buf = _buffer(graph, p.value) if p.value is not None and p.const is None else None
+            have = made.get(buf, seen.get(buf)) if p.role == "input" else None
+            if (
+                have is not None
+                and decls[have]["shape"] == list(p.shape)
+                and (decls[have]["dtype"] == p.dtype)
+            ):
+                # the pad is the readers' (a producer's port carries its zero point, which
+                # means nothing for a tensor it writes): a pad of 0 counts too -- max pooling
+                # of uint8 pads with 0, and a zero point there would beat every real element
+                if padded.setdefault(have, int(p.pad)) != int(p.pad):
+                    raise FusionError(f"{layer.name} reads {buf} with another pad")
+                decls[have]["pad"] = int(p.pad)
+                if buf in made:
+                    decls[have].pop("role", None)
+                    inner.add(have)
+                else:
+                    shared.add(have)
+                rename[p.name] = have
+                continue
+            if p.role == "input" and buf in made:
+                raise FusionError(f"{layer.name} reads {buf} as another shape")
+            tensor = f"{p.name}_{i}"
+            decl = {"shape": list(p.shape), "dtype": p.dtype}
+            if p.role != "none":
+                decl["role"] = p.role
+            if p.pad:
+                decl["pad"] = int(p.pad)
+            decls[tensor] = decl
+            rename[p.name] = tensor
+            if p.role == "output" and buf is not None:
+                made[buf] = tensor
+            elif p.role == "input" and buf is not None:
+                seen.setdefault(buf, tensor)
+                padded[tensor] = int(p.pad)
+        names.append(rename)
+    return names, decls, inner, shared
+
+
+def _flow(value) -> str:
+    """YAML flow style through JSON (a JSON value is YAML)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
+class FusionError(TensorgenError):
+    """A group that cannot be fused (the model compiles its layers one by one instead)."""
+
+
+# -- the group's schedule: each layer's own, replayed on the merged program -----------------
+def fused_schedule(
+    merged: Merged, alone: list[tuple[Program, tuple]], target: Target, tile: Tile | None = None
+):
+    """Every layer's schedule (the automatic scheduler's, by its trace) replayed on the merged
+    program, the layers one after another; the intermediates are not staged by them (each is
+    kept whole in the scratchpad, where the producer writes it and its readers read it: never in
+    DRAM), nor an input several layers read (staged whole: loaded once).
+    Replayed unchecked: the lowering's verify_schedule checks the result once against the
+    dependences, and its buffer plan the capacities (a group whose layers' buffers do not fit
+    together is refused there)."""
+    # no target: the replay skips the capacity check of every step (each one recomputes every
+    # staged box of the whole group: quadratic in its layers); the lowering's buffer plan
+    # checks the real capacities once
+    fused = Schedule(merged.program, None, checked=False)
+    banded = tile.banded if tile is not None else frozenset()
+    for tensor, layout in _layouts(merged, alone).items():
+        if tensor not in banded:
+            fused.stage(tensor, None, "spad", layout=layout)
+    deferred: list[tuple[str, Loop, str, bool]] = []
+    for i, (program, trace) in enumerate(alone):
+        moved = tile is not None and i < tile.layer
+        _replay(fused, merged, i, program, trace, deferred if moved else None)
+        # the layer's rows shared with the others' (each layer's split made a row for all):
+        # isl's AST of the group, its checks and the next layer's steps see a few dimensions
+        fused.pack()
+    if tile is not None:  # the layers before the tile layer run per band of its rows
+        moved = [f"S{k}" for k in range(merged.offsets[tile.layer])]
+        band = tile_group(fused, tile, f"S{merged.offsets[tile.layer]}", moved)
+        restage(fused, band, deferred)
+    return fused  # compile_scheduled's verify_schedule checks it against the dependences
+
+
+def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, deferred) -> None:
+    """Layer i's trace replayed on the fused schedule; with `deferred` (a layer moved into a
+    band), its stagings at a loop over rows are kept there (tensor, loop, memory, double) for
+    `restage`: that loop has one iteration per band, where no buffer can be placed."""
+    rename, offset = merged.names[i], merged.offsets[i]
+    stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
+    mirror = Schedule(program, None, checked=False)
+    handles = {}
+    for s in program.statements:
+        for a, b in zip(mirror.loops(s.name), fused.loops(stmt[s.name]), strict=True):
+            handles[a.name] = b
+    late: dict[str, int] = {}
+    for step in trace:
+        tensor = rename.get(step.args[0]) if step.args else None
+        if step.primitive in ("stage", "double_buffer") and tensor in merged.whole:
+            continue
+        if step.primitive == "double_buffer" and tensor in late:
+            deferred[late[tensor]] = (*deferred[late[tensor]][:3], True)
+            continue
+        if deferred is not None and step.primitive == "stage" and is_row_loop(step.args[1]):
+            late[tensor] = len(deferred)
+            deferred.append((tensor, handles[step.args[1].name], step.args[2], False))
+            continue
+        kwargs = dict(step.kwargs)
+        got = getattr(mirror, step.primitive)(*_args(step.args, mirror.loop, None), **kwargs)
+        args = _args(step.args, handles.__getitem__, {**rename, **stmt})
+        made = getattr(fused, step.primitive)(*args, **kwargs)
+        for a, b in zip(_loops(got), _loops(made), strict=True):
+            handles[a.name] = b
+
+
+def _layouts(merged: Merged, alone: list[tuple[Program, tuple]]) -> dict[str, object]:
+    """Each tensor kept whole's layout on chip: the one its first reader staged it with (a
+    channels-last input that folds a small kernel into the MAC array's K), not its writer's;
+    else the tensor's own."""
+    layouts: dict[str, object] = {}
+    for i, (_, trace) in enumerate(alone):
+        for step in trace:
+            tensor = merged.names[i].get(step.args[0]) if step.args else None
+            if step.primitive != "stage" or tensor not in merged.whole or tensor in layouts:
+                continue
+            if tensor in merged.intermediates and tensor.endswith(f"_{i}"):
+                continue  # the writer's own staging of its output
+            layout = dict(step.kwargs).get("layout")
+            layouts[tensor] = None if layout is None else tuple(layout)
+    return {t: layouts.get(t) for t in sorted(merged.whole)}
+
+
+def _args(args, loop, rename):
+    out = []
+    for a in args:
+        if isinstance(a, LoopRef):
+            out.append(loop(a.name))
+        elif isinstance(a, tuple):
+            out.append(tuple(_args(a, loop, rename)))
+        elif isinstance(a, str) and rename is not None:
+            out.append(rename.get(a, a))
+        else:
+            out.append(a)
+    return out
+
+
+def _loops(value) -> list[Loop]:
+    if isinstance(value, Loop):
+        return [value]
+    if isinstance(value, tuple):
+        return [v for v in value if isinstance(v, Loop)]
+    return []
