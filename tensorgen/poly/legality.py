@@ -140,9 +140,11 @@ def _structure(program: Program) -> tuple[str, ...]:
     return domains + tuple(f"{kind}:{deps}" for kind, deps in relaxed_dependences(program))
 
 
+@lru_cache(maxsize=256)
 def _bad_order(dims: int, parallel_from: int | None, parallel_to: int | None) -> isl.Map:
     """The pairs (a, b) of schedule points where b does not run strictly after a (or, with
-    `parallel_*`, where they agree before the band and differ inside it)."""
+    `parallel_*`, where they agree before the band and differ inside it). Parsed once per
+    shape: islpy's maps are values, every operation returns a new one."""
     if parallel_from is None:
         return isl.Map.lex_ge(isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dims))
     eq = " and ".join(f"a{i} = b{i}" for i in range(parallel_from)) or "true"
