@@ -157,15 +157,14 @@ def constant_bounds(image: isl.Set) -> dict[int, tuple[int, int]]:
     highs: dict[int, list[int]] = {}
     related: set[int] = set()
     for c in bsets[0].get_constraints():
-        coefs = [int(c.get_coefficient_val(isl.dim_type.set, d).to_python()) for d in range(n)]
-        on = [d for d in range(n) if coefs[d]]
-        params = any(
-            not c.get_coefficient_val(isl.dim_type.param, i).is_zero() for i in range(n_par)
-        )
-        if len(on) != 1 or params:
+        # one involves_dims per dimension and one for all parameters: reading every coefficient
+        # (17 parameters in a deep schedule) took most of the time of this function
+        on = [d for d in range(n) if c.involves_dims(isl.dim_type.set, d, 1)]
+        if len(on) != 1 or (n_par and c.involves_dims(isl.dim_type.param, 0, n_par)):
             related.update(on)
             continue
-        (d,), a = on, coefs[on[0]]
+        (d,) = on
+        a = int(c.get_coefficient_val(isl.dim_type.set, d).to_python())
         k = int(c.get_constant_val().to_python())  # a*x + k >= 0 (or == 0)
         if c.is_equality() or a > 0:
             lows.setdefault(d, []).append(-(k // a) if a > 0 else k // -a)

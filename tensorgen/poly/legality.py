@@ -140,6 +140,49 @@ def _structure(program: Program) -> tuple[str, ...]:
     return domains + tuple(f"{kind}:{deps}" for kind, deps in relaxed_dependences(program))
 
 
+@lru_cache(maxsize=256)
+def _bad_order(dims: int, parallel_from: int | None, parallel_to: int | None) -> isl.Map:
+    """The pairs (a, b) of schedule points where b does not run strictly after a (or, with
+    `parallel_*`, where they agree before the band and differ inside it). Parsed once per
+    shape: islpy's maps are values, every operation returns a new one."""
+    if parallel_from is None:
+        return isl.Map.lex_ge(isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dims))
+    eq = " and ".join(f"a{i} = b{i}" for i in range(parallel_from)) or "true"
+    diff = " or ".join(f"a{i} != b{i}" for i in range(parallel_from, parallel_to))
+    a = ", ".join(f"a{i}" for i in range(dims))
+    b = ", ".join(f"b{i}" for i in range(dims))
+    return isl.Map(f"{{ [{a}] -> [{b}] : {eq} and ({diff}) }}")
+
+
+def _breaks_any(
+    program: Program,
+    schedule: isl.UnionMap,
+    parallel_from: int | None,
+    parallel_to: int | None,
+    among: frozenset[str] | None,
+) -> bool:
+    """Whether some dependence is broken: the verdict of `_counterexample`, computed by
+    carrying each dependence into the schedule space (its size follows the dependences) rather
+    than building the order between all pairs of statements (quadratic in the statements)."""
+    bad = isl.UnionMap.from_map(_bad_order(_n_out(schedule), parallel_from, parallel_to))
+    if among is not None:
+        schedule = _only(program, schedule, among)
+    for _, deps in relaxed_dependences(program):
+        carried = deps.apply_domain(schedule).apply_range(schedule)
+        if not carried.intersect(bad).is_empty():
+            return True
+    return False
+
+
+def _only(program: Program, schedule: isl.UnionMap, among: frozenset[str]) -> isl.UnionMap:
+    """`schedule` of the statements named in `among` alone."""
+    keep = isl.UnionSet("{ }")
+    for stmt in program.statements:
+        if stmt.name in among:
+            keep = keep.union(isl.UnionSet.from_set(poly.domain(stmt)))
+    return schedule.intersect_domain(keep)
+
+
 def _find_violation(
     program: Program,
     schedule: isl.UnionMap,
@@ -147,23 +190,24 @@ def _find_violation(
     parallel_to: int | None,
     among: frozenset[str] | None,
 ) -> Violation | None:
-    dims = _n_out(schedule)
-    space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dims)
-    if parallel_from is None:
-        bad = isl.Map.lex_ge(space)
-    else:
-        eq = " and ".join(f"a{i} = b{i}" for i in range(parallel_from)) or "true"
-        diff = " or ".join(f"a{i} != b{i}" for i in range(parallel_from, parallel_to))
-        a = ", ".join(f"a{i}" for i in range(dims))
-        b = ", ".join(f"b{i}" for i in range(dims))
-        bad = isl.Map(f"{{ [{a}] -> [{b}] : {eq} and ({diff}) }}")
+    if not _breaks_any(program, schedule, parallel_from, parallel_to, among):
+        return None
+    return _counterexample(program, schedule, parallel_from, parallel_to, among)
+
+
+def _counterexample(
+    program: Program,
+    schedule: isl.UnionMap,
+    parallel_from: int | None,
+    parallel_to: int | None,
+    among: frozenset[str] | None,
+) -> Violation | None:
+    """The first broken dependence (by kind) with a sample pair of instances, from the order
+    between all pairs of statements (only run once `_breaks_any` found one)."""
+    bad = _bad_order(_n_out(schedule), parallel_from, parallel_to)
     if among is not None:  # only the band's statements: the order among all of them is
         # quadratic in the program's statements (a 100-statement program took a minute)
-        keep = isl.UnionSet("{ }")
-        for stmt in program.statements:
-            if stmt.name in among:
-                keep = keep.union(isl.UnionSet.from_set(poly.domain(stmt)))
-        schedule = schedule.intersect_domain(keep)
+        schedule = _only(program, schedule, among)
     order = schedule.apply_range(isl.UnionMap.from_map(bad)).apply_range(schedule.reverse())
     by_name = {s.name: s for s in program.statements}
     for kind, deps in relaxed_dependences(program):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import islpy as isl
 
@@ -82,8 +83,11 @@ def add_loop(
     return {**loops, next_id + 1: LoopInfo(name, frozenset(statements))}, next_id + 1
 
 
+@lru_cache(maxsize=64)
 def original(program: Program) -> State:
-    """Program order: shared loops, then statements in order, each with its own loop nest."""
+    """Program order: shared loops, then statements in order, each with its own loop nest.
+    Built once per program (the search starts a schedule of each layer from it many times; a
+    State is a value: every primitive returns a new one)."""
     shared = program.shared_names
     depth = max(len(s.indices) - len(shared) for s in program.statements)
     names = [s.name for s in program.statements]
