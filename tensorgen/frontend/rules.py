@@ -92,13 +92,16 @@ MAX_ADD_TAILS = 8
 @dataclass(frozen=True)
 class AddRule:
     """How an engine adds two quantized tensors: `vector(ea, eb)`, the expression of the sum
-    before its final clamp, everywhere except at `tails`, the op.yaml `where:` constraints of
-    the positions where `scalar(ea, eb)` holds instead (x86: fbgemm's scalar tail of each
+    before its final clamp, everywhere except at `tails`, the [start, stop) ranges of memory
+    positions (`order`: the strides of the output's memory order, by dimension; `numel`
+    elements) where `scalar(ea, eb)` holds instead (x86: fbgemm's scalar tail of each
     vectorised run). `vector` is None when every element takes the scalar rule."""
 
     vector: Callable[[str, str], str] | None
     scalar: Callable[[str, str], str] | None = None
-    tails: tuple[str, ...] = ()
+    tails: tuple[tuple[int, int], ...] = ()
+    order: tuple[int, ...] = ()
+    numel: int = 0
 
     @property
     def uniform(self) -> Callable[[str, str], str] | None:
@@ -107,14 +110,24 @@ class AddRule:
             return self.scalar
         return None if self.tails else self.vector
 
+    def where(self, names: list[str]) -> tuple[str, ...]:
+        """The tails as op.yaml `where:` constraints over the output's indices `names`."""
+        flat = affine(*zip(self.order, names, strict=True))  # the memory position
+        return tuple(
+            f"{flat} >= {lo}" if hi == self.numel else f"{lo} <= {flat} < {hi}"
+            for lo, hi in self.tails
+        )
+
     def statements(self, lhs: str, ea: str, eb: str, lo: int, hi: int) -> list:
         """`lhs = clamp(sum, lo, hi)` over the whole domain, then each tail overwritten by the
-        scalar rule (a few dozen elements: cheaper than cutting the body's domain)."""
+        scalar rule (a few dozen elements: cheaper than cutting the body's domain). `lhs` is
+        `Y[...]` with one bare index per dimension of the output."""
         first = self.vector or self.scalar
         stmts: list = [f"{lhs} = clamp({first(ea, eb)}, {lo}, {hi})"]
         if self.tails:
             tail = f"{lhs} = clamp({self.scalar(ea, eb)}, {lo}, {hi})"
-            stmts += [{"stmt": tail, "where": w} for w in self.tails]
+            names = lhs[lhs.index("[") + 1 : -1].split(", ")
+            stmts += [{"stmt": tail, "where": w} for w in self.where(names)]
         return stmts
 
 
@@ -178,11 +191,7 @@ def _fbgemm_add_rule(engine: str, a, b, y, shape, strides, threads: int) -> AddR
             f"{threads} threads take fbgemm's scalar path at their ends (at most "
             f"{MAX_ADD_TAILS}; fewer torch threads give fewer chunks)"
         )
-    flat = affine(*((st, f"i{d}") for d, st in enumerate(order[0])))  # the memory position
-    where = [
-        f"{flat} >= {lo}" if hi == scalar.size else f"{lo} <= {flat} < {hi}" for lo, hi in tails
-    ]
-    return AddRule(vector, s_rule, tuple(where))
+    return AddRule(vector, s_rule, tuple(tails), order[0], scalar.size)
 
 
 def _memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:

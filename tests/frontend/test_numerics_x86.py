@@ -355,7 +355,8 @@ def test_x86_add_refusals_are_one_line(threads) -> None:
     assert "\n" not in str(err.value)
     threads(2)
     rule = add_rule("x86", *qp, (1, 600_001), ((600_001, 1), (600_001, 1)))
-    assert rule.tails == ("299968 <= i1 < 300001", "i1 >= 599969")  # chunks of 300001, 300000
+    assert rule.tails == ((299968, 300001), (599969, 600001))  # chunks of 300001, 300000
+    assert rule.where(["n", "j"]) == ("299968 <= j < 300001", "j >= 599969")
 
 
 class _Residual(torch.nn.Module):
@@ -391,7 +392,7 @@ def test_model_with_tailed_add_is_bit_exact_at_its_thread_count(threads, n_threa
     runs = list(zip(edges[::2], edges[1::2], strict=True))
     assert len(runs) == n_threads  # a tail per chunk, where they differ between 1 and 2 threads
     want = {f"{flat} >= {lo}" if hi == numel else f"{lo} <= {flat} < {hi}" for lo, hi in runs}
-    (add,) = (layer for layer in cm.graph.layers if layer.op == "add")
+    (add,) = (layer for layer in cm.graph.layers if layer.op == "add")  # not folded into c2
     got = {st["where"] for st in add.body(add.lo, add.hi) if isinstance(st, dict)}
     assert got == want
     for seed in (0, 1):
