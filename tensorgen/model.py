@@ -264,6 +264,7 @@ def _compile_layer(program: Program, target: Target, trace: tuple | None = None)
 
 def _lowered(model, example_inputs, engine: str, seed: int, quantizer: str):
     """(the quantized model, its layer graph, the reference of a PT2E graph or None)."""
+    threads = torch.get_num_threads()  # what PyTorch runs the model at, outside one_torch_thread
     with quantized_engine(engine), one_torch_thread():
         qmodel = (
             model
@@ -271,7 +272,7 @@ def _lowered(model, example_inputs, engine: str, seed: int, quantizer: str):
             else quantize(model, example_inputs, engine=engine, seed=seed, quantizer=quantizer)
         )
         if not is_pt2e(qmodel):
-            return qmodel, lower_graph(qmodel, example_inputs, engine), None
+            return qmodel, lower_graph(qmodel, example_inputs, engine, threads), None
     from tensorgen.frontend.pt2e_rule import RuleModel
 
     with one_torch_thread():

@@ -217,12 +217,27 @@ class VectorExpr:
                     zp=int(e.args[7].value),
                 )
             )
+        elif e.fn == "add_fbgemm_scalar":
+            self._add_scalar(e, x, dst)
         elif e.fn == "rshift_round":
             emit(isa.make("VSHRR", dst=dst, a=x, **_b(self.value(e.args[1]))))
         elif e.fn == "lut":
             self._lut(e, x, dst)
         else:
             raise CodegenError(f"{self.stmt.location}: cannot lower {e.fn}()")
+
+    def _add_scalar(self, e: Call, x: View, dst: View) -> None:
+        """fbgemm's scalar-path quantized add (the tail of a vectorised run): VADDQS."""
+        y = self.value(e.args[1])
+        if not isinstance(y, View):
+            raise CodegenError(f"{self.stmt.location}: add_fbgemm_scalar() of a constant")
+        s_a, s_b, inv = (float(np.float32(e.args[i].value)) for i in (2, 4, 6))
+        zp_a, zp_b, zp = (int(e.args[i].value) for i in (3, 5, 7))
+        self.em.emit(
+            isa.make(
+                "VADDQS", dst=dst, a=x, b=y, s_a=s_a, zp_a=zp_a, s_b=s_b, zp_b=zp_b, inv=inv, zp=zp
+            )
+        )
 
     def _requant_onednn(self, e: Call, x: View, dst: View) -> None:
         lo, hi = self.dst_range

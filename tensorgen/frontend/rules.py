@@ -12,7 +12,7 @@ import torch
 
 from tensorgen.errors import SpecError
 from tensorgen.frontend import numerics
-from tensorgen.frontend.layers import Port, f32
+from tensorgen.frontend.layers import Port, affine, f32
 from tensorgen.frontend.probe import x86_behaviour
 
 
@@ -85,41 +85,133 @@ def conv_requant(engine: str, s_in: float, s_w, s_out: float, bias: np.ndarray) 
     )
 
 
+#: most tail statements an x86 add may have: one per thread chunk of ATen's parallel loop
+MAX_ADD_TAILS = 8
+
+
+@dataclass(frozen=True)
+class AddRule:
+    """How an engine adds two quantized tensors: `vector(ea, eb)`, the expression of the sum
+    before its final clamp, everywhere except at `tails`, the [start, stop) ranges of memory
+    positions (`order`: the strides of the output's memory order, by dimension; `numel`
+    elements) where `scalar(ea, eb)` holds instead (x86: fbgemm's scalar tail of each
+    vectorised run). `vector` is None when every element takes the scalar rule."""
+
+    vector: Callable[[str, str], str] | None
+    scalar: Callable[[str, str], str] | None = None
+    tails: tuple[tuple[int, int], ...] = ()
+    order: tuple[int, ...] = ()
+    numel: int = 0
+
+    @property
+    def uniform(self) -> Callable[[str, str], str] | None:
+        """The one expression that holds at every position, or None."""
+        if self.vector is None:
+            return self.scalar
+        return None if self.tails else self.vector
+
+    def where(self, names: list[str]) -> tuple[str, ...]:
+        """The tails as op.yaml `where:` constraints over the output's indices `names`."""
+        flat = affine(*zip(self.order, names, strict=True))  # the memory position
+        return tuple(
+            f"{flat} >= {lo}" if hi == self.numel else f"{lo} <= {flat} < {hi}"
+            for lo, hi in self.tails
+        )
+
+    def statements(self, lhs: str, ea: str, eb: str, lo: int, hi: int) -> list:
+        """`lhs = clamp(sum, lo, hi)` over the whole domain, then each tail overwritten by the
+        scalar rule (a few dozen elements: cheaper than cutting the body's domain). `lhs` is
+        `Y[...]` with one bare index per dimension of the output."""
+        first = self.vector or self.scalar
+        stmts: list = [f"{lhs} = clamp({first(ea, eb)}, {lo}, {hi})"]
+        if self.tails:
+            tail = f"{lhs} = clamp({self.scalar(ea, eb)}, {lo}, {hi})"
+            names = lhs[lhs.index("[") + 1 : -1].split(", ")
+            stmts += [{"stmt": tail, "where": w} for w in self.where(names)]
+        return stmts
+
+
 def add_rule(
     engine: str,
     a: tuple[float, int],
     b: tuple[float, int],
     y: tuple[float, int],
     shape: tuple[int, ...],
-    same_layout: bool,
-) -> Callable[[str, str], str]:
-    """(expression of A, expression of B) -> their quantized sum before its final clamp, as
-    `engine` computes it; a, b, y are (scale, zero point)."""
+    strides: tuple[tuple[int, ...], tuple[int, ...]],
+    threads: int | None = None,
+) -> AddRule:
+    """The quantized sum of A and B as `engine` computes it; a, b, y are (scale, zero point),
+    `strides` the two operands' strides in PyTorch and `threads` torch's intra-op thread count
+    when PyTorch runs the add (default: the current one): the x86 add's rounding depends on the
+    position in memory order and, above 32767 elements, on the thread count."""
     (s_a, zp_a), (s_b, zp_b), (s_y, zp_y) = a, b, y
     if engine == "qnnpack":
         p = numerics.add_params(s_a, zp_a, s_b, zp_b, s_y)
-        return lambda ea, eb: (
-            f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
-            f"{p.shift}) {_signed(zp_y)}"
+        return AddRule(
+            lambda ea, eb: (
+                f"rshift_round({ea} * {p.a_mult} + {eb} * {p.b_mult} {_signed(p.zp_product)}, "
+                f"{p.shift}) {_signed(zp_y)}"
+            )
         )
+    threads = torch.get_num_threads() if threads is None else threads
+    return _fbgemm_add_rule(engine, a, b, y, shape, strides, threads)
+
+
+def _fbgemm_add_rule(engine: str, a, b, y, shape, strides, threads: int) -> AddRule:
+    """x86 / fbgemm: the vector loop's rounding, and the scalar rule at the end of each run."""
+    (s_a, zp_a), (s_b, zp_b), (s_y, zp_y) = a, b, y
     block = x86_behaviour(engine).add_block  # the vector loop's width on this CPU, measured
     if block is None:
         raise SpecError(
             f"quantized add under {engine}: this PyTorch's add matched no known rounding "
             f"({x86_behaviour(engine).describe()})"
         )
-    scalar = numerics.fbgemm_add_scalar_mask(
-        int(np.prod(shape)), torch.get_num_threads(), same_layout, block
-    )
-    if scalar.any():
+    order = [_memory_order(shape, st) for st in strides]
+    if None in order:
         raise SpecError(
-            f"quantized add under {engine}: {int(scalar.sum())} of {scalar.size} elements take "
-            "fbgemm's scalar path, which rounds differently; only adds that its vector loop covers "
-            f"whole (a multiple of {block} elements, one thread's share, equal layouts) are supported"
+            f"quantized add under {engine} of a strided view (strides {strides[0]} and "
+            f"{strides[1]}): only contiguous and channels_last operands have known runs"
         )
+    scalar = numerics.fbgemm_add_scalar_mask(
+        int(np.prod(shape)), threads, order[0] == order[1], block
+    )
     p = numerics.fbgemm_add_params(s_a, zp_a, s_b, zp_b, s_y, zp_y)
     consts = ", ".join(f32(v) for v in (p.s_a, p.offset_a, p.s_b, p.offset_b, p.inv_out))
-    return lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {zp_y})"
+    s_consts = f"{f32(p.s_a)}, {zp_a}, {f32(p.s_b)}, {zp_b}, {f32(p.inv_out)}, {zp_y}"
+    vector = lambda ea, eb: f"add_fbgemm({ea}, {eb}, {consts}, {zp_y})"  # noqa: E731
+    tails = _runs(scalar)
+    if not tails:
+        return AddRule(vector)
+    s_rule = lambda ea, eb: f"add_fbgemm_scalar({ea}, {eb}, {s_consts})"  # noqa: E731
+    if tails == [(0, scalar.size)]:
+        return AddRule(None, s_rule)
+    if len(tails) > MAX_ADD_TAILS:
+        raise SpecError(
+            f"quantized add under {engine}: {len(tails)} thread chunks of "
+            f"{threads} threads take fbgemm's scalar path at their ends (at most "
+            f"{MAX_ADD_TAILS}; fewer torch threads give fewer chunks)"
+        )
+    return AddRule(vector, s_rule, tuple(tails), order[0], scalar.size)
+
+
+def _memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of a contiguous or channels_last tensor with those of its size-1 dimensions
+    set to 0 (they never move), so that two layouts compare equal when their memory orders do;
+    None for any other layout."""
+    layouts = [torch.contiguous_format] + ([torch.channels_last] if len(shape) == 4 else [])
+    known = {_dense_strides(shape, torch.empty(shape, memory_format=m).stride()) for m in layouts}
+    mine = _dense_strides(shape, strides)
+    return mine if mine in known else None
+
+
+def _dense_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(st if n > 1 else 0 for n, st in zip(shape, strides, strict=True))
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The [start, stop) ranges of the True runs of a 1-d bool array."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(lo), int(hi)) for lo, hi in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def weights(w: torch.Tensor) -> tuple[np.ndarray, float | np.ndarray, int]:

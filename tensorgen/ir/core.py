@@ -135,6 +135,7 @@ FUNCTIONS = {
     "requant_onednn": 6,
     "requant_fma": 3,
     "add_fbgemm": 8,
+    "add_fbgemm_scalar": 8,
     "lut": 2,
 }
 LUT_ENTRIES = 256  # lut(x, T): T[x & 255], T a 1-d int8/uint8 tensor of 256 entries
@@ -149,7 +150,9 @@ CONST_ARGS = {
 # functions of two operands and then constants
 TWO_OPERANDS = {
     "add_fbgemm": "add_fbgemm(a, b, s_a, offset_a, s_b, offset_b, inv_scale, zero_point) needs "
-    "constants after its two operands"
+    "constants after its two operands",
+    "add_fbgemm_scalar": "add_fbgemm_scalar(a, b, s_a, zp_a, s_b, zp_b, inv_scale, zero_point) "
+    "needs constants after its two operands",
 }
 # functions of x, then tensor reads (how many: TENSOR_READS), then constants
 TENSOR_ARGS = {

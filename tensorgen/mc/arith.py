@@ -344,18 +344,31 @@ def add_fbgemm(
     qa = np.asarray(qa, dtype=np.int64)
     qb = np.asarray(qb, dtype=np.int64)
     sa, sb, inv = _f32(s_a), _f32(s_b), _f32(inv_out)
-    # vector path
+    on_scalar = np.asarray(scalar, dtype=bool)
+    if on_scalar.all():  # compute only the paths that some element takes
+        y = _add_scalar_path(qa, qb, sa, zp_a, sb, zp_b, inv, zp_out, lo, hi)
+    elif not on_scalar.any():
+        y = _add_vector_path(qa, qb, sa, offset_a, sb, offset_b, inv, zp_out)
+    else:
+        y = np.where(
+            on_scalar,
+            _add_scalar_path(qa, qb, sa, zp_a, sb, zp_b, inv, zp_out, lo, hi),
+            _add_vector_path(qa, qb, sa, offset_a, sb, offset_b, inv, zp_out),
+        )
+    return np.clip(np.broadcast_to(y, np.broadcast_shapes(y.shape, on_scalar.shape)), lo, hi)
+
+
+def _add_vector_path(qa, qb, sa, offset_a, sb, offset_b, inv, zp_out: int) -> np.ndarray:
     da = fma_f32(sa, qa.astype(np.float32), offset_a)
     db = fma_f32(sb, qb.astype(np.float32), offset_b)
-    c_vec = da + db
-    y_vec = wrap_int32(_cvtps_epi32(c_vec * inv) + int(zp_out))
-    # scalar path
-    c_sca = (qa - int(zp_a)).astype(np.float32) * sa + (qb - int(zp_b)).astype(np.float32) * sb
-    t_sca = (c_sca * inv) + np.float32(zp_out)
+    return wrap_int32(_cvtps_epi32((da + db) * inv) + int(zp_out))
+
+
+def _add_scalar_path(qa, qb, sa, zp_a: int, sb, zp_b: int, inv, zp_out: int, lo, hi):
+    c = (qa - int(zp_a)).astype(np.float32) * sa + (qb - int(zp_b)).astype(np.float32) * sb
+    t = (c * inv) + np.float32(zp_out)
     with np.errstate(invalid="ignore"):
-        y_sca = np.clip(np.rint(t_sca.astype(np.float64)), lo, hi)
-    y = np.where(np.asarray(scalar, dtype=bool), y_sca.astype(np.int64), y_vec)
-    return np.clip(y, lo, hi)
+        return np.clip(np.rint(t.astype(np.float64)), lo, hi).astype(np.int64)
 
 
 def avgpool_fbgemm(

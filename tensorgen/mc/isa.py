@@ -421,6 +421,28 @@ INSTRUCTIONS: tuple[InstructionDef, ...] = (
         _vector_cost,
     ),
     InstructionDef(
+        "VADDQS",
+        0x43,
+        "EX",
+        (
+            ("dst", "view"),
+            ("a", "view"),
+            ("b", "view"),
+            ("s_a", "f32"),
+            ("zp_a", "u8"),
+            ("s_b", "f32"),
+            ("zp_b", "u8"),
+            ("inv", "f32"),
+            ("zp", "u8"),
+        ),
+        "dst = clamp(rint(f32(f32(c * inv) + zp)), 0, 255) with c = f32(f32(s_a * f32(a - zp_a)) "
+        "+ f32(s_b * f32(b - zp_b))): the quantized add of PyTorch's x86/fbgemm engine on its "
+        "scalar path (the tail of each vectorised run, or every element when the inputs' layouts "
+        "differ): unfused products, the zero point added in float before rounding.",
+        requant.vaddqs,
+        _vector_cost,
+    ),
+    InstructionDef(
         "VREQUANTZ",
         0x40,
         "EX",

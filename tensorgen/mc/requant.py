@@ -1,5 +1,5 @@
 """Semantics of the float32 requantization instructions of `tensorgen.mc.isa` (VREQUANT,
-VREQUANTF, VREQUANTO, VADDQF, VREQUANTZ, VQUANT, VDEQUANT): each the rule of one PyTorch
+VREQUANTF, VREQUANTO, VADDQF, VADDQS, VREQUANTZ, VQUANT, VDEQUANT): each the rule of one PyTorch
 engine, computed in numpy float32 with every operation rounded once. The instruction table in
 isa.py names them; its docs/isa.md entry states each formula."""
 
@@ -74,6 +74,27 @@ def vaddqf(state: MachineState, a) -> None:
         a["zp"],
         0,
         255,
+    )
+    state.write(a["dst"], y)
+
+
+def vaddqs(state: MachineState, a) -> None:
+    # fbgemm's scalar-path quantized add: the zero points subtracted from the integers
+    f = np.float32
+    y = arith.add_fbgemm(
+        state.read(a["a"]),
+        state.read(a["b"]),
+        f(a["s_a"]),
+        a["zp_a"],
+        f(0),
+        f(a["s_b"]),
+        a["zp_b"],
+        f(0),
+        f(a["inv"]),
+        a["zp"],
+        0,
+        255,
+        scalar=True,
     )
     state.write(a["dst"], y)
 

@@ -91,3 +91,14 @@ def add_fbgemm(qa, qb, s_a, offset_a, s_b, offset_b, inv_out, zp_out: int) -> to
     c = da + db  # float32 + float32: one rounding
     y = wrap32(cvtps_epi32(c * f[4]) + int(zp_out))
     return torch.clamp(y, 0, 255)
+
+
+def add_fbgemm_scalar(qa, qb, s_a, zp_a, s_b, zp_b, inv_out, zp_out: int) -> torch.Tensor:
+    """`quantized::add` (fbgemm / x86, the scalar loop of ATen's qadd_kernel): each side
+    dequantized as s * (q - zp) in float32, the sum scaled by the float32 inverse output scale,
+    the zero point added in float32, then rounded half to even; uint8."""
+    s = [_f32(v) for v in (s_a, s_b, inv_out)]
+    da = int_to_f32(torch.as_tensor(qa) - int(zp_a)) * s[0]
+    db = int_to_f32(torch.as_tensor(qb) - int(zp_b)) * s[1]
+    t = (da + db) * s[2] + _f32(int(zp_out))  # every float32 operation rounded once
+    return torch.clamp(torch.round(t.to(torch.float64)), 0, 255).to(torch.int64)

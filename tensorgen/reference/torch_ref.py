@@ -342,6 +342,8 @@ def _eval(program: Program, stmt: Statement, e: Expr, grids, env) -> torch.Tenso
         return fbgemm.requant_fma(x, float(args[1]), int(args[2]), lo, hi)
     if e.fn == "add_fbgemm":
         return fbgemm.add_fbgemm(x, *args[1:7], int(args[7]))
+    if e.fn == "add_fbgemm_scalar":
+        return fbgemm.add_fbgemm_scalar(x, *args[1:7], int(args[7]))
     if e.fn == "rshift_round":  # qnnpack's rounding: asr, plus one when the remainder exceeds half
         shift = torch.clamp(torch.as_tensor(args[1]), 0, 31)
         mask = (torch.ones_like(shift) << shift) - 1

@@ -65,6 +65,7 @@ _INT_ARGS = {
     "dequantize": (2,),
     "requant_fma": (2,),
     "add_fbgemm": (7,),
+    "add_fbgemm_scalar": (3, 5, 7),
     "requant_fbgemm": (3,),
     "requant_onednn": (5,),
     "rshift_round": (1,),

@@ -268,6 +268,139 @@ def test_fbgemm_add_scalar_mask_chunks() -> None:
     )
 
 
+# -- the compiled add: vector body, scalar tails ----------------------------------------------
+
+COMPILED_ADDS = {  # name: (shape, a channels_last, b channels_last, threads)
+    "1x32x15x15 cl: the last pixel scalar": ((1, 32, 15, 15), True, True, 1),
+    "1x5x9x11 cl: a tail of 47 across pixels": ((1, 5, 9, 11), True, True, 1),
+    "1x3x7x7 contiguous: a tail of 19": ((1, 3, 7, 7), False, False, 1),
+    "2x5x9x11 mixed layouts: all scalar": ((2, 5, 9, 11), True, False, 1),
+    "1x32x16x16 cl: no tail": ((1, 32, 16, 16), True, True, 1),
+    "1x64x33x33 cl, 2 threads: a tail per chunk": ((1, 64, 33, 33), True, True, 2),
+    "1x3x111x199, 2 threads: a tail inside": ((1, 3, 111, 199), False, False, 2),
+}
+
+
+def compiled_add(shape, strides, qp, relu: bool):
+    """The add layer tensorgen's frontend emits (`rules.add_rule`), compiled for tg1."""
+    from tensorgen.driver import compile_auto
+    from tensorgen.frontend.layers import Layer, Port
+    from tensorgen.frontend.rules import add_rule
+    from tensorgen.target import load_target
+
+    rule = add_rule("x86", qp[0:2], qp[2:4], qp[4:6], shape, strides)
+    ix = ", ".join(f"i{d}" for d in range(len(shape)))
+    ports = [Port(n, shape, "uint8", "output" if n == "Y" else "input") for n in "ABY"]
+    layer = Layer(
+        "add",
+        "add",
+        "add",
+        ports,
+        lambda lo, hi: rule.statements(f"Y[{ix}]", f"A[{ix}]", f"B[{ix}]", lo, hi),
+        qp[5] if relu else 0,
+        255,
+    )
+    program = layer.program("tg1")
+    target = load_target("tg1")
+    return program, target, compile_auto(program, target).compiled
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["add", "add_relu"])
+@pytest.mark.parametrize("case", list(COMPILED_ADDS))
+def test_compiled_add_equals_pytorch_on_body_and_tails(engine, threads, relu, case) -> None:
+    """The compiled add layer, simulated, equals PyTorch's x86 add on inputs where the vector
+    and scalar roundings differ at every element (so a position on the wrong path shows) and
+    on random inputs; the tails run VADDQS, the body VADDQF, each only where it must."""
+    from tensorgen.driver import Job, run_and_compare
+
+    engine("x86")
+    shape, cl_a, cl_b, n_threads = COMPILED_ADDS[case]
+    threads(n_threads)
+    rng = np.random.default_rng(103)
+    qp, diff = vector_scalar_pairs(rng)
+    idx = rng.choice(diff, int(np.prod(shape)))
+    pairs = [(ALL_QA[idx].reshape(shape), ALL_QB[idx].reshape(shape))]
+    pairs.append((rng.integers(0, 256, shape), rng.integers(0, 256, shape)))
+    ta, tb = (
+        qtensor(q, *qp[2 * i : 2 * i + 2], cl)
+        for i, (q, cl) in enumerate(zip(pairs[0], (cl_a, cl_b), strict=True))
+    )
+    program, target, compiled = compiled_add(shape, (ta.stride(), tb.stride()), qp, relu)
+    mask = scalar_mask(int(np.prod(shape)), n_threads, cl_a == cl_b)
+    mnemonics = {i.mnemonic for i in compiled.binary.code}
+    assert ("VADDQS" in mnemonics) == bool(mask.any())
+    assert ("VADDQF" in mnemonics) == (not mask.all())
+    for qa, qb in pairs:
+        ta, tb = qtensor(qa, qp[0], qp[1], cl_a), qtensor(qb, qp[2], qp[3], cl_b)
+        want = ints(add_op(relu)(ta, tb, qp[4], qp[5]))
+        inputs = {"A": qa.astype(np.uint8), "B": qb.astype(np.uint8)}
+        cmp, result = run_and_compare(Job(program, target, compiled), inputs)
+        assert cmp.exact, cmp.message  # the reference's own evaluation agrees
+        assert np.array_equal(result.outputs["Y"].astype(np.int64), want)
+
+
+def test_x86_add_refusals_are_one_line(threads) -> None:
+    from tensorgen.errors import SpecError
+    from tensorgen.frontend.rules import add_rule
+
+    qp = ((0.02, 3), (0.03, 4), (0.04, 5))
+    shape = (1, 6, 5, 5)
+    view = torch.empty(1, 12, 5, 5)[:, ::2].stride()  # every second channel: not dense
+    with pytest.raises(SpecError, match=r"of a strided view") as err:
+        add_rule("x86", *qp, shape, (view, torch.empty(shape).stride()))
+    assert "\n" not in str(err.value)
+    threads(16)  # 16 chunks of 37501 elements, each with a tail of 61
+    with pytest.raises(SpecError, match=r"16 thread chunks of 16 threads") as err:
+        add_rule("x86", *qp, (1, 600_001), ((600_001, 1), (600_001, 1)))
+    assert "\n" not in str(err.value)
+    threads(2)
+    rule = add_rule("x86", *qp, (1, 600_001), ((600_001, 1), (600_001, 1)))
+    assert rule.tails == ((299968, 300001), (599969, 600001))  # chunks of 300001, 300000
+    assert rule.where(["n", "j"]) == ("299968 <= j < 300001", "j >= 599969")
+
+
+class _Residual(torch.nn.Module):
+    """conv -> relu, conv, add_relu of both: the add has 9 x 61 x 61 = 33489 elements (tails at
+    one thread and, in two chunks, at two)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.c1 = torch.nn.Sequential(torch.nn.Conv2d(3, 9, 3, 1, 1), torch.nn.ReLU())
+        self.c2 = torch.nn.Conv2d(9, 9, 1)
+
+    def forward(self, x):
+        a = self.c1(x)
+        return torch.relu(a + self.c2(a))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_model_with_tailed_add_is_bit_exact_at_its_thread_count(threads, n_threads) -> None:
+    """compile_model under x86 at 1 and 2 torch threads: the add's tails follow the caller's
+    thread count (not the one thread lowering runs at), and check_model is bit-exact."""
+    from tensorgen.model import check_model, compile_model
+    from tensorgen.target import load_target
+
+    threads(n_threads)
+    model, x = (
+        _Residual().eval(),
+        torch.randn(1, 3, 61, 61, generator=torch.Generator().manual_seed(3)),
+    )
+    cm = compile_model(model, (x,), load_target("tg1"), engine="x86")
+    numel, flat = 9 * 61 * 61, "i1 + 549*i2 + 9*i3"  # the NHWC position of Y[0, c, h, w]
+    edges = np.flatnonzero(np.diff(np.r_[0, scalar_mask(numel, n_threads).astype(int), 0]))
+    runs = list(zip(edges[::2], edges[1::2], strict=True))
+    assert len(runs) == n_threads  # a tail per chunk, where they differ between 1 and 2 threads
+    want = {f"{flat} >= {lo}" if hi == numel else f"{lo} <= {flat} < {hi}" for lo, hi in runs}
+    (add,) = (layer for layer in cm.graph.layers if layer.op == "add")  # not folded into c2
+    got = {st["where"] for st in add.body(add.lo, add.hi) if isinstance(st, dict)}
+    assert got == want
+    for seed in (0, 1):
+        xs = torch.randn(1, 3, 61, 61, generator=torch.Generator().manual_seed(seed)) * 1.5
+        cmp, _ = check_model(cm, (xs,))
+        assert cmp.exact, cmp.message
+
+
 # -- pooling ------------------------------------------------------------------------------------
 
 

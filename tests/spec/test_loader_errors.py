@@ -236,7 +236,7 @@ CASES = [
     case(
         "unknown-function",
         stmt("C[i, j] = @sigmoid(A[i, 0])"),
-        r"unknown function 'sigmoid' \(expected one of add_fbgemm, clamp, dequantize, int32, int8, lut, max, "
+        r"unknown function 'sigmoid' \(expected one of add_fbgemm, add_fbgemm_scalar, clamp, dequantize, int32, int8, lut, max, "
         r"min, quantize, relu, requant, requant_fbgemm, requant_fma, requant_onednn, rshift_round, "
         r"uint8\)",
     ),
