@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
+_INT32_HOLDS = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.int32))
 
 
 def wrap_int32(x: ArrayLike) -> np.ndarray:
@@ -246,11 +247,22 @@ def rounding_shift_right(x: ArrayLike, shift: int) -> np.ndarray:
     arithmetic shift rounds towards minus infinity and a remainder above half
     rounds up; subtracting 1 from the remainder of a negative ``x`` turns its
     exact half into "not above half", so ties go away from zero on both sides.
-    ``x`` is wrapped to int32 first. Returns int64.
+    ``x`` is wrapped to int32 first. Returns int64, or int32 for an array of a dtype int32
+    holds (int8, uint8, int16, int32: the simulator's registers), computed in int32 then: no
+    wrap is needed, and no step leaves int32 (``asr`` shrinks; the + 1 needs a remainder
+    above half, so shift >= 1 and ``asr`` < 2**30).
     """
     if not 0 <= int(shift) <= 31:
         raise ValueError(f"rounding_shift_right(x, {shift}): shift must be in [0, 31]")
     shift = int(shift)
+    if isinstance(x, np.ndarray) and x.dtype in _INT32_HOLDS:
+        x = x.astype(np.int32)
+        mask = np.int32((1 << shift) - 1)
+        remainder = np.bitwise_and(x, mask)
+        remainder -= x < 0
+        y = np.right_shift(x, np.int32(shift), out=x)
+        y += remainder > (mask >> 1)
+        return y
     x = wrap_int32(x)
     mask = (1 << shift) - 1
     threshold = mask >> 1
