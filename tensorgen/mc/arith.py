@@ -120,16 +120,23 @@ def requantize_int32(
     to [lo, hi] is that of r to [lo - zp, hi - zp] (exact integers), then + zp; and a product
     outside int32 (INT32_MIN + zp, below any such lo) comes out as min(lo, hi) either way.
     Returns `dtype` (the destination's, saving a conversion) when it holds [lo, hi], else
-    int32."""
-    with np.errstate(invalid="ignore"):
-        r = np.rint(x.astype(np.float32) * scale)
-        ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
+    int32.
+
+    Computed in place on one float32 copy; the range test is two reductions, and the mask
+    only when some product lies outside int32 (or is NaN, which fails both comparisons)."""
     low, high = np.float32(lo - zp), np.float32(hi - zp)
-    r = np.where(ok, r, low)
+    r = x.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        np.multiply(r, scale, out=r)
+        np.rint(r, out=r)
+        if r.size and not (r.min() >= np.float32(-(2**31)) and r.max() < np.float32(2**31)):
+            ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
+            np.copyto(r, low, where=~ok)
+    np.clip(r, low, high, out=r)  # min(max(r, low), high), as the rule's clamp
     # + zp is exact in float32: the sum is an integer in [lo, hi], below 2**24 in magnitude
-    y = np.minimum(np.maximum(r, low), high) + np.float32(zp)
+    r += np.float32(zp)
     info = np.iinfo(dtype)  # the integers in `dtype` directly when it holds all of [lo, hi]
-    return y.astype(dtype if info.min <= min(lo, hi) and max(lo, hi) <= info.max else np.int32)
+    return r.astype(dtype if info.min <= min(lo, hi) and max(lo, hi) <= info.max else np.int32)
 
 
 def cvt_int32(t: ArrayLike) -> np.ndarray:
