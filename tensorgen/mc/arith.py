@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
+_INT32_HOLDS = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.int32))
 
 
 def wrap_int32(x: ArrayLike) -> np.ndarray:
@@ -119,16 +120,23 @@ def requantize_int32(
     to [lo, hi] is that of r to [lo - zp, hi - zp] (exact integers), then + zp; and a product
     outside int32 (INT32_MIN + zp, below any such lo) comes out as min(lo, hi) either way.
     Returns `dtype` (the destination's, saving a conversion) when it holds [lo, hi], else
-    int32."""
-    with np.errstate(invalid="ignore"):
-        r = np.rint(x.astype(np.float32) * scale)
-        ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
+    int32.
+
+    Computed in place on one float32 copy; the range test is two reductions, and the mask
+    only when some product lies outside int32 (or is NaN, which fails both comparisons)."""
     low, high = np.float32(lo - zp), np.float32(hi - zp)
-    r = np.where(ok, r, low)
+    r = x.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        np.multiply(r, scale, out=r)
+        np.rint(r, out=r)
+        if r.size and not (r.min() >= np.float32(-(2**31)) and r.max() < np.float32(2**31)):
+            ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
+            np.copyto(r, low, where=~ok)
+    np.clip(r, low, high, out=r)  # min(max(r, low), high), as the rule's clamp
     # + zp is exact in float32: the sum is an integer in [lo, hi], below 2**24 in magnitude
-    y = np.minimum(np.maximum(r, low), high) + np.float32(zp)
+    r += np.float32(zp)
     info = np.iinfo(dtype)  # the integers in `dtype` directly when it holds all of [lo, hi]
-    return y.astype(dtype if info.min <= min(lo, hi) and max(lo, hi) <= info.max else np.int32)
+    return r.astype(dtype if info.min <= min(lo, hi) and max(lo, hi) <= info.max else np.int32)
 
 
 def cvt_int32(t: ArrayLike) -> np.ndarray:
@@ -246,11 +254,22 @@ def rounding_shift_right(x: ArrayLike, shift: int) -> np.ndarray:
     arithmetic shift rounds towards minus infinity and a remainder above half
     rounds up; subtracting 1 from the remainder of a negative ``x`` turns its
     exact half into "not above half", so ties go away from zero on both sides.
-    ``x`` is wrapped to int32 first. Returns int64.
+    ``x`` is wrapped to int32 first. Returns int64, or int32 for an array of a dtype int32
+    holds (int8, uint8, int16, int32: the simulator's registers), computed in int32 then: no
+    wrap is needed, and no step leaves int32 (``asr`` shrinks; the + 1 needs a remainder
+    above half, so shift >= 1 and ``asr`` < 2**30).
     """
     if not 0 <= int(shift) <= 31:
         raise ValueError(f"rounding_shift_right(x, {shift}): shift must be in [0, 31]")
     shift = int(shift)
+    if isinstance(x, np.ndarray) and x.dtype in _INT32_HOLDS:
+        x = x.astype(np.int32)
+        mask = np.int32((1 << shift) - 1)
+        remainder = np.bitwise_and(x, mask)
+        remainder -= x < 0
+        y = np.right_shift(x, np.int32(shift), out=x)
+        y += remainder > (mask >> 1)
+        return y
     x = wrap_int32(x)
     mask = (1 << shift) - 1
     threshold = mask >> 1

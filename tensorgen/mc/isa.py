@@ -149,8 +149,29 @@ def _vmac_loop(state: MachineState, a) -> None:
     state.write(a["dst"], _wrap32(state.read(a["dst"]) + total))
 
 
+# dtypes whose values int32 holds: an instruction over them computes in int32 (`_narrow`)
+_INT32_HOLDS = frozenset(("int8", "uint8", "int32"))
+
+
+def _narrow(state: MachineState, *views) -> Callable | None:
+    """The simulator's `stored` (the values as held, no int64 copy) when every view is of a
+    dtype int32 holds: int32 arithmetic then gives the integers int64 arithmetic wrapped to
+    int32 gives (add, subtract, multiply and shift left wrap modulo 2**32 alike; max, min,
+    shift right and clamp stay in range), and the write wraps them to dst's dtype as before."""
+    stored = getattr(state, "stored", None)
+    if stored is None or any(v is not None and v.dtype not in _INT32_HOLDS for v in views):
+        return None
+    return stored
+
+
 def _binary(fn: Callable) -> Callable:
     def run(state: MachineState, a) -> None:
+        stored = _narrow(state, a["dst"], a["a"], a["b"])
+        if stored is not None:
+            x = stored(a["a"])
+            y = stored(a["b"]) if a["b"] is not None else np.int32(a["imm"])
+            state.write(a["dst"], fn(x, y, dtype=np.int32))
+            return
         x = state.read(a["a"])
         y = state.read(a["b"]) if a["b"] is not None else np.int64(a["imm"])
         state.write(a["dst"], _wrap32(fn(x, y)))
@@ -159,34 +180,52 @@ def _binary(fn: Callable) -> Callable:
 
 
 def _vmac(state: MachineState, a) -> None:
+    stored = _narrow(state, a["dst"], a["a"], a["b"])
+    if stored is not None:
+        acc = stored(a["dst"]).astype(np.int32)
+        prod = np.multiply(stored(a["a"]), stored(a["b"]), dtype=np.int32)
+        state.write(a["dst"], np.add(acc, prod, out=acc))
+        return
     acc = state.read(a["dst"])
     state.write(a["dst"], _wrap32(acc + state.read(a["a"]) * state.read(a["b"])))
 
 
 def _vfill(state: MachineState, a) -> None:
     dst = a["dst"]
-    state.write(dst, np.full(dst.shape, a["imm"], dtype=np.int64))
+    dt = np.int32 if dst.dtype in _INT32_HOLDS else np.int64  # imm is an i32: int32 holds it
+    state.write(dst, np.full(dst.shape, a["imm"], dtype=dt))
 
 
 def _vclamp(state: MachineState, a) -> None:
+    stored = _narrow(state, a["dst"], a["a"])
+    if stored is not None:
+        x = stored(a["a"]).astype(np.int32)
+        state.write(a["dst"], np.clip(x, np.int32(a["lo"]), np.int32(a["hi"]), out=x))
+        return
     state.write(a["dst"], np.clip(state.read(a["a"]), a["lo"], a["hi"]))
 
 
 def _vlut(state: MachineState, a) -> None:
+    stored = _narrow(state, a["dst"], a["a"], a["table"])
+    if stored is not None:  # the table's own values, indexed by each element's low byte
+        table, x = stored(a["table"]), stored(a["a"])
+        idx = x.view(np.uint8) if x.itemsize == 1 else np.bitwise_and(x, 0xFF, dtype=np.int32)
+        state.write(a["dst"], table[idx])
+        return
     table = state.read(a["table"])  # the 256 entries, verified to be one int8/uint8 row
     state.write(a["dst"], table[state.read(a["a"]) & 0xFF])
 
 
-def _rshr(x, y):
+def _rshr(x, y, dtype=None):
     return arith.rounding_shift_right(x, np.clip(y, 0, 31))
 
 
-def _shl(x, y):
-    return np.left_shift(x, np.clip(y, 0, 31))
+def _shl(x, y, dtype=None):
+    return np.left_shift(x, np.clip(y, 0, 31), dtype=dtype)
 
 
-def _shr(x, y):
-    return np.right_shift(x, np.clip(y, 0, 31))
+def _shr(x, y, dtype=None):
+    return np.right_shift(x, np.clip(y, 0, 31), dtype=dtype)
 
 
 # --- the instruction table ---------------------------------------------------------------

@@ -11,8 +11,10 @@ stepping them one by one would (`tensorgen.sim.machine.Simulator._step_run`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,32 +170,82 @@ def reduce_into(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: in
     if batch and all(p.b.strides[0] == 0 for p in pieces):
         _reduce_shared_b(acc, pieces, accumulate, batch)
         return
-    lead = (batch,) if batch else ()
-    n = pieces[0].b.shape[-1]
-    m = acc.size // n // (batch or 1)
-    ks = [p.b.size // n // (batch or 1) for p in pieces]
-    ints = products.integer(m, sum(ks), n)
-    if _m_contiguous(pieces[0], len(lead)):
-        _transposed(acc, pieces, accumulate, lead, (n, m, ks), ints)
-        return
-    x = products.buffer((*lead, m, sum(ks)), ints)
-    w = products.buffer((*lead, sum(ks), n), ints)
-    at, spans = 0, []
-    for p, k in zip(pieces, ks, strict=True):
-        xs, ws = x[..., at : at + k], w[..., at : at + k, :]
-        da = products.fill(xs.reshape(p.a.shape), p.a, p.a_zp)  # splitting axes: still a view
-        db = products.fill(ws.reshape(p.b.shape), p.b, p.b_zp)
-        spans.append((at, at + k, da, db))
-        at += k
-    prod = products.product(x, w, max(p.term for p in pieces), spans)
-    _store(acc, prod.reshape(acc.shape), accumulate)
+    _run(acc, pieces, accumulate, _layout(_general, acc.shape, pieces, batch))
 
 
-def _store(acc: np.ndarray, prod: np.ndarray, accumulate: int) -> None:
+@dataclass(frozen=True)
+class _Layout:
+    """How one geometry of a reduction is gathered and multiplied, built once (`_layout`):
+    per piece (k_lo, k_hi, the view of the gather buffer its A fills, the view of A it
+    reads (a function of the piece's A, or None for A itself), likewise for B), and `product`
+    (spans -> the product, shaped like acc). The buffers are the layout's own, used again by
+    every reduction of that geometry: each call fills all of them before it multiplies."""
+
+    parts: tuple[tuple, ...]
+    product: Callable[[list], np.ndarray]
+    nbytes: int
+
+
+# layouts by geometry (shapes, strides, dtypes, zero points of acc and the pieces), and the
+# bytes their buffers hold: cleared beyond the limit (a new geometry is only slower)
+_LAYOUTS: dict[tuple, _Layout] = {}
+_LAYOUT_BYTES = [0]
+LAYOUT_CACHE_BYTES = 64 << 20
+
+
+def _layout(build: Callable, shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout:
+    key = (build, shape, batch, products.ENABLED, products.MIN_INT_MACS) + tuple(
+        (p.a.shape, p.a.strides, p.a.dtype, p.b.shape, p.b.strides, p.b.dtype, p.a_zp, p.b_zp)
+        + (p.term,)
+        for p in pieces
+    )
+    lay = _LAYOUTS.get(key)
+    if lay is None:
+        lay = build(shape, pieces, batch)
+        if _LAYOUT_BYTES[0] + lay.nbytes > LAYOUT_CACHE_BYTES:
+            _LAYOUTS.clear()
+            _LAYOUT_BYTES[0] = 0
+        _LAYOUTS[key] = lay
+        _LAYOUT_BYTES[0] += lay.nbytes
+    return lay
+
+
+def _run(acc: np.ndarray, pieces: list[Piece], accumulate: int, lay: _Layout) -> None:
+    fill, spans = products.fill, []
+    for p, (lo, hi, xd, src_a, wd, src_b) in zip(pieces, lay.parts, strict=True):
+        da = fill(xd, p.a if src_a is None else src_a(p.a), p.a_zp)
+        spans.append((lo, hi, da, fill(wd, p.b if src_b is None else src_b(p.b), p.b_zp)))
+    prod = lay.product(spans)
     if accumulate:
         acc += prod  # int32 in place: wraps as the hardware's accumulator does
     else:
         acc[...] = prod
+
+
+def _general(shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout:
+    """`reduce_into`'s layout without a shared operand: (lead.., M, K) @ (lead.., K, N), or
+    the transposed product when A's M axis is its contiguous one (`_transposed`)."""
+    lead = (batch,) if batch else ()
+    n = pieces[0].b.shape[-1]
+    m = math.prod(shape) // n // (batch or 1)
+    ks = [p.b.size // n // (batch or 1) for p in pieces]
+    ints = products.integer(m, sum(ks), n)
+    if _m_contiguous(pieces[0], len(lead)):
+        return _transposed(shape, pieces, lead, (n, m, ks), ints)
+    x = products.buffer((*lead, m, sum(ks)), ints)
+    w = products.buffer((*lead, sum(ks), n), ints)
+    at, parts = 0, []
+    for p, k in zip(pieces, ks, strict=True):
+        xs, ws = x[..., at : at + k], w[..., at : at + k, :]
+        # splitting axes: still views
+        parts.append((at, at + k, xs.reshape(p.a.shape), None, ws.reshape(p.b.shape), None))
+        at += k
+    term = max(p.term for p in pieces)
+    return _Layout(
+        tuple(parts),
+        lambda spans: products.product(x, w, term, spans).reshape(shape),
+        x.nbytes + w.nbytes,
+    )
 
 
 def _m_contiguous(p: Piece, lead: int) -> bool:
@@ -203,7 +255,7 @@ def _m_contiguous(p: Piece, lead: int) -> bool:
     return p.a.ndim - lead - nk > 0 and abs(p.a.strides[-1]) > abs(p.a.strides[-1 - nk])
 
 
-def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dims, ints) -> None:
+def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
     """`reduce_into`'s general case with A gathered K-major, (lead.., K, M), for A whose M
     axis is the contiguous one (`_m_contiguous`): in float32 the product B^T @ A^T, (lead..,
     N, K) @ (lead.., K, M); in int8 A^T's transposed view against B. The same integers: the
@@ -216,25 +268,35 @@ def _transposed(acc: np.ndarray, pieces: list[Piece], accumulate: int, lead, dim
         m = m // (merge[0] * merge[1]) * merge[3]
     x = products.buffer((*lead, sum(ks), m), ints)
     w = products.buffer((*lead, sum(ks), n), ints)
-    at, spans = 0, []
+    at, parts = 0, []
     for p, k in zip(pieces, ks, strict=True):
         xs, ws = x[..., at : at + k, :], w[..., at : at + k, :]
         nk, nd = p.b.ndim - nl - 1, p.a.ndim  # (lead.., M.., K..) -> (lead.., K.., M..)
-        a = p.a.transpose(*range(nl), *range(nd - nk, nd), *range(nl, nd - nk))
-        if merge is not None:
-            a = _merged(a, merge)
-        da = products.fill(xs.reshape(a.shape), a, p.a_zp)  # splitting axes: still a view
-        db = products.fill(ws.reshape(p.b.shape), p.b, p.b_zp)
-        spans.append((at, at + k, da, db))
+        axes = (*range(nl), *range(nd - nk, nd), *range(nl, nd - nk))
+        if merge is None:
+            src = functools.partial(np.transpose, axes=axes)
+        else:
+            src = functools.partial(_merged_transpose, axes=axes, merge=merge)
+        a = src(p.a)
+        parts.append((at, at + k, xs.reshape(a.shape), src, ws.reshape(p.b.shape), None))
         at += k
     term = max(p.term for p in pieces)
-    if ints:
-        prod = products.product(x.swapaxes(-1, -2), w, term, spans)
-    else:
-        prod = products.product(w.swapaxes(-1, -2), x, term, spans).swapaxes(-1, -2)
-    if merge is not None:
-        prod = _unmerged(prod, merge)
-    _store(acc, prod.reshape(acc.shape), accumulate)
+    xt, wt = x.swapaxes(-1, -2), w.swapaxes(-1, -2)
+
+    def product(spans) -> np.ndarray:
+        if ints:
+            prod = products.product(xt, w, term, spans)
+        else:
+            prod = products.product(wt, x, term, spans).swapaxes(-1, -2)
+        if merge is not None:
+            prod = _unmerged(prod, merge)
+        return prod.reshape(shape)
+
+    return _Layout(tuple(parts), product, x.nbytes + w.nbytes)
+
+
+def _merged_transpose(a: np.ndarray, axes, merge) -> np.ndarray:
+    return _merged(a.transpose(axes), merge)
 
 
 # gather a padded tile's rows as one run while it computes at most this many extra columns
@@ -282,47 +344,66 @@ def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch:
     """`reduce_into` of a batch whose A operands are the same in every reduction (a 1x1
     conv's activations against each output-channel block's weights): one product of A
     against the batch's B side by side, (M, K) @ (K, batch * N)."""
+    _run(acc, pieces, accumulate, _layout(_shared_a, acc.shape, pieces, batch))
+
+
+def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
     n = pieces[0].b.shape[-1]
-    m = acc.size // n // batch
+    m = math.prod(shape) // n // batch
     ks = [p.b.size // n // batch for p in pieces]
     ints = products.integer(m, sum(ks), batch * n)
     t = _m_contiguous(pieces[0], 1)  # then x is (K, M), for the transposed product
     x = products.buffer((sum(ks), m) if t else (m, sum(ks)), ints)
     w = products.buffer((sum(ks), batch, n), ints)
-    at, spans = 0, []
+    at, parts = 0, []
     for p, k in zip(pieces, ks, strict=True):
         xs, ws = (x[at : at + k] if t else x[:, at : at + k]), w[at : at + k]
-        a = p.a[0]
+        nd = p.a.ndim - 1
         if t:  # (M.., K..) -> (K.., M..)
             nk = p.b.ndim - 2
-            a = a.transpose(*range(a.ndim - nk, a.ndim), *range(a.ndim - nk))
-        da = products.fill(xs.reshape(a.shape), a, p.a_zp)
+            a_axes = (*range(nd - nk, nd), *range(nd - nk))
+        else:
+            a_axes = tuple(range(nd))
+        src_a = functools.partial(_first, axes=a_axes)
         nd = p.b.ndim  # (K.., batch, N): `np.moveaxis(p.b, 0, -2)` at a tenth of the cost
-        b = p.b.transpose(*range(1, nd - 1), 0, nd - 1)
-        db = products.fill(ws.reshape(b.shape), b, p.b_zp)
-        spans.append((at, at + k, da, db))
+        src_b = functools.partial(np.transpose, axes=(*range(1, nd - 1), 0, nd - 1))
+        xd, wd = xs.reshape(src_a(p.a).shape), ws.reshape(src_b(p.b).shape)
+        parts.append((at, at + k, xd, src_a, wd, src_b))
         at += k
     term, w2 = max(p.term for p in pieces), w.reshape(len(w), batch * n)
-    if t and not ints:  # (batch * N, K) @ (K, M)
-        prod = products.product(w2.T, x, term, spans)
-        prod = prod.reshape(batch, n, m).swapaxes(1, 2)
-    else:
-        prod = products.product(x.T if t else x, w2, term, spans)
-        prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
-    _store(acc, prod.reshape(acc.shape), accumulate)
+    xt = x.T
+
+    def product(spans) -> np.ndarray:
+        if t and not ints:  # (batch * N, K) @ (K, M)
+            prod = products.product(w2.T, x, term, spans)
+            prod = prod.reshape(batch, n, m).swapaxes(1, 2)
+        else:
+            prod = products.product(xt if t else x, w2, term, spans)
+            prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
+        return prod.reshape(shape)
+
+    return _Layout(tuple(parts), product, x.nbytes + w.nbytes)
+
+
+def _first(a: np.ndarray, axes) -> np.ndarray:
+    return a[0].transpose(axes)
 
 
 def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
     """`reduce_into` of a batch whose B operands are the same in every reduction (the
     iterations of a loop over activations against the same weights): one product of the
-    batch's A stacked on M against B, (batch * M, K) @ (K, N); when A's M axis is its
-    contiguous one (channel-major activations), A is gathered K-major so that its copy reads
-    memory along the contiguous M axis instead of a stride per element (5x cheaper for a 1x1
-    conv over channel-major activations), and in float32 the product is transposed, B^T @
-    A^T, (N, K) @ (K, batch * M). The same integers either way: every dot product is over the
-    same K, and int32 sums wrap alike."""
+    batch's A stacked on M against B, (batch * M, K) @ (K, N), B gathered once; when A's M
+    axis is its contiguous one (channel-major activations), A is gathered K-major so that its
+    copy reads memory along the contiguous M axis instead of a stride per element (5x cheaper
+    for a 1x1 conv over channel-major activations), and in float32 the product is
+    transposed, B^T @ A^T, (N, K) @ (K, batch * M). The same integers either way: every dot
+    product is over the same K, and int32 sums wrap alike."""
+    _run(acc, pieces, accumulate, _layout(_shared_b, acc.shape, pieces, batch))
+
+
+def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
     n = pieces[0].b.shape[-1]
-    m = acc.size // n // batch
+    m = math.prod(shape) // n // batch
     ks = [p.b.size // n // batch for p in pieces]
     ints = products.integer(batch * m, sum(ks), n)
     first = pieces[0]
@@ -330,26 +411,32 @@ def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batc
     k_major = first.a.ndim - 1 - nk > 0 and abs(first.a.strides[-1]) > abs(first.a.strides[-1 - nk])
     x = products.buffer((sum(ks), batch, m) if k_major else (batch, m, sum(ks)), ints)
     w = products.buffer((sum(ks), n), ints)
-    at, spans = 0, []
+    at, parts = 0, []
     for p, k in zip(pieces, ks, strict=True):
         ws = w[at : at + k]
+        src_a = None
         if k_major:  # (batch, M.., K..) -> (K.., batch, M..)
             xs, nd, nk = x[at : at + k], p.a.ndim, p.b.ndim - 2
-            a = p.a.transpose(*range(nd - nk, nd), *range(nd - nk))
+            src_a = functools.partial(np.transpose, axes=(*range(nd - nk, nd), *range(nd - nk)))
+            xd = xs.reshape(src_a(p.a).shape)
         else:
-            xs, a = x[..., at : at + k], p.a
-        da = products.fill(xs.reshape(a.shape), a, p.a_zp)
-        db = products.fill(ws.reshape(p.b.shape[1:]), p.b[0], p.b_zp)
-        spans.append((at, at + k, da, db))
+            xd = x[..., at : at + k].reshape(p.a.shape)
+        src_b = functools.partial(_first, axes=tuple(range(p.b.ndim - 1)))
+        parts.append((at, at + k, xd, src_a, ws.reshape(p.b.shape[1:]), src_b))
         at += k
     term = max(p.term for p in pieces)
-    if k_major and not ints:
-        prod = products.product(w.T, x.reshape(len(x), batch * m), term, spans).T
-    elif k_major:
-        prod = products.product(x.reshape(len(x), batch * m).T, w, term, spans)
-    else:
-        prod = products.product(x.reshape(batch * m, -1), w, term, spans)
-    _store(acc, prod.reshape(acc.shape), accumulate)
+    xk = x.reshape(len(x), batch * m) if k_major else x.reshape(batch * m, -1)
+
+    def product(spans) -> np.ndarray:
+        if k_major and not ints:
+            prod = products.product(w.T, xk, term, spans).T
+        elif k_major:
+            prod = products.product(xk.T, w, term, spans)
+        else:
+            prod = products.product(xk, w, term, spans)
+        return prod.reshape(shape)
+
+    return _Layout(tuple(parts), product, x.nbytes + w.nbytes)
 
 
 def batched(d: Decoded, memory: np.ndarray, base: int, count: int, step: int) -> np.ndarray:

@@ -61,9 +61,10 @@ def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
     float32 minus the zero point (returns 0), or as int8 (uint8 with its top bit flipped),
     returning the correction da = shift - zp, wrapped to int32."""
     if dst.dtype == np.float32:
-        np.copyto(dst, src, casting="unsafe")
-        if zp:
-            dst -= np.float32(zp)  # exact: small integers
+        if zp:  # gathered and shifted in one pass, exact: small integers
+            np.subtract(src, np.float32(zp), out=dst, dtype=np.float32)
+        else:
+            np.copyto(dst, src, casting="unsafe")
         return 0
     if src.dtype == np.uint8:
         # x - 128, as int8, gathered and flipped in one pass (a copy and then an in-place
