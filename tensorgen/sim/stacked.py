@@ -140,7 +140,7 @@ class _Stacked:
         return arr.astype(np.float32) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
     def stored(self, view) -> np.ndarray:
-        """`read` without the conversion: the values as held (`isa._store`, `requant.vrequant`)."""
+        """`read` without the conversion: the values as held (`semantics._store`, `requant.vrequant`)."""
         return self.arrays[id(view)]
 
     def write(self, view, values: np.ndarray) -> None:

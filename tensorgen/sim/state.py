@@ -77,7 +77,7 @@ class Machine:
         return _values(arr)
 
     def stored(self, view: View) -> np.ndarray:
-        """`read` without the conversion: the view itself, for a STORE (`isa._store`)."""
+        """`read` without the conversion: the view itself, for a STORE (`semantics._store`)."""
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, False))
         return arr

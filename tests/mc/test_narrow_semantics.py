@@ -1,4 +1,4 @@
-"""The vector instructions' int32 paths (`isa._narrow`: the simulator's values as held, int32
+"""The vector instructions' int32 paths (`semantics._narrow`: the simulator's values as held, int32
 arithmetic) against plain Python integers, element by element, and against the int64 path,
 for every dtype pair, extreme values, out-of-range shifts and immediates."""
 
