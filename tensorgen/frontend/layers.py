@@ -9,6 +9,7 @@ written with `repr` of the float32 value, which round-trips exactly.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -69,7 +70,14 @@ class Layer:
         return "\n".join(lines) + "\n"
 
     def program(self, target: str) -> Program:
-        return parse_program(self.text(target), f"<layer {self.name} ({self.path})>", target)
+        return _parse(self.text(target), f"<layer {self.name} ({self.path})>", target)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str, where: str, target: str) -> Program:
+    """A layer's op.yaml parsed once: a model's compile asks for each layer's program several
+    times (its own compile, the fusion groups that hold it); a Program is immutable."""
+    return parse_program(text, where, target)
 
 
 def _flow(value) -> str:
