@@ -72,7 +72,7 @@ class Plan:
     def __init__(self, effects, hulls, written, count, chunk) -> None:
         self.effects, self.hulls, self.written, self.count = effects, hulls, written, count
         self.chunk = chunk  # iterations computed together (bounded memory)
-        self.taps = tap_runs(effects)  # first effect -> (last + 1, taps) of a tap run
+        self.taps = taps.runs_of(effects)  # first effect -> (last + 1, taps) of a tap run
 
     def run(self, machine, binary) -> None:
         for c in range(0, self.count, self.chunk):
@@ -115,7 +115,7 @@ class Plan:
                 continue  # computed with the tap run it belongs to
             if i in self.taps:
                 end, t = self.taps[i]
-                if _tap_run(self.effects[i:end], t, array, locate, k):
+                if taps.run_stacked(self.effects[i:end], t, array, locate, k):
                     skip = end
                     continue
             box = None
@@ -178,74 +178,6 @@ class _Stacked:
             if arr.dtype.kind == "f"
             else values.astype(np.int64).astype(arr.dtype)
         )
-
-
-def tap_runs(effects) -> dict[int, tuple[int, taps.Taps]]:
-    """The runs of VMUL/VMAC effects that are one sum of shifted products (`taps`): into one
-    destination (a VMUL or VMAC, then VMACs), sources of one view at shifted offsets,
-    neither a source nor a weight meeting the destination. First effect -> (last + 1, its
-    taps)."""
-    out, i = {}, 0
-    while i < len(effects):
-        j = i + 1
-        if effects[i].kind in ("VMUL", "VMAC"):
-            dst = effects[i].refs[0]
-            while (
-                j < len(effects)
-                and effects[j].kind == "VMAC"
-                and effects[j].refs[0] == dst
-                and _tap_like(effects[j], effects[i])
-            ):
-                j += 1
-        if j - i > 1 and _tap_like(effects[i], effects[i]):
-            a = effects[i].refs[1]
-            bases = [e.refs[1].offset for e in effects[i:j]]
-            t = taps.plan(a.shape, a.strides, bases, a.dtype)
-            if t is not None:
-                out[i] = (j, t)
-        i = j
-    return out
-
-
-def _tap_like(e: Effect, first: Effect) -> bool:
-    """Whether `e` is a tap of the run `first` begins: its source `first`'s view shifted,
-    neither it nor its weight meeting the destination."""
-    dst, a, b = e.refs
-    a0 = first.refs[1]
-    if (a.mem, a.mode, a.step, a.dtype, a.shape, a.strides) != (
-        a0.mem,
-        a0.mode,
-        a0.step,
-        a0.dtype,
-        a0.shape,
-        a0.strides,
-    ):
-        return False
-    lo, hi = _span(dst)
-    return not any(
-        r is not None and r.mem == dst.mem and _span(r)[0] < hi and lo < _span(r)[1] for r in (a, b)
-    )
-
-
-def _tap_run(effects, t: taps.Taps, array, locate, k: int) -> bool:
-    """The run's values as one cast and a fused multiply-add per tap (`taps`); False
-    (nothing written) to compute it effect by effect."""
-    buf, first, lead = locate(effects[0].refs[1], t.low)
-    weights = [
-        np.int64(e.imm).astype(np.int32) if e.refs[2] is None else compact(array(e.refs[2]))
-        for e in effects
-    ]  # an immediate wrapped, as `_vector`'s; a weight view with its broadcast axes cut
-    if not taps.bound(t, weights):
-        return False
-    out = taps.tap_sum(t, buf, first, k, lead, weights)
-    if out is None:
-        return False
-    dst = array(effects[0].refs[0], True)
-    if effects[0].kind == "VMAC":
-        np.add(dst, out, out=dst)  # int32: wraps
-    else:
-        dst[...] = out
-    return True
 
 
 def _vector(e: Effect, array) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tensorgen.sim.batch import compact
 from tensorgen.sim.products import _torch
 
 # tests set this to False to compute tap by tap
@@ -85,3 +86,82 @@ def tap_sum(taps: Taps, buf: np.ndarray, first: int, count: int, lead: int, weig
         else:
             acc.addcmul_(view, torch.from_numpy(np.ascontiguousarray(w, np.int32)))
     return acc.numpy()
+
+
+# --- the runs of `stacked`'s plans ------------------------------------------------------
+
+
+def runs_of(effects) -> dict[int, tuple[int, Taps]]:
+    """The runs of `stacked.Effect`s of VMUL/VMACs that are one sum of shifted products: into one
+    destination (a VMUL or VMAC, then VMACs), sources of one view at shifted offsets,
+    neither a source nor a weight meeting the destination. First effect -> (last + 1, its
+    taps)."""
+    out, i = {}, 0
+    while i < len(effects):
+        j = i + 1
+        if effects[i].kind in ("VMUL", "VMAC"):
+            dst = effects[i].refs[0]
+            while (
+                j < len(effects)
+                and effects[j].kind == "VMAC"
+                and effects[j].refs[0] == dst
+                and _tap_like(effects[j], effects[i])
+            ):
+                j += 1
+        if j - i > 1 and _tap_like(effects[i], effects[i]):
+            a = effects[i].refs[1]
+            bases = [e.refs[1].offset for e in effects[i:j]]
+            t = plan(a.shape, a.strides, bases, a.dtype)
+            if t is not None:
+                out[i] = (j, t)
+        i = j
+    return out
+
+
+def _tap_like(e, first) -> bool:
+    """Whether `e` is a tap of the run `first` begins: its source `first`'s view shifted,
+    neither it nor its weight meeting the destination."""
+    dst, a, b = e.refs
+    a0 = first.refs[1]
+    if (a.mem, a.mode, a.step, a.dtype, a.shape, a.strides) != (
+        a0.mem,
+        a0.mode,
+        a0.step,
+        a0.dtype,
+        a0.shape,
+        a0.strides,
+    ):
+        return False
+    lo, hi = _span(dst)
+    return not any(
+        r is not None and r.mem == dst.mem and _span(r)[0] < hi and lo < _span(r)[1] for r in (a, b)
+    )
+
+
+def run_stacked(effects, t: Taps, array, locate, k: int) -> bool:
+    """The run's values for the `k` stacked iterations of a `stacked.Plan` (`array`, `locate`:
+    its operands' arrays and buffers); False (nothing written) to compute it effect by
+    effect."""
+    buf, first, lead = locate(effects[0].refs[1], t.low)
+    weights = [
+        np.int64(e.imm).astype(np.int32) if e.refs[2] is None else compact(array(e.refs[2]))
+        for e in effects
+    ]  # an immediate wrapped, as `stacked._vector`'s; a weight view with its broadcast axes cut
+    if not bound(t, weights):
+        return False
+    out = tap_sum(t, buf, first, k, lead, weights)
+    if out is None:
+        return False
+    dst = array(effects[0].refs[0], True)
+    if effects[0].kind == "VMAC":
+        np.add(dst, out, out=dst)  # int32: wraps
+    else:
+        dst[...] = out
+    return True
+
+
+def _span(r) -> tuple[int, int]:
+    """The bytes [lo, hi) an operand (`stacked.Ref`) touches."""
+    lo = r.offset + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
+    hi = r.offset + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
+    return lo, hi + r.dtype.itemsize
