@@ -10,12 +10,14 @@ destination at the end in wrapping int32 (numpy). The sum is exact: `bound` chec
 weights of every call that no partial sum can reach 2**31, so nothing wraps before that last
 add, and int32 wrap-around makes the order of the additions irrelevant to it. Anything else
 (a negative stride, an innermost axis that is not contiguous -- a strided convolution's
-taps, measured slower this way --, sources other than int8/uint8, a weight that could
-overflow) is None: tap by tap.
+taps, measured slower this way --, views so sparse in their span that its cast reads more
+than the taps do, sources other than int8/uint8, a weight that could overflow) is None: tap
+by tap.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +54,8 @@ def plan(shape, strides, bases, dtype) -> Taps | None:
     extent = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1
     low = min(bases)
     span = max(bases) - low + extent
+    if span > len(bases) * math.prod(shape):
+        return None  # the views are sparse in their span: one cast of it reads more than all taps
     return Taps(low, span, tuple(b - low for b in bases), tuple(shape), tuple(strides), dtype)
 
 
