@@ -122,14 +122,22 @@ def requantize_int32(
     Returns `dtype` (the destination's, saving a conversion) when it holds [lo, hi], else
     int32.
 
-    Computed in place on one float32 copy; the range test is two reductions, and the mask
-    only when some product lies outside int32 (or is NaN, which fails both comparisons)."""
+    Computed in place on one float32 copy; the range test is two reductions (none for a
+    scale below 1 in magnitude, whose products all lie inside int32), and the mask only when
+    some product lies outside int32 (or is NaN, which fails both comparisons)."""
     low, high = np.float32(lo - zp), np.float32(hi - zp)
     r = x.astype(np.float32)
     with np.errstate(invalid="ignore"):
         np.multiply(r, scale, out=r)
         np.rint(r, out=r)
-        if r.size and not (r.min() >= np.float32(-(2**31)) and r.max() < np.float32(2**31)):
+        # |scale| < 1 (NaN fails it): |RN(f32(x) * scale)| <= 2**31 * (1 - 2**-24), inside
+        # int32, so the range test's two reductions are needed only otherwise
+        inside = (
+            not r.size
+            or bool(abs(scale) < 1)
+            or (r.min() >= np.float32(-(2**31)) and r.max() < np.float32(2**31))
+        )
+        if not inside:
             ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
             np.copyto(r, low, where=~ok)
     np.clip(r, low, high, out=r)  # min(max(r, low), high), as the rule's clamp

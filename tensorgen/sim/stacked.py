@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.mc.operands import Box, View
+from tensorgen.sim import taps
 from tensorgen.sim.batch import (
     MAX_BATCH_ELEMENTS,
     Decoded,
@@ -71,6 +72,7 @@ class Plan:
     def __init__(self, effects, hulls, written, count, chunk) -> None:
         self.effects, self.hulls, self.written, self.count = effects, hulls, written, count
         self.chunk = chunk  # iterations computed together (bounded memory)
+        self.taps = taps.runs_of(effects)  # first effect -> (last + 1, taps) of a tap run
 
     def run(self, machine, binary) -> None:
         for c in range(0, self.count, self.chunk):
@@ -96,7 +98,26 @@ class Plan:
                 (k, *r.shape), r.dtype, buffer=buf, offset=off, strides=(lead, *r.strides)
             )
 
-        for e in self.effects:
+        def locate(r: Ref, offset: int) -> tuple[np.ndarray, int, int]:
+            """`array`'s buffer, byte of `offset` (in r's memory) in row 0, row stride."""
+            if r.mode == "shared":
+                return mem[r.mem], offset + r.step * first, r.step
+            lead = rows[r.mem].shape[1]
+            return (
+                rows[r.mem],
+                offset - self.hulls[r.mem][0] + (lead if r.mode == "cur" else 0),
+                lead,
+            )
+
+        skip = 0
+        for i, e in enumerate(self.effects):
+            if i < skip:
+                continue  # computed with the tap run it belongs to
+            if i in self.taps:
+                end, t = self.taps[i]
+                if taps.run_stacked(self.effects[i:end], t, array, locate, k):
+                    skip = end
+                    continue
             box = None
             if e.box is not None:
                 t, origin, steps, shape = e.box

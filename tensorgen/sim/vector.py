@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tensorgen.sim import taps
 from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, Nest, VectorOp
 from tensorgen.sim.runs import MAX_PLANS, Access, RunParts, Segment, _spans, count_segments
 
@@ -52,6 +53,7 @@ class Plan:
     steps: int
     iterations: int
     box: tuple | None  # (corner bases, dims, levels, missing bases or None) of the nest
+    taps: tuple | None = None  # (taps.Taps, b base or None per tap): one sum (`taps`)
 
 
 def _same(x: Decoded, y: Decoded) -> bool:
@@ -186,13 +188,15 @@ class VectorRuns:
             ):
                 box = None  # the missing point out of bounds: tap by tap
         steps = n + (form.single is not None)
-        return Plan(segments, spans, steps, shape.iterations, box)
+        return Plan(segments, spans, steps, shape.iterations, box, _taps(segments))
 
     def _compute(self, form: Form, plan: Plan) -> None:
         mem = self.sim.machine.mem
         segs = plan.segments
         body = segs[-1].op.vop
         dst = body.dst.array(mem[body.dst.mem], int(segs[-1].bases[0, 0]))
+        if plan.taps is not None and self._tap_sum(plan, dst):
+            return
         if form.single is not None:
             row = segs[0].bases[0].tolist()
             segs[0].op.vop.run(mem, {"dst": row[0], "a": row[1], "b": row[2]})
@@ -211,6 +215,29 @@ class VectorRuns:
             total -= np.multiply(ga, gb, dtype=np.int32)
         dst += total
 
+    def _tap_sum(self, plan: Plan, dst: np.ndarray) -> bool:
+        """The run's values as one cast and a fused multiply-add per tap (`taps`): False,
+        nothing written, when a weight could make a partial sum overflow."""
+        mem = self.sim.machine.mem
+        t, bs = plan.taps
+        ops = [s.op.vop for s in plan.segments for _ in range(len(s.bases))]
+        weights = [
+            np.int64(op.imm).astype(np.int32)  # wrapped, as `VectorOp.run`
+            if base is None
+            else op.b_narrow.array(mem[op.b.mem], base)
+            for op, base in zip(ops, bs, strict=True)
+        ]
+        if not taps.bound(t, weights):
+            return False
+        out = taps.tap_sum(t, mem[ops[0].a.mem], t.low, 1, 0, [w[None] for w in weights])
+        if out is None:
+            return False
+        if ops[0].mnemonic == "VMAC":
+            np.add(dst, out[0], out=dst)  # int32: wraps
+        else:
+            dst[...] = out[0]
+        return True
+
     def _commit(self, plan: Plan, steps) -> None:
         """`runs.MatmulRuns._commit` of this run: one entry in flight for its accesses, the
         counters and trace events of its instructions."""
@@ -228,6 +255,23 @@ class VectorRuns:
         st.busy["EX"] += end - steps[0][0]
         sim.queue_time["EX"] = end
         count_segments(sim, segs)
+
+
+def _taps(segments) -> tuple | None:
+    """(taps, each tap's b base or None for an immediate) when the run's taps are one sum of
+    shifted products (`taps`): one source view at shifted bases (the plan has checked that
+    no source meets the destination)."""
+    a = segments[-1].op.vop.a
+    bases, bs = [], []
+    for seg in segments:
+        op = seg.op.vop
+        if (op.a.mem, op.a.dtype, op.a.shape, op.a.strides) != (a.mem, a.dtype, a.shape, a.strides):
+            return None
+        for row in seg.bases.tolist():
+            bases.append(row[1])
+            bs.append(row[2] if op.b is not None else None)
+    t = taps.plan(a.shape, a.strides, bases, a.dtype)
+    return None if t is None else (t, tuple(bs))
 
 
 def _coefs(d: Decoded | None, levels: int) -> np.ndarray:

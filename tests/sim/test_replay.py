@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tensorgen.mc.binary import assemble
 from tensorgen.mc.verify import SimLimits
-from tensorgen.sim import replay
+from tensorgen.sim import replay, taps
 from tensorgen.sim.machine import simulate
 from tensorgen.target import ISA_DIR, target_from_dict
 
@@ -207,11 +207,17 @@ def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch, 
     iteration, whose IF differs (stepped again); its outputs, counters and trace are
     stepping's."""
     taken = _counting(monkeypatch)
+    rows, real = [], taps.tap_sum
+    monkeypatch.setattr(taps, "tap_sum", lambda *a: rows.append(a[3]) or real(*a))
     c = Case(2, "int8", 3, -2, 9, 2, nest, 0, True, "none", True, vec, "no", vec)
     binary, inputs = assemble(_program(c)), _inputs(c, 1)
     fast = outcome(binary, inputs, TARGETS[2], True)
     assert True in taken
     assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
+    # the replayed VMUL/VMAC taps: one sum over the stacked iterations (`taps`), or tap by tap
+    assert (max(rows, default=0) > 1) == vec
+    monkeypatch.setattr(taps, "ENABLED", False)
+    assert outcome(binary, inputs, TARGETS[2], True) == fast
 
 
 def test_replay_declines_a_loop_carried_accumulator(monkeypatch, outcome) -> None:

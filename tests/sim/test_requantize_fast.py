@@ -16,6 +16,8 @@ SCALES = st.one_of(
     st.floats(0.5, 4.0),
     st.floats(1e3, 1e12),
     st.sampled_from([0.0, -0.0, -0.37, 1.0, float("inf"), float("-inf"), float("nan"), 2.0**-24]),
+    # the largest float32 below 1 (either sign): no range test, the extremes still in int32
+    st.sampled_from([1 - 2.0**-24, -(1 - 2.0**-24)]),
 )
 EXTREMES = np.array([-(2**31), -(2**31) + 1, -1, 0, 1, 2**24 + 1, 2**31 - 129, 2**31 - 1], np.int32)
 
@@ -52,3 +54,9 @@ def test_scales_that_overflow_come_out_as_the_lower_bound() -> None:
     got = arith.requantize_int32(x, np.float32(1e10), 3, -10, 20)
     np.testing.assert_array_equal(got, [-10, -10, -10, 3])
     np.testing.assert_array_equal(got, arith.requantize(x, np.float32(1e10), 3, -10, 20))
+
+
+def test_an_empty_view_requantizes_to_nothing() -> None:
+    for scale in (0.5, 3.0, float("nan")):
+        got = arith.requantize_int32(np.zeros((0, 4), np.int32), np.float32(scale), 1, 0, 255)
+        assert got.shape == (0, 4)

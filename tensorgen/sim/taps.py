@@ -1,0 +1,171 @@
+"""Sums of shifted products in one pass per tap: the values of a run of VMUL/VMACs into one
+destination whose sources are one int8/uint8 view at shifted addresses, each times a weight
+(per row of a stack: `stacked`'s iterations) -- a depthwise convolution's taps.
+
+Stepped, each tap is a multiply into a temporary and an add into the destination, and each
+reads its int8 source and casts it again. Here the bytes every tap reads are cast to int32
+once (`Taps.span` per row), the taps' views are strided views of that one cast, and each tap
+is one fused multiply-add (torch's `addcmul_`) into a fresh int32 sum, added into the
+destination at the end in wrapping int32 (numpy). The sum is exact: `bound` checks on the
+weights of every call that no partial sum can reach 2**31, so nothing wraps before that last
+add, and int32 wrap-around makes the order of the additions irrelevant to it. Anything else
+(a negative stride, an innermost axis that is not contiguous -- a strided convolution's
+taps, measured slower this way --, views so sparse in their span that its cast reads more
+than the taps do, sources other than int8/uint8, a weight that could overflow) is None: tap
+by tap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.sim.batch import compact
+from tensorgen.sim.products import _torch
+
+# tests set this to False to compute tap by tap
+ENABLED = True
+SOURCES = {np.dtype(np.int8): 128, np.dtype(np.uint8): 255}  # the largest |value|
+INT32_EXACT = 1 << 31
+
+
+@dataclass(frozen=True)
+class Taps:
+    """The static part of a tap run: the byte span of each row that every tap reads, and
+    where each tap's view starts in it."""
+
+    low: int  # the first byte any tap reads, in the source's memory (row 0)
+    span: int  # bytes from `low` to one past the last byte any tap reads
+    offsets: tuple[int, ...]  # each tap's base, relative to `low`
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes (= elements: int8/uint8)
+    dtype: np.dtype
+
+
+def plan(shape, strides, bases, dtype) -> Taps | None:
+    """The tap run of views of `shape`/`strides` (bytes) at byte `bases`, or None."""
+    if np.dtype(dtype) not in SOURCES or len(bases) < 2 or any(s < 0 for s in strides):
+        return None
+    inner = [s for n, s in zip(shape, strides, strict=True) if n > 1][-1:]
+    if inner not in ([], [1]):  # torch's multiply-add over a strided row: slower than tap by tap
+        return None
+    extent = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1
+    low = min(bases)
+    span = max(bases) - low + extent
+    if span > len(bases) * math.prod(shape):
+        return None  # the views are sparse in their span: one cast of it reads more than all taps
+    return Taps(low, span, tuple(b - low for b in bases), tuple(shape), tuple(strides), dtype)
+
+
+def bound(taps: Taps, weights) -> bool:
+    """Whether no partial sum of the taps can reach 2**31 in magnitude (`weights`: an
+    integer array per tap, broadcastable to the views)."""
+    if all(np.size(w) == 1 for w in weights):  # a scalar each (one row): Python integers
+        total = sum(abs(int(np.ravel(w)[0])) for w in weights)
+    else:
+        total = int(np.max(sum(np.abs(np.asarray(w, np.int64)) for w in weights)))
+    return total * SOURCES[np.dtype(taps.dtype)] < INT32_EXACT
+
+
+def tap_sum(taps: Taps, buf: np.ndarray, first: int, count: int, lead: int, weights):
+    """sum_t weights[t] * (tap t's view) as a fresh int32 array (count, *shape): rows
+    `lead` bytes apart in `buf` from byte `first` (row 0's `low`); `weights` each an
+    integer array broadcastable to (count, *shape) that passes `bound`. None (nothing
+    computed) when the span leaves `buf` or this path is off."""
+    last = first + (count - 1) * lead + taps.span - 1
+    if not ENABLED or first < 0 or lead < 0 or last >= buf.nbytes or not buf.flags.c_contiguous:
+        return None
+    torch = _torch()
+    raw = np.ndarray((count, taps.span), taps.dtype, buffer=buf, offset=first, strides=(lead, 1))
+    x = torch.from_numpy(raw.astype(np.int32))  # the one cast of every tap's bytes
+    acc = torch.zeros((count, *taps.shape), dtype=torch.int32)
+    size, strides = (count, *taps.shape), (taps.span, *taps.strides)
+    scalar = all(np.size(w) == 1 for w in weights)
+    for off, w in zip(taps.offsets, weights, strict=True):
+        view = x.as_strided(size, strides, off)
+        if scalar:  # one weight for every row: a Python integer, no tensor to make
+            acc.add_(view, alpha=int(np.ravel(w)[0]))
+        else:
+            acc.addcmul_(view, torch.from_numpy(np.ascontiguousarray(w, np.int32)))
+    return acc.numpy()
+
+
+# --- the runs of `stacked`'s plans ------------------------------------------------------
+
+
+def runs_of(effects) -> dict[int, tuple[int, Taps]]:
+    """The runs of `stacked.Effect`s of VMUL/VMACs that are one sum of shifted products: into one
+    destination (a VMUL or VMAC, then VMACs), sources of one view at shifted offsets,
+    neither a source nor a weight meeting the destination. First effect -> (last + 1, its
+    taps)."""
+    out, i = {}, 0
+    while i < len(effects):
+        j = i + 1
+        if effects[i].kind in ("VMUL", "VMAC"):
+            dst = effects[i].refs[0]
+            while (
+                j < len(effects)
+                and effects[j].kind == "VMAC"
+                and effects[j].refs[0] == dst
+                and _tap_like(effects[j], effects[i])
+            ):
+                j += 1
+        if j - i > 1 and _tap_like(effects[i], effects[i]):
+            a = effects[i].refs[1]
+            bases = [e.refs[1].offset for e in effects[i:j]]
+            t = plan(a.shape, a.strides, bases, a.dtype)
+            if t is not None:
+                out[i] = (j, t)
+        i = j
+    return out
+
+
+def _tap_like(e, first) -> bool:
+    """Whether `e` is a tap of the run `first` begins: its source `first`'s view shifted,
+    neither it nor its weight meeting the destination."""
+    dst, a, b = e.refs
+    a0 = first.refs[1]
+    if (a.mem, a.mode, a.step, a.dtype, a.shape, a.strides) != (
+        a0.mem,
+        a0.mode,
+        a0.step,
+        a0.dtype,
+        a0.shape,
+        a0.strides,
+    ):
+        return False
+    lo, hi = _span(dst)
+    return not any(
+        r is not None and r.mem == dst.mem and _span(r)[0] < hi and lo < _span(r)[1] for r in (a, b)
+    )
+
+
+def run_stacked(effects, t: Taps, array, locate, k: int) -> bool:
+    """The run's values for the `k` stacked iterations of a `stacked.Plan` (`array`, `locate`:
+    its operands' arrays and buffers); False (nothing written) to compute it effect by
+    effect."""
+    buf, first, lead = locate(effects[0].refs[1], t.low)
+    weights = [
+        np.int64(e.imm).astype(np.int32) if e.refs[2] is None else compact(array(e.refs[2]))
+        for e in effects
+    ]  # an immediate wrapped, as `stacked._vector`'s; a weight view with its broadcast axes cut
+    if not bound(t, weights):
+        return False
+    out = tap_sum(t, buf, first, k, lead, weights)
+    if out is None:
+        return False
+    dst = array(effects[0].refs[0], True)
+    if effects[0].kind == "VMAC":
+        np.add(dst, out, out=dst)  # int32: wraps
+    else:
+        dst[...] = out
+    return True
+
+
+def _span(r) -> tuple[int, int]:
+    """The bytes [lo, hi) an operand (`stacked.Ref`) touches."""
+    lo = r.offset + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
+    hi = r.offset + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
+    return lo, hi + r.dtype.itemsize
