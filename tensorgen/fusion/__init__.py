@@ -16,7 +16,7 @@ cycles are no higher than its layers' alone, else tries two parts, split where b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.fusion.program import FusionError, Merged, _buffer, fused_schedule, merge
+from tensorgen.fusion.recompute import band_rows, extra_macs, recompute
 from tensorgen.fusion.tiled import Tile, TileError, check_capacity, row_halo
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
@@ -344,23 +345,22 @@ def _fused_unit(
     if run.blamed is not None:
         return None, "; a layer has no schedule to replay (the kernel default)"
     layers = [graph.layers[j] for j in idx]
-    merged = None
+    merged, halo = None, [""]  # halo[0]: how the group's halos run, once it is known
     try:
         merged = merge(graph, layers, target.name)
-        halo = row_halo(merged.program, merged.intermediates) if tiled else None
-        if halo is not None:
-            raise TileError(f"{halo} (a halo): the band before's rows are not kept on chip yet")
+        merged, tile = (
+            _tile(run, group, merged, schedules[idx[-1]], halo) if tiled else (merged, None)
+        )
         alone = [
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)
         ]
-        tile = Tile(len(idx) - 1, merged.whole) if tiled else None
         sched = fused_schedule(merged, alone, target, tile)
         check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
         compiled = compile_scheduled(merged.program, target, sched)
     except TileError as err:  # refused before lowering
         run.blamed = _blame(str(err), merged, idx[0])
-        return None, f"; refused before lowering: {err}"
+        return None, f"{halo[0]}; refused before lowering: {err}"
     except TensorgenError as err:
         run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
         return None, f"; {err}"
@@ -373,8 +373,8 @@ def _fused_unit(
     binary = decode(encode(compiled.binary))
     cost = _cost(binary, target)
     alone = tuple(sum(run.alone_cost(j)[k] for j in idx) for k in range(3))
-    said = (
-        f"{cost[0]} cycles, {cost[1]} DRAM B, {cost[2] / 1e6:.2f} uJ fused; {alone[0]} cycles, "
+    said = halo[0] + (
+        f"; {cost[0]} cycles, {cost[1]} DRAM B, {cost[2] / 1e6:.2f} uJ fused; {alone[0]} cycles, "
         f"{alone[1]} DRAM B, {alone[2] / 1e6:.2f} uJ layer by layer"
     )
     # whole: DRAM bytes and energy are always lower, its cycles must not rise. Per band (its
@@ -385,9 +385,45 @@ def _fused_unit(
     if more > (run.slack if tiled else 0) or (
         tiled and not (cost[1] < alone[1] and cost[2] < alone[2])
     ):
-        return None, f"; {said}: costs more" + (f" ({run.slack} cycles to spare)" if tiled else "")
+        return None, f"{said}: costs more" + (f" ({run.slack} cycles to spare)" if tiled else "")
     run.slack -= more
-    return Unit(idx, binary, bindings, compiled.macs, "fused"), f"; {said}"
+    return Unit(idx, binary, bindings, compiled.macs, "fused"), said
+
+
+# what one band of a group's kept activations may take of the scratchpad (the rest: the
+# layers' own tiles, their weights and inputs)
+BAND_SHARE = 0.5
+
+
+def _tile(run: _Run, group: Group, merged: Merged, trace, halo: list[str]) -> tuple[Merged, Tile]:
+    """How `merged` runs per band of its last layer's rows: its producers moved into that
+    layer's row loop, or, if that layer reads a halo (rows two bands read), recomputing the
+    halo per band (`halo[0]` says so and what it costs)."""
+    last = len(merged.offsets) - 1
+    why = row_halo(merged.program, merged.intermediates)
+    if why is None:
+        return merged, Tile(last, merged.whole)
+    halo[0] = f"; {why} (a halo): recomputed per band"
+    merged, rows, how = _recomputed(run, group, merged, trace)
+    halo[0] += f", {how}"
+    return merged, Tile(last, merged.whole, rows)
+
+
+def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged, int, str]:
+    """`merged` rewritten to run per band, its producers recomputing their halos (recompute.py),
+    with the band's rows and what they cost; refused (TileError) before anything is lowered if
+    the MACs run again take more cycles than the DRAM bytes fusing saves."""
+    target, first = run.target, merged.offsets[-1]
+    room = int(BAND_SHARE * target.spad.bytes)
+    rows = band_rows(merged.program, first, trace, merged.whole, room)
+    program = recompute(merged.program, first, rows)
+    extra = extra_macs(merged.program, program, first)
+    spent = extra // target.peak_macs_per_cycle
+    saved = group.saved_dram_bytes // target.dram_bytes_per_cycle
+    how = f"{rows} rows a band, {extra} MACs again ({spent} cycles; the DRAM saved {saved})"
+    if spent > saved + run.slack:
+        raise TileError(f"{how}: the recomputed rows cost more than they save")
+    return replace(merged, program=verify_program(program)), rows, how
 
 
 _NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")

@@ -155,7 +155,8 @@ def fused_schedule(
             fused.stage(tensor, None, "spad", layout=layout)
     deferred: list[tuple[str, Loop, str, bool]] = []
     for i, (program, trace) in enumerate(alone):
-        moved = tile is not None and i < tile.layer
+        # a layer moved into the band loop by compute_at (not one that runs per band already)
+        moved = tile is not None and tile.rows is None and i < tile.layer
         _replay(fused, merged, i, program, trace, deferred if moved else None)
         # the layer's rows shared with the others' (each layer's split made a row for all):
         # isl's AST of the group, its checks and the next layer's steps see a few dimensions
@@ -175,8 +176,10 @@ def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, de
     stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
     mirror = Schedule(program, None, checked=False)
     handles = {}
+    shared = set(fused.program.shared_names)  # the band loop of recompute.py: not the layer's
     for s in program.statements:
-        for a, b in zip(mirror.loops(s.name), fused.loops(stmt[s.name]), strict=True):
+        own = [lp for lp in fused.loops(stmt[s.name]) if lp.name not in shared]
+        for a, b in zip(mirror.loops(s.name), own, strict=True):
             handles[a.name] = b
     late: dict[str, int] = {}
     for step in trace:
@@ -191,11 +194,22 @@ def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, de
             deferred.append((tensor, handles[step.args[1].name], step.args[2], False))
             continue
         kwargs = dict(step.kwargs)
-        got = getattr(mirror, step.primitive)(*_args(step.args, mirror.loop, None), **kwargs)
+        if step.primitive == "stage" and kwargs.get("layout") is not None:
+            kwargs["layout"] = _layout(fused.program, tensor, kwargs["layout"])
+        got = getattr(mirror, step.primitive)(
+            *_args(step.args, mirror.loop, None), **dict(step.kwargs)
+        )
         args = _args(step.args, handles.__getitem__, {**rename, **stmt})
         made = getattr(fused, step.primitive)(*args, **kwargs)
         for a, b in zip(_loops(got), _loops(made), strict=True):
             handles[a.name] = b
+
+
+def _layout(program: Program, tensor: str, layout) -> tuple[int, ...]:
+    """A layer's layout of `tensor` on chip for the fused program, where a tensor that runs
+    per band (recompute.py) has the band as an extra first dimension, kept outermost."""
+    extra = len(program.tensor(tensor).shape) - len(layout)
+    return tuple(range(extra)) + tuple(d + extra for d in layout)
 
 
 def _layouts(merged: Merged, alone: list[tuple[Program, tuple]]) -> dict[str, object]:

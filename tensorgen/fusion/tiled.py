@@ -19,6 +19,8 @@ from tensorgen.errors import TensorgenError
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.state import Loop
 
+BAND = "band"  # the shared loop over bands of a group whose producers recompute (recompute.py)
+
 
 class TileError(TensorgenError):
     """A group that cannot be fused per band (refused before it is lowered)."""
@@ -26,10 +28,13 @@ class TileError(TensorgenError):
 
 @dataclass(frozen=True)
 class Tile:
-    """The band loop's layer (its index in the group) and the tensors staged per band."""
+    """The band loop's layer (its index in the group) and the tensors staged per band; `rows`:
+    the bands are the shared loop `band` over that many of its output rows, the producers
+    recomputing their halos (recompute.py), else the tile layer's own row loop (compute_at)."""
 
     layer: int
     banded: frozenset[str]
+    rows: int | None = None
 
 
 def row_halo(program, kept: frozenset[str]) -> str | None:
@@ -82,11 +87,14 @@ def tile_group(fused: Schedule, tile: Tile, first: str, moved: list[str]) -> Loo
     `first`) computed per band of the tile layer's rows, and `tile.banded` staged at the band
     loop (an input several layers read: loaded per band, its halo again); refused if the buffer
     of an activation would have to keep another band's rows."""
-    loop = band_loop(fused, first)
-    try:
-        fused.compute_at(loop, *moved)
-    except TensorgenError as err:
-        raise TileError(f"the producers do not run per band: {err}") from None
+    if tile.rows is not None:  # the program runs per band already: `for band: producers; ...`
+        loop = fused.loop(BAND)
+    else:
+        loop = band_loop(fused, first)
+        try:
+            fused.compute_at(loop, *moved)
+        except TensorgenError as err:
+            raise TileError(f"the producers do not run per band: {err}") from None
     written = {st.lhs.tensor for st in fused.program.statements}
     for tensor in sorted(tile.banded & written):
         box = fused.staged_box(tensor, loop.name)
