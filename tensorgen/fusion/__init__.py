@@ -415,8 +415,8 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
     the MACs run again take more cycles than the DRAM bytes fusing saves."""
     target, first = run.target, merged.offsets[-1]
     room = int(BAND_SHARE * target.spad.bytes)
-    rows = band_rows(merged.program, first, trace, merged.whole, room)
-    program = recompute(merged.program, first, rows)
+    rows = band_rows(merged.program, merged.offsets, trace, merged.whole, room)
+    program = recompute(merged.program, merged.offsets, rows)
     extra = extra_macs(merged.program, program, first)
     spent = extra // target.peak_macs_per_cycle
     saved = group.saved_dram_bytes // target.dram_bytes_per_cycle

@@ -6,10 +6,12 @@ The merged program is rewritten before any schedule is replayed on it: every sta
 shared outermost loop `band` (the program order becomes `for band: producers; consumer`); the
 tile layer's statements run the output rows `rows*band .. rows*band + rows - 1` of that band;
 every tensor the producers write gets the band as an extra first dimension (one buffer per
-band, so no band reads a row another band wrote), and each producer statement runs, per band,
-the instances whose values that band reads (isl: the readers' accesses applied back through
-its writes, from the consumer up). A row outside the image is no instance: the consumer reads
-it out of its tensor's bounds, as the pad (the readers' pad, as for every fused intermediate).
+band, so no band reads a row another band wrote). Each producer layer runs, per band, the rows
+its readers read there (from the consumer up: their subscripts over their own band's rows),
+numbered from the band's first, so that its own schedule's blocks of rows start with the band
+(their buffers' origins stay affine); its accumulators hold the band's rows only. Its output
+keeps the image's rows, written inside the image only: a row outside is read out of its
+tensor's bounds, as the pad (the readers' pad, as for every fused intermediate).
 The price is the halo rows' MACs again in the next band; `extra_macs` says how many, and the
 caller weighs them before anything is lowered.
 """
@@ -17,7 +19,7 @@ caller weighs them before anything is lowered.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -27,45 +29,143 @@ from tensorgen.ir.core import Access, Affine, BinOp, Call, Expr, Program, Read, 
 from tensorgen.schedule.api import Schedule
 
 
-def row_index(st: Statement) -> str | None:
-    """The index of `st` that runs over the rows of the NCHW activation it writes."""
-    return st.lhs.index[2].bare() if len(st.lhs.index) == 4 else None
+@dataclass(frozen=True)
+class _Span:
+    """The rows a layer runs in band `band`: `step*band + start + u`, u in 0..count-1."""
+
+    step: int
+    start: int
+    count: int
 
 
-def recompute(program: Program, first: int, rows: int) -> Program:
-    """`program` (a group's merged program whose statements from `first` on are its tile layer)
-    run per band of `rows` of the tile layer's output rows, its producers recomputing per band
-    every instance the band reads (see the module's docstring)."""
-    producers, tile = program.statements[:first], program.statements[first:]
-    if not producers or program.shared_loops:
+def recompute(program: Program, offsets: tuple[int, ...], rows: int) -> Program:
+    """`program` (a group's merged program, its layers' statements from `offsets` on, the last
+    layer the tile layer) run per band of `rows` of the tile layer's output rows, its producers
+    recomputing per band every row the band reads (see the module's docstring)."""
+    ends = (*offsets[1:], len(program.statements))
+    layers = [program.statements[a:b] for a, b in zip(offsets, ends, strict=True)]
+    if len(layers) < 2 or program.shared_loops:
         raise TileError("recompute: a group of one layer, or with loops of its own outside")
-    heights = set()
-    for st in tile:
-        h = row_index(st)
-        if h is None:
-            raise TileError(f"recompute: {st.name} writes no NCHW rows (its band is not rows)")
-        heights.add(st.extent(h))
+    heights = {st.extent(_row(st)) for st in layers[-1]}
     if len(heights) != 1:
         raise TileError("recompute: the tile layer's statements run different rows")
     bands = math.ceil(heights.pop() / rows)
-    banded = {st.lhs.tensor for st in producers}
-    for name in sorted(banded):
+    layer_of = {st.name: i for i, layer in enumerate(layers) for st in layer}
+    readers: dict[str, set[int]] = {}
+    for st in program.statements:
+        for acc in st.reads:
+            readers.setdefault(acc.tensor, set()).add(layer_of[st.name])
+    written = {st.lhs.tensor: layer_of[st.name] for layer in layers[:-1] for st in layer}
+    for name in sorted(written):
         if program.tensor(name).role != "none":
             raise TileError(f"recompute: {name} is written before the tile layer and is a port")
-    tensors = tuple(
-        replace(t, shape=(bands, *t.shape)) if t.name in banded else t for t in program.tensors
-    )
+    # a tensor only its own layer reads (an accumulator) is held in the layer's rows of the band
+    local = {t for t, i in written.items() if readers.get(t, set()) <= {i}}
+    spans = {len(layers) - 1: _Span(rows, 0, rows)}
     out = {}
-    for st in tile:
-        h = row_index(st)
-        inside = f"{rows}*{BAND} <= {h} <= {rows}*{BAND} + {rows - 1}"
-        out[st.name] = _banded(st, banded, bands, inside)
-    fresh = replace(program, tensors=tensors, shared_loops=((BAND, bands),))
-    for st in reversed(producers):
-        every = _banded(st, banded, bands, "")
-        out[st.name] = replace(every, where=_needed(fresh, every, list(out.values())))
+    for st in layers[-1]:
+        inside = f"{rows}*{BAND} <= {_row(st)} <= {rows}*{BAND} + {rows - 1}"
+        out[st.name] = _moved(st, written, local, None, bands, inside)
+    for i in range(len(layers) - 2, -1, -1):
+        mine = {t for t, j in written.items() if j == i}
+        span = spans[i] = _span(layers, spans, mine - local, i)
+        for st in layers[i]:
+            # no row past the image's last; the first rows only where the output is written:
+            # an accumulator's block of rows starts with the band's, in every band
+            g = f"{_row(st)} + {span.step}*{BAND} + {span.start}"
+            last = dict(zip(st.indices, st.bounds, strict=True))[_row(st)][1]
+            clip = f"{g} <= {last}" if st.lhs.tensor in local else f"0 <= {g} <= {last}"
+            out[st.name] = _moved(st, written, local, span, bands, clip)
+    tensors = []
+    for t in program.tensors:
+        if t.name in written:
+            shape = list(t.shape)
+            if t.name in local:
+                shape[2] = spans[written[t.name]].count
+            t = replace(t, shape=(bands, *shape))
+        tensors.append(t)
     statements = tuple(out[st.name] for st in program.statements)
-    return replace(fresh, statements=statements)
+    return replace(
+        program, tensors=tuple(tensors), statements=statements, shared_loops=((BAND, bands),)
+    )
+
+
+def _row(st: Statement) -> str:
+    """The index of `st` that runs over the rows of the NCHW activation it writes."""
+    h = st.lhs.index[2].bare() if len(st.lhs.index) == 4 else None
+    if h is None:
+        raise TileError(f"recompute: {st.name} writes no NCHW rows (its band is not rows)")
+    if h in st.where:
+        raise TileError(f"recompute: {st.name} bounds its rows with a where")
+    return h
+
+
+def _span(layers, spans: dict[int, _Span], tensors: set[str], i: int) -> _Span:
+    """The rows of `tensors` (layer i's outputs) that the later layers read per band, from
+    their read subscripts over their own rows (`spans`) and the bounds of their other indices:
+    the band's, before the image's edges clip them (read there, they are the pad)."""
+    pieces = set()
+    for j in range(i + 1, len(layers)):
+        for st in layers[j]:
+            h, box = _row(st), dict(zip(st.indices, st.bounds, strict=True))
+            for acc in st.reads:
+                if acc.tensor not in tensors:
+                    continue
+                a = acc.index[2]
+                c = a.coef(h)
+                if c <= 0:
+                    raise TileError(f"recompute: {st.name} reads {acc.tensor}'s rows backwards")
+                lo = hi = a.const + c * spans[j].start
+                hi += c * (spans[j].count - 1)
+                for v, k in a.terms:
+                    if v != h:
+                        lo += min(k * box[v][0], k * box[v][1])
+                        hi += max(k * box[v][0], k * box[v][1])
+                pieces.add((c * spans[j].step, lo, hi))
+    steps = {p[0] for p in pieces}
+    if len(steps) != 1:
+        raise TileError(f"recompute: the rows layer {i} writes are read at different strides")
+    start = min(p[1] for p in pieces)
+    return _Span(steps.pop(), start, max(p[2] for p in pieces) - start + 1)
+
+
+def _moved(st, written, local, span: _Span | None, bands: int, where: str) -> Statement:
+    """`st` with the shared `band` index first and its accesses to band tensors at that band;
+    with a `span` (a producer), its rows those of the band (numbered from the span's first),
+    every access but of `local` tensors at the rows of the image they are."""
+    h = _row(st)
+    bounds = dict(zip(st.indices, st.bounds, strict=True))
+    if span is not None:
+        bounds[h] = (0, span.count - 1)
+
+    def access(acc: Access) -> Access:
+        if acc.table:
+            return acc
+        index = acc.index
+        if span is not None and acc.tensor not in local:
+            index = tuple(_shift(a, h, span) for a in index)
+        if acc.tensor in written:
+            index = (Affine.of({BAND: 1}), *index)
+        return replace(acc, index=index)
+
+    return replace(
+        st,
+        lhs=access(st.lhs),
+        rhs=_expr(st.rhs, access),
+        indices=(BAND, *st.indices),
+        bounds=((0, bands - 1), *(bounds[i] for i in st.indices)),
+        where=" and ".join(f"({w})" for w in (st.where, where) if w),
+    )
+
+
+def _shift(a: Affine, h: str, span: _Span) -> Affine:
+    """`a` with the band's row `h` (numbered from its first) the image's row it is."""
+    c = a.coef(h)
+    if not c:
+        return a
+    coefs = dict(a.terms)
+    coefs[BAND] = coefs.get(BAND, 0) + c * span.step
+    return Affine.of(coefs, a.const + c * span.start)
 
 
 def extra_macs(program: Program, banded: Program, first: int) -> int:
@@ -82,63 +182,24 @@ def _count(s: isl.Set) -> int:
     return int(s.count_val().to_python())
 
 
-def _needed(program: Program, st: Statement, readers: list[Statement]) -> str:
-    """The `where` of `st` (banded, over every band) that keeps, per band, the instances whose
-    writes some reader reads in that band: readers are later statements, already banded."""
-    tensor = program.tensor(st.lhs.tensor)
-    read = None
-    for r in readers:
-        for acc in r.reads:
-            if acc.tensor != tensor.name:
-                continue
-            m = poly.access_map(r, acc).intersect_range(poly.tensor_box(tensor)).range()
-            read = m if read is None else read.union(m)
-    if read is None:
-        raise TileError(f"recompute: nothing in the group reads {tensor.name}")
-    dom = poly.domain(st)
-    need = poly.access_map(st, st.lhs).intersect_range(read).domain().coalesce()
-    text = str(need.gist(dom).remove_redundancies())
-    if " : " not in text:
-        return st.where  # every instance (a band needs all of them)
-    constraints = text.split(" : ", 1)[1].rsplit("}", 1)[0].strip()
-    return f"({st.where}) and ({constraints})" if st.where else constraints
-
-
-def _banded(st: Statement, banded: set[str], bands: int, inside: str) -> Statement:
-    """`st` with the shared `band` index first, its accesses to `banded` tensors at that band,
-    and `inside` added to its `where`."""
-    where = " and ".join(f"({w})" for w in (st.where, inside) if w)
-    return replace(
-        st,
-        lhs=_access(st.lhs, banded),
-        rhs=_expr(st.rhs, banded),
-        indices=(BAND, *st.indices),
-        bounds=((0, bands - 1), *st.bounds),
-        where=where,
-    )
-
-
-def _access(acc: Access, banded: set[str]) -> Access:
-    if acc.tensor not in banded or acc.table:
-        return acc
-    return replace(acc, index=(Affine.of({BAND: 1}), *acc.index))
-
-
-def _expr(e: Expr, banded: set[str]) -> Expr:
+def _expr(e: Expr, access) -> Expr:
     if isinstance(e, Read):
-        return Read(_access(e.access, banded))
+        return Read(access(e.access))
     if isinstance(e, Call):
-        return Call(e.fn, tuple(_expr(a, banded) for a in e.args))
+        return Call(e.fn, tuple(_expr(a, access) for a in e.args))
     if isinstance(e, BinOp):
-        return BinOp(e.op, _expr(e.lhs, banded), _expr(e.rhs, banded))
+        return BinOp(e.op, _expr(e.lhs, access), _expr(e.rhs, access))
     return e
 
 
-def band_rows(program: Program, first: int, trace, kept: frozenset[str], room: int) -> int:
+def band_rows(
+    program: Program, offsets: tuple[int, ...], trace, kept: frozenset[str], room: int
+) -> int:
     """The most output rows of the tile layer a band may run: a multiple of the rows its own
     schedule splits its row loop by (`trace`), such that one band of the `kept` tensors (isl:
     their boxes at the band loop) fits `room` bytes; refused if one block does not."""
-    h = row_index(program.statements[first])
+    first = offsets[-1]
+    h = _row(program.statements[first])
     block = next(
         (
             int(step.args[1])
@@ -150,7 +211,7 @@ def band_rows(program: Program, first: int, trace, kept: frozenset[str], room: i
     height = program.statements[first].extent(h)
 
     def fits(rows: int) -> bool:
-        banded = recompute(program, first, rows)
+        banded = recompute(program, offsets, rows)
         s = Schedule(banded, None, checked=False)
         need = 0
         for name in sorted(kept):
