@@ -154,10 +154,13 @@ def fused_schedule(
         if tensor not in banded:
             fused.stage(tensor, None, "spad", layout=layout)
     deferred: list[tuple[str, Loop, str, bool]] = []
+    written = {st.lhs.tensor for st in merged.program.statements}
     for i, (program, trace) in enumerate(alone):
-        # a layer moved into the band loop by compute_at (not one that runs per band already)
-        moved = tile is not None and tile.rows is None and i < tile.layer
-        _replay(fused, merged, i, program, trace, deferred if moved else None)
+        moved = tile is not None and i < tile.layer
+        # a layer that runs per band already (recompute.py) keeps its blocks of rows: only its
+        # inputs move to the band loop, their rows loaded once per band, not once per block
+        inputs = written if tile is not None and tile.rows is not None else None
+        _replay(fused, merged, i, program, trace, deferred if moved else None, inputs)
         # the layer's rows shared with the others' (each layer's split made a row for all):
         # isl's AST of the group, its checks and the next layer's steps see a few dimensions
         fused.pack()
@@ -168,10 +171,13 @@ def fused_schedule(
     return fused  # compile_scheduled's verify_schedule checks it against the dependences
 
 
-def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, deferred) -> None:
+def _replay(
+    fused: Schedule, merged: Merged, i: int, program: Program, trace, deferred, written=None
+) -> None:
     """Layer i's trace replayed on the fused schedule; with `deferred` (a layer moved into a
     band), its stagings at a loop over rows are kept there (tensor, loop, memory, double) for
-    `restage`: that loop has one iteration per band, where no buffer can be placed."""
+    `restage`: that loop has one iteration per band, where no buffer can be placed; with
+    `written` too, only those of tensors not in it (the group's inputs)."""
     rename, offset = merged.names[i], merged.offsets[i]
     stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
     mirror = Schedule(program, None, checked=False)
@@ -189,7 +195,12 @@ def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, de
         if step.primitive == "double_buffer" and tensor in late:
             deferred[late[tensor]] = (*deferred[late[tensor]][:3], True)
             continue
-        if deferred is not None and step.primitive == "stage" and is_row_loop(step.args[1]):
+        if (
+            deferred is not None
+            and step.primitive == "stage"
+            and is_row_loop(step.args[1])
+            and (written is None or tensor not in written)
+        ):
             late[tensor] = len(deferred)
             deferred.append((tensor, handles[step.args[1].name], step.args[2], False))
             continue

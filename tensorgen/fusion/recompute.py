@@ -204,7 +204,8 @@ def band_rows(
         (
             int(step.args[1])
             for step in trace
-            if step.primitive == "split" and getattr(step.args[0], "name", None) == h
+            if step.primitive == "split"
+            and getattr(step.args[0], "name", "").rsplit(".", 1)[-1] == h
         ),
         1,
     )
