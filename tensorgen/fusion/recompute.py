@@ -195,9 +195,10 @@ def _expr(e: Expr, access) -> Expr:
 def band_rows(
     program: Program, offsets: tuple[int, ...], trace, kept: frozenset[str], room: int
 ) -> int:
-    """The most output rows of the tile layer a band may run: a multiple of the rows its own
-    schedule splits its row loop by (`trace`), such that one band of the `kept` tensors (isl:
-    their boxes at the band loop) fits `room` bytes; refused if one block does not."""
+    """The output rows of the tile layer a band runs: a multiple of the rows its own schedule
+    splits its row loop by (`trace`), the most such that one band of the `kept` tensors (isl:
+    their boxes at the band loop) fits `room` bytes, or the most of at least half as many that
+    divide the rows evenly; refused if one block does not fit."""
     first = offsets[-1]
     h = _row(program.statements[first])
     block = next(
@@ -222,10 +223,13 @@ def band_rows(
             need += math.prod(box.size) * banded.tensor(name).itemsize
         return need <= room
 
-    lo, hi = 1, max(1, math.ceil(height / block))  # in blocks: the most that fit, by bisection
+    # in blocks: the most that fit (by bisection: a band's boxes only grow with its rows), then
+    # the most of those that divide the rows (a last band of fewer rows still moves whole boxes)
+    lo, hi = 1, max(1, math.ceil(height / block))
     if not fits(block):
         raise TileError(f"recompute: one band of {block} rows does not fit {room} B")
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid * block) else (lo, mid - 1)
-    return lo * block
+    even = [m for m in range(lo, 0, -1) if height % (m * block) == 0]
+    return (even[0] if even and 2 * even[0] >= lo else lo) * block
