@@ -150,7 +150,8 @@ def fused_schedule(
     # checks the real capacities once
     fused = Schedule(merged.program, None, checked=False)
     banded = tile.banded if tile is not None else frozenset()
-    for tensor, layout in _layouts(merged, alone).items():
+    layouts = _layouts(merged, alone)
+    for tensor, layout in layouts.items():
         if tensor not in banded:
             fused.stage(tensor, None, "spad", layout=layout)
     deferred: list[tuple[str, Loop, str, bool]] = []
@@ -166,7 +167,14 @@ def fused_schedule(
         fused.pack()
     if tile is not None:  # the layers before the tile layer run per band of its rows
         moved = [f"S{k}" for k in range(merged.offsets[tile.layer])]
-        band = tile_group(fused, tile, f"S{merged.offsets[tile.layer]}", moved)
+        if tile.rows is not None:  # a band's buffers in the layout their readers chose
+            layouts = {
+                t: None if lay is None else _layout(fused.program, t, lay)
+                for t, lay in layouts.items()
+            }
+        else:
+            layouts = {}
+        band = tile_group(fused, tile, f"S{merged.offsets[tile.layer]}", moved, layouts)
         restage(fused, band, deferred)
     return fused  # compile_scheduled's verify_schedule checks it against the dependences
 

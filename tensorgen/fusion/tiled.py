@@ -82,11 +82,15 @@ def band_loop(fused: Schedule, statement: str) -> Loop:
     raise TileError(f"{statement}'s layer runs no loop over its output rows outermost")
 
 
-def tile_group(fused: Schedule, tile: Tile, first: str, moved: list[str]) -> Loop:
+def tile_group(
+    fused: Schedule, tile: Tile, first: str, moved: list[str], layouts: dict | None = None
+) -> Loop:
     """`moved` (the statements of the layers before the tile layer, whose first statement is
-    `first`) computed per band of the tile layer's rows, and `tile.banded` staged at the band
-    loop (an input several layers read: loaded per band, its halo again); refused if the buffer
-    of an activation would have to keep another band's rows."""
+    `first`) computed per band of the tile layer's rows (or, with `tile.rows`, the program run
+    per band already: recompute.py), and `tile.banded` staged at the band loop (an input several
+    layers read: loaded per band, its halo again) in `layouts` (tensor -> its buffer's
+    dimension order, default the tensor's); refused if the buffer of an activation would have
+    to keep another band's rows."""
     if tile.rows is not None:  # the program runs per band already: `for band: producers; ...`
         loop = fused.loop(BAND)
     else:
@@ -108,7 +112,7 @@ def tile_group(fused: Schedule, tile: Tile, first: str, moved: list[str]) -> Loo
     except TensorgenError as err:
         raise TileError(f"the producers do not run per band: {err}") from None
     for tensor in sorted(tile.banded):
-        fused.stage(tensor, loop, "spad")
+        fused.stage(tensor, loop, "spad", layout=(layouts or {}).get(tensor))
     return loop
 
 

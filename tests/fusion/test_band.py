@@ -35,7 +35,7 @@ class _Pair(torch.nn.Module):
 
 def _compile(monkeypatch, kernel: int, slack: int):
     # no group kept whole (they would take quantize -> a and b -> dequantize): the pair alone
-    monkeypatch.setattr(fusion, "fusion_groups", lambda graph, target: [])
+    monkeypatch.setattr(fusion, "fusion_groups", lambda graph, target, taken=(): [])
     monkeypatch.setattr(fusion, "BAND_SLACK", slack)
     lowered = []
     real = fusion.compile_scheduled

@@ -45,7 +45,7 @@ def test_an_expand_and_depthwise_pair_is_fused_per_band_with_its_halo_recomputed
     monkeypatch, stride: int
 ) -> None:
     # the pair alone: no group kept whole, none with the quantize or dequantize around it
-    monkeypatch.setattr(fusion, "fusion_groups", lambda graph, target: [])
+    monkeypatch.setattr(fusion, "fusion_groups", lambda graph, target, taken=(): [])
     monkeypatch.setattr(fusion, "BAND_SLACK", 10**9)
     monkeypatch.setattr(fusion, "TILE_LAYERS", 2)
     torch.manual_seed(0)
