@@ -174,12 +174,17 @@ def extra_macs(program: Program, banded: Program, first: int) -> int:
     extra = 0
     for old, new in zip(program.statements[:first], banded.statements[:first], strict=True):
         if old.op == "+=":
-            extra += _count(poly.domain(new)) - _count(poly.domain(old))
+            extra += _instances(new, _row(old)) - math.prod(hi - lo + 1 for lo, hi in old.bounds)
     return extra
 
 
-def _count(s: isl.Set) -> int:
-    return int(s.count_val().to_python())
+def _instances(st: Statement, h: str) -> int:
+    """How many instances a banded producer statement runs: its `where` bounds only its band
+    and rows, so isl counts those pairs (a few hundred points, not every instance's)."""
+    pairs = poly.domain(st).project_out_except([BAND, h], [isl.dim_type.set])
+    box = zip(st.indices, st.bounds, strict=True)
+    others = math.prod(hi - lo + 1 for i, (lo, hi) in box if i not in (BAND, h))
+    return int(pairs.count_val().to_python()) * others
 
 
 def _expr(e: Expr, access) -> Expr:
