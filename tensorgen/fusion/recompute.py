@@ -85,8 +85,13 @@ def recompute(program: Program, offsets: tuple[int, ...], rows: int) -> Program:
             t = replace(t, shape=(bands, *shape))
         tensors.append(t)
     statements = tuple(out[st.name] for st in program.statements)
+    rows_read = {t: spans[i].count for t, i in written.items() if t not in local}
     return replace(
-        program, tensors=tuple(tensors), statements=statements, shared_loops=((BAND, bands),)
+        program,
+        tensors=tuple(tensors),
+        statements=statements,
+        shared_loops=((BAND, bands),),
+        meta={**program.meta, "band_rows": rows_read},  # per output of a producer: its rows
     )
 
 
@@ -198,12 +203,19 @@ def _expr(e: Expr, access) -> Expr:
 
 
 def band_rows(
-    program: Program, offsets: tuple[int, ...], trace, kept: frozenset[str], room: int
+    program: Program,
+    offsets: tuple[int, ...],
+    trace,
+    kept: frozenset[str],
+    room: int,
+    exact: bool = True,
 ) -> int:
     """The output rows of the tile layer a band runs: a multiple of the rows its own schedule
     splits its row loop by (`trace`), the most such that one band of the `kept` tensors (isl:
     their boxes at the band loop) fits `room` bytes, or the most of at least half as many that
-    divide the rows evenly; refused if one block does not fit."""
+    divide the rows evenly; refused if one block does not fit. Not `exact`: at least as many,
+    from the rows each band of the producers' outputs holds alone (no isl, no halo columns,
+    no shared inputs): what a cheap refusal may assume."""
     first = offsets[-1]
     h = _row(program.statements[first])
     block = next(
@@ -219,6 +231,13 @@ def band_rows(
 
     def fits(rows: int) -> bool:
         banded = recompute(program, offsets, rows)
+        if not exact:
+            need = 0
+            for name, count in banded.meta["band_rows"].items():
+                if name in kept:
+                    t = banded.tensor(name)
+                    need += math.prod(t.shape[1:]) // t.shape[3] * count * t.itemsize
+            return need <= room
         s = Schedule(banded, None, checked=False)
         need = 0
         for name in sorted(kept):
