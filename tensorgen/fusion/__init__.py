@@ -11,6 +11,9 @@ longest run from its first layer whose kept activations fit WHOLE_SHARE of the s
 rest is for the layers' own tiles; the lowering checks the real capacities); `fuse_units`
 compiles each (the layers' own schedules replayed on the merged program) and keeps it if its
 cycles are no higher than its layers' alone, else tries two parts, split where both are groups.
+Before them, the groups whose activations do not fit whole are tried per band of their last
+layer's rows (tiled.py; with a halo, recomputed per band: recompute.py), and kept while what
+the whole groups save in cycles pays for what they add.
 """
 
 from __future__ import annotations
@@ -296,7 +299,8 @@ TILE_LAYERS = 3
 def _tiled_units(run: _Run, units: list[Unit]) -> list[Unit]:
     """`units` with runs of single layers whose activations do not fit whole fused per band
     (tiled.py), greedily from the first: the longest group from each layer that compiles so
-    and costs less than its layers alone."""
+    and moves fewer DRAM bytes and less energy than its layers alone (its cycles are weighed
+    by fuse_units, once all groups are known)."""
     out: list[Unit] = []
     i = 0
     while i < len(units):

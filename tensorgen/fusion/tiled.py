@@ -7,8 +7,10 @@ with `compute_at` (isl places each producer instance in the first band that read
 activations they write are staged at the loop: one band on chip at a time, never in DRAM. A
 band's buffer must hold what that band alone writes and reads (isl: the boxes of two bands
 meet nowhere): a producer whose rows two bands read (a 3x3 consumer's halo) would need the
-rows of the band before kept, which the lowering cannot stage yet, and is refused here, before
-anything is lowered, like a band that does not fit the memories.
+rows of the band before kept, which the lowering cannot stage (its buffer's origin would move
+per band), so such a group's program is rewritten to recompute them per band instead
+(recompute.py: a shared `band` loop, no compute_at); a band whose boxes still meet, or that does
+not fit the memories, is refused here, before anything is lowered.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ class Tile:
 def row_halo(program, kept: frozenset[str]) -> str | None:
     """A statement of `program` that reads a row of a kept 4-D activation (NCHW) other than
     the row it writes (a 3x3 or strided consumer: a halo two bands read), from the text of its
-    accesses alone: the refusal before any schedule is built. isl's check in `tile_group` is
-    the authoritative one."""
+    accesses alone: such a group recomputes its halos (recompute.py), decided before any
+    schedule is built. isl's check in `tile_group` is the authoritative one."""
     for st in program.statements:
         if len(st.lhs.index) != 4:
             continue
@@ -104,8 +106,8 @@ def tile_group(
         box = fused.staged_box(tensor, loop.name)
         if box is None or not box.fresh:
             raise TileError(
-                f"{tensor}'s rows are read by two bands of {loop.name} (a halo): the band "
-                f"before's rows are not kept on chip yet"
+                f"{tensor}'s rows are read by two bands of {loop.name} (a halo, or a box "
+                f"whose origin is not affine): the band before's rows are not kept on chip"
             )
     try:
         fused.check()  # the dependences, once: what the lowering's verify_schedule would say
