@@ -11,12 +11,15 @@ longest run from its first layer whose kept activations fit WHOLE_SHARE of the s
 rest is for the layers' own tiles; the lowering checks the real capacities); `fuse_units`
 compiles each (the layers' own schedules replayed on the merged program) and keeps it if its
 cycles are no higher than its layers' alone, else tries two parts, split where both are groups.
+Before them, the groups whose activations do not fit whole are tried per band of their last
+layer's rows (tiled.py; with a halo, recomputed per band: recompute.py), and kept while what
+the whole groups save in cycles pays for what they add.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,6 +28,7 @@ from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.fusion.program import FusionError, Merged, _buffer, fused_schedule, merge
+from tensorgen.fusion.recompute import band_rows, extra_macs, recompute
 from tensorgen.fusion.tiled import Tile, TileError, check_capacity, row_halo
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
@@ -188,14 +192,17 @@ class _Uses:
 WHOLE_SHARE = 0.75
 
 
-def fusion_groups(graph: Graph, target: Target) -> list[Group]:
+def fusion_groups(graph: Graph, target: Target, taken: frozenset[int] = frozenset()) -> list[Group]:
     """The groups of consecutive layers, greedily from the first: each the longest run from its
-    first layer that keeps every value it writes and reads on chip and fits the scratchpad."""
+    first layer that keeps every value it writes and reads on chip and fits the scratchpad, and
+    holds no layer of `taken` (fused per band already)."""
     uses, groups, a = _Uses(graph), [], 0
     n = len(graph.layers)
     while a < n:
         best = None
         for b in range(a + 1, n):
+            if a in taken or b in taken:
+                break
             if uses.kept(a, b) > WHOLE_SHARE * target.spad.bytes:
                 break  # it only grows with b
             group = uses.group(a, b, target)
@@ -224,24 +231,61 @@ class Unit:
 def fuse_units(
     graph: Graph, target: Target, singles: list[Unit], schedules: list[tuple | None]
 ) -> tuple[list[Unit], list[str]]:
-    """`singles` (one unit per layer, compiled alone) with every group that fits the scratchpad
-    and whose layers all have schedules replaced by one fused unit; and one line per group
-    saying what was fused and why, or why not."""
-    uses, units, notes, start = _Uses(graph), [], [], {}
-    for group in fusion_groups(graph, target):
-        first = next(k for k, lay in enumerate(graph.layers) if lay.name == group.layers[0])
+    """`singles` (one unit per layer, compiled alone) with fused units: first the groups whose
+    activations do not fit whole, fused per band (tiled.py, recompute.py: where most of a
+    model's DRAM traffic is), then every group of the other layers that fits the scratchpad;
+    and one line per group saying what was fused and why, or why not. A group per band may
+    take more cycles than its layers alone (its halos recomputed, its DMAs overlapping less):
+    the model keeps them while what its whole groups save pays for them, the costliest for
+    the DRAM bytes it saves dropped first."""
+    uses, notes = _Uses(graph), []
+    run = _Run(graph, target, uses, singles, schedules, notes, {})
+    banded = {u.layers[0]: u for u in _tiled_units(run, list(singles)) if len(u.layers) > 1}
+    while True:
+        units = _whole_units(run, banded)
+        whole = [u for u in units if len(u.layers) > 1 and u.layers[0] not in banded]
+        saved = -sum(run.added[tuple(u.layers)][0] for u in whole)
+        spent = sum(run.added[tuple(u.layers)][0] for u in banded.values())
+        if spent <= saved + BAND_SLACK or not banded:
+            return units, notes
+        # the group per band that adds the most cycles for the DRAM bytes it saves, its layers
+        # free again for the whole groups
+        worst = max(banded.values(), key=lambda u: _price(run.added[tuple(u.layers)]))
+        del banded[worst.layers[0]]
+        names = " -> ".join(run.graph.layers[j].name for j in worst.layers)
+        notes.append(
+            f"not fused per band {names}: the {spent} cycles the model's groups per band add "
+            f"are more than its whole groups save ({saved + BAND_SLACK}), and this one's "
+            f"{run.added[tuple(worst.layers)][0]} the most for its DRAM bytes"
+        )
+
+
+def _price(added: tuple[int, int]) -> float:
+    """Cycles added per DRAM byte saved."""
+    return added[0] / max(1, added[1])
+
+
+def _whole_units(run: _Run, banded: dict[int, Unit]) -> list[Unit]:
+    """The model's units: the groups per band `banded` (by first layer), the whole groups of the
+    other layers (fusion_groups, each compiled once: run.fuse remembers), else single layers."""
+    taken = frozenset(j for u in banded.values() for j in u.layers)
+    start = {}
+    for group in fusion_groups(run.graph, run.target, taken):
+        first = next(k for k, lay in enumerate(run.graph.layers) if lay.name == group.layers[0])
         start[first] = group
-    run = _Run(graph, target, uses, singles, schedules, notes, {}, slack=BAND_SLACK)
-    i = 0
-    while i < len(graph.layers):
+    units, i = [], 0
+    while i < len(run.graph.layers):
         group = start.get(i)
-        if group is None:
-            units.append(singles[i])
+        if i in banded:
+            units.append(banded[i])
+            i += len(banded[i].layers)
+        elif group is None:
+            units.append(run.singles[i])
             i += 1
-            continue
-        units.extend(run.fuse(i, i + len(group.layers) - 1))
-        i += len(group.layers)
-    return _tiled_units(run, units), notes
+        else:
+            units.extend(run.fuse(i, i + len(group.layers) - 1))
+            i += len(group.layers)
+    return units
 
 
 # the cycles a model's groups fused per band may add beyond what its whole groups save
@@ -255,7 +299,8 @@ TILE_LAYERS = 3
 def _tiled_units(run: _Run, units: list[Unit]) -> list[Unit]:
     """`units` with runs of single layers whose activations do not fit whole fused per band
     (tiled.py), greedily from the first: the longest group from each layer that compiles so
-    and costs less than its layers alone."""
+    and moves fewer DRAM bytes and less energy than its layers alone (its cycles are weighed
+    by fuse_units, once all groups are known)."""
     out: list[Unit] = []
     i = 0
     while i < len(units):
@@ -300,12 +345,19 @@ class _Run:
     notes: list[str]
     costs: dict[int, tuple[int, int, float]]  # a single layer's, simulated once each
     blamed: int | None = None  # the layer the last refusal named, where to split
-    slack: int = 0  # the cycles the groups fused so far saved: what a group per band may add
+    # per fused group (its layers): the cycles it adds (< 0: saves) and the DRAM bytes it saves
+    added: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict)
+    memo: dict[tuple[int, int], list[Unit]] = field(default_factory=dict)  # fuse(a, b)'s units
 
     def fuse(self, a: int, b: int) -> list[Unit]:
         """One fused unit for layers a..b; if they do not compile as one, each part so, split
         where both parts are groups (or single layers): before the layer the refusal named
         (after it if it is the first), else nearest the middle."""
+        if (a, b) not in self.memo:
+            self.memo[(a, b)] = self._fuse(a, b)
+        return self.memo[(a, b)]
+
+    def _fuse(self, a: int, b: int) -> list[Unit]:
         group = self.uses.group(a, b, self.target)
         if group is None:
             return [self.singles[j] for j in range(a, b + 1)]
@@ -344,23 +396,22 @@ def _fused_unit(
     if run.blamed is not None:
         return None, "; a layer has no schedule to replay (the kernel default)"
     layers = [graph.layers[j] for j in idx]
-    merged = None
+    merged, halo = None, [""]  # halo[0]: how the group's halos run, once it is known
     try:
         merged = merge(graph, layers, target.name)
-        halo = row_halo(merged.program, merged.intermediates) if tiled else None
-        if halo is not None:
-            raise TileError(f"{halo} (a halo): the band before's rows are not kept on chip yet")
+        merged, tile = (
+            _tile(run, group, merged, schedules[idx[-1]], halo) if tiled else (merged, None)
+        )
         alone = [
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)
         ]
-        tile = Tile(len(idx) - 1, merged.whole) if tiled else None
         sched = fused_schedule(merged, alone, target, tile)
         check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
         compiled = compile_scheduled(merged.program, target, sched)
     except TileError as err:  # refused before lowering
         run.blamed = _blame(str(err), merged, idx[0])
-        return None, f"; refused before lowering: {err}"
+        return None, f"{halo[0]}; refused before lowering: {err}"
     except TensorgenError as err:
         run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
         return None, f"; {err}"
@@ -371,23 +422,73 @@ def _fused_unit(
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
     binary = decode(encode(compiled.binary))
-    cost = _cost(binary, target)
+    try:
+        cost = _cost(binary, target)
+    except TensorgenError as err:  # a binary the simulator refuses (too many steps to run)
+        return None, f"{halo[0]}; {err}"
     alone = tuple(sum(run.alone_cost(j)[k] for j in idx) for k in range(3))
-    said = (
-        f"{cost[0]} cycles, {cost[1]} DRAM B, {cost[2] / 1e6:.2f} uJ fused; {alone[0]} cycles, "
+    said = halo[0] + (
+        f"; {cost[0]} cycles, {cost[1]} DRAM B, {cost[2] / 1e6:.2f} uJ fused; {alone[0]} cycles, "
         f"{alone[1]} DRAM B, {alone[2] / 1e6:.2f} uJ layer by layer"
     )
     # whole: DRAM bytes and energy are always lower, its cycles must not rise. Per band (its
-    # DMAs overlap less, its input halos and per-band loads add DRAM bytes) DRAM bytes and
-    # energy must fall, and its cycles may rise by what the model's whole groups saved
-    # (run.slack): the model's cycles stay no higher than layer by layer
+    # DMAs overlap less, its input halos and per-band loads add DRAM bytes, its halos may be
+    # computed twice) DRAM bytes and energy must fall, and its cycles may rise by what the
+    # model's whole groups save (weighed in fuse_units, once all are known): the model's
+    # cycles stay no higher than layer by layer
     more = cost[0] - alone[0]
-    if more > (run.slack if tiled else 0) or (
-        tiled and not (cost[1] < alone[1] and cost[2] < alone[2])
-    ):
-        return None, f"; {said}: costs more" + (f" ({run.slack} cycles to spare)" if tiled else "")
-    run.slack -= more
-    return Unit(idx, binary, bindings, compiled.macs, "fused"), f"; {said}"
+    if tiled and not (cost[1] < alone[1] and cost[2] < alone[2]):
+        return None, f"{said}: saves no DRAM bytes or no energy"
+    if not tiled and more > 0:
+        return None, f"{said}: costs more"
+    run.added[tuple(idx)] = (more, alone[1] - cost[1])
+    return Unit(idx, binary, bindings, compiled.macs, "fused"), said
+
+
+# how many times the MACs run again a group per band's DRAM cycles saved must pay for, before
+# it is lowered: a band's other costs (its vector instructions over fewer rows, its DMAs
+# overlapping less) come on top. Measured at 224: MobileNetV2's inverted residuals save 18-70
+# times what their MACs again cost (and still add 3-23 % cycles), ResNet-18's 7x7 conv1 ->
+# max pool 3.5 times (and adds 60 %), its 3x3 pairs less than once
+RECOMPUTE_MARGIN = 8
+
+# what one band of a group's kept activations may take of the scratchpad (the rest: the
+# layers' own tiles, their weights and inputs)
+BAND_SHARE = 0.5
+
+
+def _tile(run: _Run, group: Group, merged: Merged, trace, halo: list[str]) -> tuple[Merged, Tile]:
+    """How `merged` runs per band of its last layer's rows: its producers moved into that
+    layer's row loop, or, if that layer reads a halo (rows two bands read), recomputing the
+    halo per band (`halo[0]` says so and what it costs)."""
+    last = len(merged.offsets) - 1
+    why = row_halo(merged.program, merged.intermediates)
+    if why is None:
+        return merged, Tile(last, merged.whole)
+    halo[0] = f"; {why} (a halo): recomputed per band"
+    merged, rows, how = _recomputed(run, group, merged, trace)
+    halo[0] += f", {how}"
+    return merged, Tile(last, merged.whole, rows)
+
+
+def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged, int, str]:
+    """`merged` rewritten to run per band, its producers recomputing their halos (recompute.py),
+    with the band's rows and what they cost; refused (TileError) before anything is lowered if
+    the MACs run again take more cycles than the DRAM bytes fusing saves."""
+    target, first = run.target, merged.offsets[-1]
+    room = int(BAND_SHARE * target.spad.bytes)
+    saved = group.saved_dram_bytes // target.dram_bytes_per_cycle
+    how = ""
+    for exact in (False, True):  # first the fewest MACs again bands may take: no isl boxes
+        rows = band_rows(merged.program, merged.offsets, trace, merged.whole, room, exact)
+        program = recompute(merged.program, merged.offsets, rows)
+        extra = extra_macs(merged.program, program, first)
+        spent = extra // target.peak_macs_per_cycle
+        how = f"{rows} rows a band, {extra} MACs again ({spent} cycles; the DRAM saved {saved})"
+        if spent * RECOMPUTE_MARGIN > saved:
+            at_least = "" if exact else "at least "
+            raise TileError(f"{at_least}{how}: the recomputed rows cost more than they save")
+    return replace(merged, program=verify_program(program)), rows, how
 
 
 _NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")

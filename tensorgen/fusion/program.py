@@ -150,33 +150,50 @@ def fused_schedule(
     # checks the real capacities once
     fused = Schedule(merged.program, None, checked=False)
     banded = tile.banded if tile is not None else frozenset()
-    for tensor, layout in _layouts(merged, alone).items():
+    layouts = _layouts(merged, alone)
+    for tensor, layout in layouts.items():
         if tensor not in banded:
             fused.stage(tensor, None, "spad", layout=layout)
     deferred: list[tuple[str, Loop, str, bool]] = []
+    written = {st.lhs.tensor for st in merged.program.statements}
     for i, (program, trace) in enumerate(alone):
         moved = tile is not None and i < tile.layer
-        _replay(fused, merged, i, program, trace, deferred if moved else None)
+        # a layer that runs per band already (recompute.py) keeps its blocks of rows: only its
+        # inputs move to the band loop, their rows loaded once per band, not once per block
+        inputs = written if tile is not None and tile.rows is not None else None
+        _replay(fused, merged, i, program, trace, deferred if moved else None, inputs)
         # the layer's rows shared with the others' (each layer's split made a row for all):
         # isl's AST of the group, its checks and the next layer's steps see a few dimensions
         fused.pack()
     if tile is not None:  # the layers before the tile layer run per band of its rows
         moved = [f"S{k}" for k in range(merged.offsets[tile.layer])]
-        band = tile_group(fused, tile, f"S{merged.offsets[tile.layer]}", moved)
+        if tile.rows is not None:  # a band's buffers in the layout their readers chose
+            layouts = {
+                t: None if lay is None else _layout(fused.program, t, lay)
+                for t, lay in layouts.items()
+            }
+        else:
+            layouts = {}
+        band = tile_group(fused, tile, f"S{merged.offsets[tile.layer]}", moved, layouts)
         restage(fused, band, deferred)
     return fused  # compile_scheduled's verify_schedule checks it against the dependences
 
 
-def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, deferred) -> None:
+def _replay(
+    fused: Schedule, merged: Merged, i: int, program: Program, trace, deferred, written=None
+) -> None:
     """Layer i's trace replayed on the fused schedule; with `deferred` (a layer moved into a
     band), its stagings at a loop over rows are kept there (tensor, loop, memory, double) for
-    `restage`: that loop has one iteration per band, where no buffer can be placed."""
+    `restage`: that loop has one iteration per band, where no buffer can be placed; with
+    `written` too, only those of tensors not in it (the group's inputs)."""
     rename, offset = merged.names[i], merged.offsets[i]
     stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
     mirror = Schedule(program, None, checked=False)
     handles = {}
+    shared = set(fused.program.shared_names)  # the band loop of recompute.py: not the layer's
     for s in program.statements:
-        for a, b in zip(mirror.loops(s.name), fused.loops(stmt[s.name]), strict=True):
+        own = [lp for lp in fused.loops(stmt[s.name]) if lp.name not in shared]
+        for a, b in zip(mirror.loops(s.name), own, strict=True):
             handles[a.name] = b
     late: dict[str, int] = {}
     for step in trace:
@@ -186,16 +203,32 @@ def _replay(fused: Schedule, merged: Merged, i: int, program: Program, trace, de
         if step.primitive == "double_buffer" and tensor in late:
             deferred[late[tensor]] = (*deferred[late[tensor]][:3], True)
             continue
-        if deferred is not None and step.primitive == "stage" and is_row_loop(step.args[1]):
+        if (
+            deferred is not None
+            and step.primitive == "stage"
+            and is_row_loop(step.args[1])
+            and (written is None or tensor not in written)
+        ):
             late[tensor] = len(deferred)
             deferred.append((tensor, handles[step.args[1].name], step.args[2], False))
             continue
         kwargs = dict(step.kwargs)
-        got = getattr(mirror, step.primitive)(*_args(step.args, mirror.loop, None), **kwargs)
+        if step.primitive == "stage" and kwargs.get("layout") is not None:
+            kwargs["layout"] = _layout(fused.program, tensor, kwargs["layout"])
+        got = getattr(mirror, step.primitive)(
+            *_args(step.args, mirror.loop, None), **dict(step.kwargs)
+        )
         args = _args(step.args, handles.__getitem__, {**rename, **stmt})
         made = getattr(fused, step.primitive)(*args, **kwargs)
         for a, b in zip(_loops(got), _loops(made), strict=True):
             handles[a.name] = b
+
+
+def _layout(program: Program, tensor: str, layout) -> tuple[int, ...]:
+    """A layer's layout of `tensor` on chip for the fused program, where a tensor that runs
+    per band (recompute.py) has the band as an extra first dimension, kept outermost."""
+    extra = len(program.tensor(tensor).shape) - len(layout)
+    return tuple(range(extra)) + tuple(d + extra for d in layout)
 
 
 def _layouts(merged: Merged, alone: list[tuple[Program, tuple]]) -> dict[str, object]:

@@ -7,8 +7,10 @@ with `compute_at` (isl places each producer instance in the first band that read
 activations they write are staged at the loop: one band on chip at a time, never in DRAM. A
 band's buffer must hold what that band alone writes and reads (isl: the boxes of two bands
 meet nowhere): a producer whose rows two bands read (a 3x3 consumer's halo) would need the
-rows of the band before kept, which the lowering cannot stage yet, and is refused here, before
-anything is lowered, like a band that does not fit the memories.
+rows of the band before kept, which the lowering cannot stage (its buffer's origin would move
+per band), so such a group's program is rewritten to recompute them per band instead
+(recompute.py: a shared `band` loop, no compute_at); a band whose boxes still meet, or that does
+not fit the memories, is refused here, before anything is lowered.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tensorgen.errors import TensorgenError
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.state import Loop
 
+BAND = "band"  # the shared loop over bands of a group whose producers recompute (recompute.py)
+
 
 class TileError(TensorgenError):
     """A group that cannot be fused per band (refused before it is lowered)."""
@@ -26,17 +30,20 @@ class TileError(TensorgenError):
 
 @dataclass(frozen=True)
 class Tile:
-    """The band loop's layer (its index in the group) and the tensors staged per band."""
+    """The band loop's layer (its index in the group) and the tensors staged per band; `rows`:
+    the bands are the shared loop `band` over that many of its output rows, the producers
+    recomputing their halos (recompute.py), else the tile layer's own row loop (compute_at)."""
 
     layer: int
     banded: frozenset[str]
+    rows: int | None = None
 
 
 def row_halo(program, kept: frozenset[str]) -> str | None:
     """A statement of `program` that reads a row of a kept 4-D activation (NCHW) other than
     the row it writes (a 3x3 or strided consumer: a halo two bands read), from the text of its
-    accesses alone: the refusal before any schedule is built. isl's check in `tile_group` is
-    the authoritative one."""
+    accesses alone: such a group recomputes its halos (recompute.py), decided before any
+    schedule is built. isl's check in `tile_group` is the authoritative one."""
     for st in program.statements:
         if len(st.lhs.index) != 4:
             continue
@@ -77,30 +84,37 @@ def band_loop(fused: Schedule, statement: str) -> Loop:
     raise TileError(f"{statement}'s layer runs no loop over its output rows outermost")
 
 
-def tile_group(fused: Schedule, tile: Tile, first: str, moved: list[str]) -> Loop:
+def tile_group(
+    fused: Schedule, tile: Tile, first: str, moved: list[str], layouts: dict | None = None
+) -> Loop:
     """`moved` (the statements of the layers before the tile layer, whose first statement is
-    `first`) computed per band of the tile layer's rows, and `tile.banded` staged at the band
-    loop (an input several layers read: loaded per band, its halo again); refused if the buffer
-    of an activation would have to keep another band's rows."""
-    loop = band_loop(fused, first)
-    try:
-        fused.compute_at(loop, *moved)
-    except TensorgenError as err:
-        raise TileError(f"the producers do not run per band: {err}") from None
+    `first`) computed per band of the tile layer's rows (or, with `tile.rows`, the program run
+    per band already: recompute.py), and `tile.banded` staged at the band loop (an input several
+    layers read: loaded per band, its halo again) in `layouts` (tensor -> its buffer's
+    dimension order, default the tensor's); refused if the buffer of an activation would have
+    to keep another band's rows."""
+    if tile.rows is not None:  # the program runs per band already: `for band: producers; ...`
+        loop = fused.loop(BAND)
+    else:
+        loop = band_loop(fused, first)
+        try:
+            fused.compute_at(loop, *moved)
+        except TensorgenError as err:
+            raise TileError(f"the producers do not run per band: {err}") from None
     written = {st.lhs.tensor for st in fused.program.statements}
     for tensor in sorted(tile.banded & written):
         box = fused.staged_box(tensor, loop.name)
         if box is None or not box.fresh:
             raise TileError(
-                f"{tensor}'s rows are read by two bands of {loop.name} (a halo): the band "
-                f"before's rows are not kept on chip yet"
+                f"{tensor}'s rows are read by two bands of {loop.name} (a halo, or a box "
+                f"whose origin is not affine): the band before's rows are not kept on chip"
             )
     try:
         fused.check()  # the dependences, once: what the lowering's verify_schedule would say
     except TensorgenError as err:
         raise TileError(f"the producers do not run per band: {err}") from None
     for tensor in sorted(tile.banded):
-        fused.stage(tensor, loop, "spad")
+        fused.stage(tensor, loop, "spad", layout=(layouts or {}).get(tensor))
     return loop
 
 
