@@ -57,6 +57,7 @@ class Linked:
     layer_ranges: list[tuple[int, int]] = field(default_factory=list)  # code words of each layer
     apart: list[frozenset[str]] = field(default_factory=list)  # per boundary: memories kept apart
     early_loads: int = 0  # LOADs (static) that may start while the unit before computes
+    onchip: dict[str, int] | None = None  # the memories overlapped in; None: barriers only
 
     @property
     def overlapped(self) -> list[bool]:
@@ -125,7 +126,7 @@ def link(
     binary = Binary(
         target_name, target_hash, tuple(table.entries), tuple(code), dram, bytes(table.constants)
     )
-    return Linked(binary, placement, ranges, apart, early)
+    return Linked(binary, placement, ranges, apart, early, onchip)
 
 
 def _join(
