@@ -170,20 +170,24 @@ def early_loads(
     """The next unit's `code` with its early loads: its leading top-level LD instructions up to
     the first that waits for a token, is a LOAD that `reads_stored` (DRAM the previous unit
     stores) or that writes a memory the two units share (not in `apart`), or is a loop or IF
-    with LD work inside; there the previous unit's `drains` and a
-    wait for its end (`handover`'s tokens) go. Its initial credits from EX to LD are dropped with
-    the waits they meet, when those come first. Returns the code and how many LOADs are early."""
+    with LD work inside; there (the cut) the previous unit's `drains` and a wait for its end
+    (`handover`'s tokens) go. Past the cut, up to the next such wait or loop, the LOADs that
+    could have been early are hoisted before it too, when their destination meets none of the
+    LOADs they pass (their signals stay where they were, on SYNCs). Its initial credits from EX
+    to LD are dropped with the waits they meet, when those come first (`_credits`). Returns the
+    code and how many LOADs are early."""
     code = list(code)
     credits = _credits(code)
     met = 0
-    early = 0
-    cut = len(code)
+    cut = None  # the first LD instruction that may not start early
+    hoisted: list[isa.Instruction] = []
+    passed: list[tuple[str, int, int]] = []  # destinations of the LOADs hoisted ones pass
     for pc in _top_level(code):
         ins = code[pc]
         if ins.mnemonic in SEQUENCER:
             body = code[pc + 1 : pc + 1 + ins.arg("body")]
             if any(b.mnemonic not in SEQUENCER and b.queue == "LD" for b in body):
-                cut = pc
+                cut = pc if cut is None else cut
                 break
             continue
         if ins.queue != "LD":
@@ -193,18 +197,33 @@ def early_loads(
             code[credits[met]] = credit.with_tokens(signal=credit.signal - {"LD"})
             code[pc] = ins = ins.with_tokens(wait=ins.wait - {"EX"})
             met += 1
-        if ins.wait or (
-            ins.mnemonic == "LOAD" and (reads_stored(ins) or ins.arg("dst").mem not in apart)
-        ):
-            cut = pc
+        if ins.wait:
+            cut = pc if cut is None else cut
             break
-        early += ins.mnemonic == "LOAD"
-    code[cut:cut] = [*drains, _sync("LD", wait={"EX", "ST"})]
-    return code, early
+        if ins.mnemonic != "LOAD":
+            continue
+        span = _span(ins.arg("dst"))
+        late = reads_stored(ins) or span[0] not in apart
+        if cut is None and not late:
+            continue  # early where it is
+        cut = pc if cut is None else cut
+        if late or any(m == span[0] and lo < span[2] and span[1] < hi for m, lo, hi in passed):
+            passed.append(span)
+            continue
+        hoisted.append(ins.with_tokens(signal=()))
+        code[pc] = _sync("LD", signal=ins.signal) if ins.signal else None
+    cut = len(code) if cut is None else cut
+    early = sum(
+        ins is not None and ins.mnemonic == "LOAD" and ins.queue == "LD" for ins in code[:cut]
+    )
+    code[cut:cut] = [*hoisted, *drains, _sync("LD", wait={"EX", "ST"})]
+    return [ins for ins in code if ins is not None], early + len(hoisted)
 
 
 def _credits(code: list[isa.Instruction]) -> list[int]:
-    """The SYNCs with which a unit's EX signals its LD before it waits for or does anything."""
+    """The SYNCs with which a unit's EX signals its LD before it does anything, having waited
+    (if at all) only for its own loads: in a unit compiled alone they say only that its buffers
+    start free, which a unit placed apart from the one before it may take for granted."""
     out = []
     for pc in _top_level(code):
         ins = code[pc]
@@ -212,11 +231,19 @@ def _credits(code: list[isa.Instruction]) -> list[int]:
             break
         if ins.queue != "EX":
             continue
-        if ins.mnemonic != "SYNC" or ins.wait:
+        if ins.mnemonic != "SYNC" or ins.wait - {"LD"}:
             break
         if "LD" in ins.signal:
             out.append(pc)
     return out
+
+
+def _span(v: View) -> tuple[str, int, int]:
+    """The memory and the bytes [lo, hi) a view outside every loop touches."""
+    isz = ITEMSIZE[v.dtype]
+    ext = [(n - 1) * s * isz for n, s in zip(v.shape, v.strides, strict=True)]
+    lo = v.base.const + sum(min(0, e) for e in ext)
+    return v.mem, lo, v.base.const + sum(max(0, e) for e in ext) + isz
 
 
 def _top_level(code: list[isa.Instruction]) -> list[int]:
