@@ -116,7 +116,22 @@ STORE dst=Z(0)[64] src=spad:int8@128[64:1] wait=EX
 )
 
 
-def _link_by_hand(onchip):
+# the same second unit loading the first's output before its weights, each load signalling EX
+SECOND_INPUT_FIRST = _unit(
+    """.dram 192
+.tensor Y int8 64 input dram=0
+.tensor W int8 64 input dram=64
+.tensor Z int8 64 output dram=128
+LOAD dst=spad:int8@64[64:1] src=Y(0)[64] signal=EX
+LOAD dst=spad:int8@0[64:1] src=W(0)[64] signal=EX
+SYNC queue=1 wait=LD
+VADD dst=spad:int8@128[64:1] a=spad:int8@0[64:1] b=spad:int8@64[64:1] imm=0 wait=LD signal=ST
+STORE dst=Z(0)[64] src=spad:int8@128[64:1] wait=EX
+"""
+)
+
+
+def _link_by_hand(onchip, second=SECOND):
     weights = torch.arange(-32, 32, dtype=torch.int8)
     buffers = {
         "x": Buffer("x", 64, "input"),
@@ -126,13 +141,13 @@ def _link_by_hand(onchip):
     }
     layers = [
         LinkLayer("first", FIRST, {"X": "x", "Y": "y"}),
-        LinkLayer("second", SECOND, {"Y": "y", "W": "w", "Z": "z"}),
+        LinkLayer("second", second, {"Y": "y", "W": "w", "Z": "z"}),
     ]
     return link(layers, buffers, {"x": "x", "z": "z"}, TG1.name, TG1.hash, onchip), weights
 
 
-def _run_by_hand(onchip):
-    linked, weights = _link_by_hand(onchip)
+def _run_by_hand(onchip, second=SECOND):
+    linked, weights = _link_by_hand(onchip, second)
     x = torch.randint(
         -128, 128, (64,), dtype=torch.int8, generator=torch.Generator().manual_seed(3)
     )
@@ -160,6 +175,29 @@ def test_two_units_by_hand_overlap_where_they_fit():
     assert min(v.base.const for v in views) >= ONCHIP["spad"] - 192
     barrier, _ = _run_by_hand(None)
     assert result.stats.cycles < simulate(barrier.binary, {"x": np.zeros(64, np.int8)}).stats.cycles
+
+
+def test_weights_loaded_after_the_input_are_hoisted_before_it():
+    linked, result = _run_by_hand(ONCHIP, SECOND_INPUT_FIRST)
+    assert linked.overlapped == [True] and linked.early_loads == 1
+    code, tensors = linked.binary.code, linked.binary.tensors
+    loads = [
+        pc for pc in range(linked.layer_ranges[1][0], len(code)) if code[pc].mnemonic == "LOAD"
+    ]
+    assert [tensors[code[pc].arg("src").tensor].role for pc in loads] == ["const", "temp"]
+    w = loads[0]
+    assert not code[w].signal  # its signal stays where the load was, on a SYNC after the input's
+    assert any(
+        ins.mnemonic == "SYNC" and ins.queue == "LD" and ins.signal == {"EX"}
+        for ins in code[loads[1] + 1 :]
+    )
+    ex_end = max(
+        e
+        for q, _, _, e, pc, _ in result.recorder.events
+        if q == "EX" and pc < linked.layer_ranges[0][1]
+    )
+    (w_start,) = [s for _, _, s, _, pc, m in result.recorder.events if pc == w]
+    assert w_start < ex_end
 
 
 def test_two_units_by_hand_that_do_not_fit_keep_the_full_barrier():
