@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from tensorgen.cli import main
 from tensorgen.codegen import overlap as ov
 from tensorgen.codegen.link import Buffer, LinkLayer, link
 from tensorgen.mc.binary import Binary, assemble, decode, encode
@@ -258,3 +260,13 @@ def test_the_linked_boundaries_are_a_barrier_or_a_handover():
         check_model(off, off.example_inputs)[1].outputs[off.output_names[0]],
         check_model(cm, off.example_inputs)[1].outputs[cm.output_names[0]],
     )
+
+
+def test_compile_says_how_many_boundaries_overlap(tmp_path, capsys):
+    model = str(Path(__file__).parents[2] / "examples" / "models" / "small_cnn.py")
+    out = str(tmp_path / "m.tgb")
+    assert main(["check", model, "--trials", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "link: 3 of 3 unit boundaries overlap" in text and "BIT-EXACT" in text
+    assert main(["compile", model, "-o", out, "--no-overlap", "--explain"]) == 0
+    assert "link: 3 unit boundaries, each a full barrier (--no-overlap)" in capsys.readouterr().out
