@@ -85,11 +85,14 @@ def compile_model(
     jobs: int = 1,
     quantizer: str = "fx",
     fuse: bool = True,
+    overlap: bool = True,
 ) -> CompiledModel:
     """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
     schedule, compile and link it; `jobs` processes compile its layers (compile_layers: the
     same binary whatever their number); with `fuse` (the default; `--no-fuse` turns it off),
-    the groups of layers that fusion.py finds fusable are linked as one program each."""
+    the groups of layers that fusion.py finds fusable are linked as one program each; with
+    `overlap` (the default), units that fit the on-chip memories in pairs overlap at link time
+    (codegen/overlap.py) instead of meeting at a full barrier."""
     t0 = time.perf_counter()
     qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:
@@ -103,7 +106,8 @@ def compile_model(
     units, notes = fuse_units(graph, target, singles, traces) if fuse else (singles, [])
     link_layers = [LinkLayer(_unit_name(graph, u), u.binary, u.bindings) for u in units]
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
-    linked = link(link_layers, buffers, public, target.name, target.hash)
+    onchip = {"spad": target.spad.bytes, "acc": target.acc.bytes} if overlap else None
+    linked = link(link_layers, buffers, public, target.name, target.hash, onchip)
     verify_compiled(linked.binary, target)
     cm = CompiledModel(
         linked.binary,

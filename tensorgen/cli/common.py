@@ -118,6 +118,15 @@ def model_options(p: argparse.ArgumentParser) -> None:
         "as one program, the activations kept on chip (the default; --no-fuse compiles layer by "
         "layer)",
     )
+    p.add_argument(
+        "--overlap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="for a model: let each unit (layer or fused group) load its weights, and the "
+        "activations the unit before it does not store, while that one computes, where the two "
+        "fit the on-chip memories together (the default; --no-overlap puts a full barrier "
+        "between every two units)",
+    )
 
 
 def max_steps_option(p: argparse.ArgumentParser) -> None:

@@ -45,6 +45,7 @@ def compile_model_args(args):
             jobs=getattr(args, "jobs", 1),
             quantizer=getattr(args, "quantizer", "fx"),
             fuse=getattr(args, "fuse", True),
+            overlap=getattr(args, "overlap", True),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)
@@ -108,10 +109,37 @@ def _print_model_table(cm, explain: bool = False) -> None:
             f"fusion: {fused} of {len(cm.fusion_notes)} groups tried fused "
             "(--explain names each group and why)"
         )
+    _print_overlap(cm, explain)
     print(
         f"compiled {what} in {cm.compile_s:.2f} s "
         f"({sum(1 for r in cm.layers if r.schedule in ('auto', 'fused'))} scheduled automatically)"
     )
+
+
+def _print_overlap(cm, explain: bool) -> None:
+    """How many unit boundaries overlap (codegen/overlap.py); with --explain, which do not."""
+    linked = cm.linked
+    if not linked.apart:
+        return
+    if linked.onchip is None:
+        print(f"link: {len(linked.apart)} unit boundaries, each a full barrier (--no-overlap)")
+        return
+    barriers = len(linked.apart) - linked.overlaps
+    print(
+        f"link: {linked.overlaps} of {len(linked.apart)} unit boundaries overlap "
+        f"({linked.early_loads} loads may start while the unit before computes)"
+        + (f"; {barriers} full barriers" if barriers else "")
+        + (" (--explain names them)" if barriers and not explain else "")
+    )
+    if explain:
+        rows = cm.layers if len(cm.layers) == len(linked.apart) + 1 else None
+        for i, joined in enumerate(linked.overlapped):
+            if not joined:
+                names = f" ({rows[i].path} -> {rows[i + 1].path})" if rows else ""
+                print(
+                    f"link: barrier between units {i} and {i + 1}{names}: their buffers do not "
+                    "fit the scratchpad side by side"
+                )
 
 
 def cmd_compile(args) -> int:

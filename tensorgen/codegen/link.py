@@ -4,14 +4,18 @@ Each layer is compiled on its own into a `Binary` whose tensor table names its i
 and spilled temporaries. The linker binds every such tensor to a model-level buffer (an
 activation, a weight constant, or the layer's private scratch), gives each buffer a DRAM offset
 so that buffers whose lifetimes do not overlap share memory, rewrites the layers' boxes to one
-global tensor table, and puts a barrier between layers: the next layer's loads wait for the last
-layer's stores, and no queue starts a layer before every queue has finished the one before.
+global tensor table, and joins the layers: where two in a row fit the on-chip memories together,
+the later one's buffers move to a region disjoint from the earlier one's and its loads of weights
+and of activations the earlier one does not store start while the earlier one computes
+(`tensorgen.codegen.overlap`); elsewhere a full barrier, after which no queue starts a layer
+before every queue has finished the one before.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorgen.codegen import overlap as ov
 from tensorgen.errors import CodegenError
 from tensorgen.mc import isa
 from tensorgen.mc.binary import Binary, TensorEntry
@@ -51,6 +55,19 @@ class Linked:
     binary: Binary
     placement: Placement
     layer_ranges: list[tuple[int, int]] = field(default_factory=list)  # code words of each layer
+    apart: list[frozenset[str]] = field(default_factory=list)  # per boundary: memories kept apart
+    early_loads: int = 0  # LOADs (static) that may start while the unit before computes
+    onchip: dict[str, int] | None = None  # the memories overlapped in; None: barriers only
+
+    @property
+    def overlapped(self) -> list[bool]:
+        """Per boundary between two units: whether they overlap (no full barrier there)."""
+        return [ov.overlaps(a) for a in self.apart]
+
+    @property
+    def overlaps(self) -> int:
+        """How many unit boundaries overlap (of len(layer_ranges) - 1)."""
+        return sum(self.overlapped)
 
 
 def plan_dram(buffers: dict[str, Buffer], lifetimes: dict[str, tuple[int, int]]) -> Placement:
@@ -89,27 +106,88 @@ def link(
     public: dict[str, str],
     target_name: str,
     target_hash: bytes,
+    onchip: dict[str, int] | None = None,
 ) -> Linked:
     """One binary running `layers` in order. `public` names the model's inputs and outputs: buffer
-    name -> the name the tensor table shows (what `tensorgen run` reads and writes)."""
+    name -> the name the tensor table shows (what `tensorgen run` reads and writes). `onchip`:
+    each on-chip memory's size in bytes, to overlap the layers that fit it in pairs
+    (`tensorgen.codegen.overlap`); None puts a full barrier between every two."""
     used = [_referenced(layer.binary) for layer in layers]
     buffers, lifetimes = _bind(layers, buffers, used)
-    placement = plan_dram(buffers, lifetimes)
+    shifts, apart = ov.place([ov.footprint(lay.binary.code) for lay in layers], onchip)
+    placement = plan_dram(buffers, _widened(lifetimes, [ov.overlaps(a) for a in apart]))
     table = _Table()
-    code: list[isa.Instruction] = []
-    ranges = []
+    units = []
     for i, layer in enumerate(layers):
         index = table.layer_index(layer, i, used[i], buffers, public, placement)
-        if code:
-            code.extend(barrier())
-        start = len(code)
-        code.extend(_rebind(ins, index) for ins in layer.binary.code)
-        ranges.append((start, len(code)))
+        units.append(ov.relocate([_rebind(ins, index) for ins in layer.binary.code], shifts[i]))
+    code, ranges, early = _join(units, apart, table.entries)
     dram = placement.const_bytes + placement.peak_bytes
     binary = Binary(
         target_name, target_hash, tuple(table.entries), tuple(code), dram, bytes(table.constants)
     )
-    return Linked(binary, placement, ranges)
+    return Linked(binary, placement, ranges, apart, early, onchip)
+
+
+def _join(
+    units: list[list[isa.Instruction]], apart: list[frozenset[str]], tensors: list[TensorEntry]
+) -> tuple[list[isa.Instruction], list[tuple[int, int]], int]:
+    """The units' code in order with what goes between each two (`ov.handover` and the early
+    loads where they overlap, else `ov.barrier`); each unit's code range; the early LOADs."""
+    overlapped = [ov.overlaps(a) for a in apart]
+    pieces, drains = list(units), [[] for _ in units]
+    for i, joined in enumerate(overlapped):
+        if joined:
+            pieces[i], drains[i] = ov.without_drains(pieces[i])
+    early = 0
+    for i, joined in enumerate(overlapped):
+        if joined:
+            stored = _stored(units[i], tensors)
+            pieces[i + 1], n = ov.early_loads(
+                pieces[i + 1],
+                drains[i],
+                lambda ins, stored=stored: _reads(ins, stored, tensors),
+                apart[i],
+            )
+            early += n
+    code: list[isa.Instruction] = []
+    ranges = []
+    for i, piece in enumerate(pieces):
+        if i:
+            code.extend(ov.handover() if overlapped[i - 1] else ov.barrier())
+        ranges.append((len(code), len(code) + len(piece)))
+        code.extend(piece)
+    return code, ranges, early
+
+
+def _widened(
+    lifetimes: dict[str, tuple[int, int]], overlapped: list[bool]
+) -> dict[str, tuple[int, int]]:
+    """Lifetimes for the DRAM plan, a buffer last used by a unit that the next one overlaps kept
+    through the next one too: the next one's stores may run while its last reads do."""
+    out = {}
+    for name, (first, last) in lifetimes.items():
+        if last < len(overlapped) and overlapped[last]:
+            last += 1
+        out[name] = (first, last)
+    return out
+
+
+def _stored(code: list[isa.Instruction], tensors: list[TensorEntry]) -> list[tuple[int, int]]:
+    """The DRAM byte ranges of the tensors `code` stores into."""
+    out = set()
+    for ins in code:
+        if ins.mnemonic == "STORE":
+            t = tensors[ins.arg("dst").tensor]
+            out.add((t.dram_offset, t.dram_offset + t.nbytes))
+    return sorted(out)
+
+
+def _reads(ins: isa.Instruction, stored: list[tuple[int, int]], tensors: list[TensorEntry]) -> bool:
+    """Whether LOAD `ins` reads a tensor that overlaps one of the `stored` DRAM ranges."""
+    t = tensors[ins.arg("src").tensor]
+    lo, hi = t.dram_offset, t.dram_offset + t.nbytes
+    return any(s < hi and lo < e for s, e in stored)
 
 
 def _bind(
@@ -203,17 +281,7 @@ class _Table:
 
 def barrier() -> list[isa.Instruction]:
     """SYNCs after which every queue's next instruction starts after every queue's last one."""
-
-    def sync(queue: str, wait=(), signal=()) -> isa.Instruction:
-        return isa.make("SYNC", queue=isa.QUEUES.index(queue)).with_tokens(wait, signal)
-
-    return [
-        sync("LD", signal={"EX"}),
-        sync("ST", signal={"EX"}),
-        sync("EX", wait={"LD", "ST"}, signal={"LD", "ST"}),
-        sync("LD", wait={"EX"}),
-        sync("ST", wait={"EX"}),
-    ]
+    return ov.barrier()
 
 
 def _intern(entries: list[TensorEntry], entry: TensorEntry) -> int:
