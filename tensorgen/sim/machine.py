@@ -250,17 +250,21 @@ class Simulator:
         if nest is not None and nest.body >= end:
             nest = None
         if (nest is None and len(singles) < 2) or (not singles and code[pc].mnemonic == "MATMUL"):
-            return None  # one MATMUL: `_step` runs it (through `_matmul_once`)
+            return None  # one MATMUL: `_step` runs it (through `_once`)
         if self.runs.run(singles, nest, counters):
             return nest.body + 1 if nest is not None else pc
         if len(singles) > 1 and self.runs.run(singles, None, counters):
             return pc  # the nest after them is tried on its own
         return None
 
-    def _matmul_once(self, pc: int) -> bool:
-        """A MATMUL, VMUL or VMAC through its fast kernel (`runs.MatmulRuns`); False if not."""
+    def _once(self, pc: int) -> bool:
+        """A LOAD or STORE decoded once (`state.Transfer`), or a MATMUL, VMUL or VMAC through
+        its fast kernel (`runs.MatmulRuns`); False if not."""
         if not self.vectorize_loops:
             return False
+        transfer = self.static.transfers[pc]
+        if transfer is not None:
+            return self.machine.transfer(transfer)
         return self.runs.once(pc, self.machine) or self.runs.vector_once(pc, self.machine)
 
     def _loop(self, pc: int, count: int, body: int, counters: tuple[int, ...]) -> None:
@@ -345,7 +349,7 @@ class Simulator:
         m.touched = []
         if nest:
             cost = self._reduction(pc, ins, cost, reps)
-        elif ins.defn.execute is not None and not self._matmul_once(pc):
+        elif ins.defn.execute is not None and not self._once(pc):
             self._execute(pc, ins, ins.defn.execute)
         reads_from = start
         if cost.dram_bytes:
@@ -476,6 +480,11 @@ class Simulator:
     def _execute(self, pc: int, ins: isa.Instruction, semantics) -> None:
         # The verifier checks what can be known statically; operands whose shapes do not fit
         # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
+        if not self.machine.values:  # `replay.whole_plan` admits only bodies of fast paths
+            raise SimulatorError(
+                f"instruction {pc} ({ins.mnemonic}): internal error: its semantics were to run "
+                "in a loop stepped for its timing only"
+            )
         try:
             semantics(self.machine, self.fields[pc])  # under `run`'s np.errstate
         except (ValueError, IndexError, TypeError, KeyError) as err:

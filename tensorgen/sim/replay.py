@@ -369,6 +369,58 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
             sim._block(pc + 1, pc + 1 + body, counters + (c,))
         return
     sigs = signatures(sim, f, counters, count)
+    whole = whole_plan(sim, pc, counters, sigs)
+    if whole is None:
+        _iterations(sim, pc, counters, f, sigs, moving, hull)
+        return
+    sim.machine.values = False  # the iterations' timing, then all their values at once
+    try:
+        _iterations(sim, pc, counters, f, sigs, moving, hull)
+    finally:
+        sim.machine.values = True
+    whole.run(sim.machine, sim.binary)
+
+
+def whole_plan(sim, pc: int, counters: tuple[int, ...], sigs: list[tuple]):
+    """The values of every iteration of the LOOP at `pc` as one `stacked.Plan`, when its
+    iterations may be stepped for their timing only (`state.Machine.values`): the timing
+    does not read values, and each instruction of the body is one whose fast path records
+    what it touches without computing (a SYNC or loop, a decoded LOAD or STORE, a MATMUL
+    of the fast kernel), with the same IF outcomes in every iteration (the plan resolves
+    them once); None otherwise, and inside a loop already stepped so. Its bounds checks
+    cover every iteration, so no stepped access is out of bounds: stepping's errors are
+    then those of the timing (hazards, tokens, limits), the same either way."""
+    if not sim.machine.values or len(set(sigs)) > 1:
+        return None
+    known = sim.static.runs.setdefault("whole", {})
+    key = (pc, counters)
+    if key not in known:  # a pure function of the binary: kept across runs
+        count = sim.binary.code[pc].arg("count")
+        at = counters + (0,)
+        plan = _plan(sim, pc, at, count) if _fast_body(sim, pc) else None
+        if len(known) >= MAX_PLANS:
+            return plan
+        known[key] = plan
+    return known[key]
+
+
+def _fast_body(sim, pc: int) -> bool:
+    code, static = sim.binary.code, sim.static
+    for q in range(pc + 1, pc + 1 + code[pc].arg("body")):
+        ins = code[q]
+        if ins.defn.execute is None:
+            continue
+        if ins.mnemonic in ("LOAD", "STORE") and static.transfers[q] is not None:
+            continue
+        if ins.mnemonic == "MATMUL" and sim.runs.op(q) is not None:
+            continue
+        return False
+    return True
+
+
+def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:
+    """The loop's iterations, stepped, and replayed from the first steady one on."""
+    count, body = len(sigs), sim.binary.code[pc].arg("body")
     c, previous, failed = 0, None, set()
     idle = len(f.active) < len(sim.queue_time)
     while c < count:
@@ -413,14 +465,16 @@ def _replay(sim, pc, counters, c0, c1, stepped, d, active) -> bool:
         return False
     if sim.iterations + inc[-1] * k > lim.max_iterations:
         return False
-    at = counters + (c0,)
-    key = (pc, at, k)
-    if key not in sim.static.plans:  # a pure function of the binary: kept across runs
-        sim.static.plans[key] = _plan(sim, pc, at, k)
-    p = sim.static.plans[key]
-    if p is None:
-        return False
-    p.run(sim.machine, sim.binary)
+    p = None
+    if sim.machine.values:  # else `whole_plan`'s computes them, once all are timed
+        at = counters + (c0,)
+        key = (pc, at, k)
+        if key not in sim.static.plans:  # a pure function of the binary: kept across runs
+            sim.static.plans[key] = _plan(sim, pc, at, k)
+        p = sim.static.plans[key]
+        if p is None:
+            return False
+        p.run(sim.machine, sim.binary)
     _add(sim, inc, k)
     if marks is not None:
         r = sim.recorder

@@ -151,8 +151,9 @@ class MatmulRuns:
             if base + d.lo < 0 or base + d.hi > m.mem[d.mem].size:
                 return False
             touched.append((d.mem, base + d.lo, base + d.hi, write))
-        acc = op.acc.array(m.mem[op.acc.mem], bases[0])
-        reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
+        if m.values:
+            acc = op.acc.array(m.mem[op.acc.mem], bases[0])
+            reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
         m.touched = touched
         return True
 
@@ -246,7 +247,8 @@ class MatmulRuns:
         if steps is None:
             return False
         sim.iterations += iterations
-        self._compute(len(singles), nest, shape, segments, counters)
+        if sim.machine.values:
+            self._compute(len(singles), nest, shape, segments, counters)
         self._commit(segments, spans, steps)
         return True
 
