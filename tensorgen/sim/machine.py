@@ -480,11 +480,14 @@ class Simulator:
     def _execute(self, pc: int, ins: isa.Instruction, semantics) -> None:
         # The verifier checks what can be known statically; operands whose shapes do not fit
         # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
-        if not self.machine.values:  # `replay.whole_plan` admits only bodies of fast paths
-            raise SimulatorError(
-                f"instruction {pc} ({ins.mnemonic}): internal error: its semantics were to run "
-                "in a loop stepped for its timing only"
-            )
+        if not self.machine.values:  # stepped for its timing: only what it touches
+            pattern = replay.access_patterns(self).get(pc)
+            if pattern is None or semantics is not ins.defn.execute:  # `replay.whole_plan`'s
+                raise SimulatorError(
+                    f"instruction {pc} ({ins.mnemonic}): internal error: its semantics were "
+                    "to run in a loop stepped for its timing only"
+                )
+            semantics = functools.partial(_touch, pattern=pattern)
         try:
             semantics(self.machine, self.fields[pc])  # under `run`'s np.errstate
         except (ValueError, IndexError, TypeError, KeyError) as err:
@@ -535,6 +538,10 @@ class Simulator:
                     )
         mine = self.inflight.setdefault(q, [])
         mine += [Access(mem, lo, hi, end, q, w, pc) for mem, lo, hi, w in touched]
+
+
+def _touch(machine: Machine, fields, pattern) -> None:
+    machine.touch(pattern)
 
 
 def _end(a: Access) -> int:

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 from tensorgen.mc.operands import ITEMSIZE, View
 from tensorgen.sim import stacked
+from tensorgen.sim.batch import VectorOp
 from tensorgen.sim.runs import MAX_PLANS, Access, RunParts
+from tensorgen.sim.state import access_pattern
 
 # replay is tried for loops of at least this many iterations
 MIN_COUNT = 3
@@ -405,17 +407,33 @@ def whole_plan(sim, pc: int, counters: tuple[int, ...], sigs: list[tuple]):
 
 
 def _fast_body(sim, pc: int) -> bool:
-    code, static = sim.binary.code, sim.static
+    code, static, runs = sim.binary.code, sim.static, sim.runs
+    patterns = access_patterns(sim)
     for q in range(pc + 1, pc + 1 + code[pc].arg("body")):
         ins = code[q]
         if ins.defn.execute is None:
             continue
         if ins.mnemonic in ("LOAD", "STORE") and static.transfers[q] is not None:
             continue
-        if ins.mnemonic == "MATMUL" and sim.runs.op(q) is not None:
+        if ins.mnemonic == "MATMUL" and runs.op(q) is not None:
             continue
+        if ins.mnemonic in ("VMUL", "VMAC"):
+            if q not in runs.vectors:
+                runs.vectors[q] = VectorOp.of(ins)
+            if runs.vectors[q] is not None:
+                continue  # `runs.vector_once` and `vector.VectorRuns` record what they touch
+        if ins.mnemonic in stacked.ELEMENTWISE:
+            if q not in patterns:
+                patterns[q] = access_pattern(ins)
+            if patterns[q] is not None:
+                continue  # its semantics' accesses: `state.Machine.touch`
         return False
     return True
+
+
+def access_patterns(sim) -> dict:
+    """`state.access_pattern` per pc, kept across runs of the binary."""
+    return sim.static.runs.setdefault("patterns", {})
 
 
 def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:

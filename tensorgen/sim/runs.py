@@ -182,7 +182,8 @@ class MatmulRuns:
             t[0] == dmem and t[1] < dhi and dlo < t[2] for t in touched[:-1] if t[1:3] != (dlo, dhi)
         ):
             return False  # a source overlapping the destination: its semantics run
-        op.run(m.mem, bases)
+        if m.values:
+            op.run(m.mem, bases)
         m.touched = touched
         return True
 

@@ -85,6 +85,42 @@ class Transfer:
         )
 
 
+class _Accesses:
+    """An `isa.MachineState` that records the views an instruction's semantics read and write,
+    in order, computing on zeros (`access_pattern`)."""
+
+    def __init__(self) -> None:
+        self.accesses: list[tuple[View, bool]] = []
+
+    def _zeros(self, view: View) -> np.ndarray:
+        return np.zeros(view.shape, np.dtype(view.dtype))
+
+    def read(self, view: View) -> np.ndarray:
+        self.accesses.append((view, False))
+        return _values(self._zeros(view))
+
+    def stored(self, view: View) -> np.ndarray:
+        self.accesses.append((view, False))
+        return self._zeros(view)
+
+    def write(self, view: View, values: np.ndarray) -> None:
+        self.accesses.append((view, True))
+
+
+def access_pattern(ins) -> tuple[tuple[View, bool], ...] | None:
+    """The views, and whether written, that the semantics of an elementwise instruction
+    touch, in the order they touch them: the same at every loop counter and for every value
+    (their accesses follow the fields and the dtypes only), so `Machine.touch` gives what
+    running them would record. None if they use anything else (boxes, loop nests)."""
+    state = _Accesses()
+    try:
+        with np.errstate(all="ignore"):
+            ins.defn.execute(state, dict(ins.args))
+    except Exception:  # noqa: BLE001 -- any failure: no pattern, the semantics run
+        return None
+    return tuple(state.accesses)
+
+
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
@@ -126,6 +162,13 @@ class Machine:
             )
         self._last_range = (view.mem, lo, hi)
         return d.array(memory, base)
+
+    def touch(self, pattern) -> None:
+        """Record what semantics whose accesses are `pattern` (`access_pattern`) touch at the
+        current counters, bounds-checked as they would be, computing nothing."""
+        for view, write in pattern:
+            self._ndarray(view)
+            self.touched.append((*self._last_range, write))
 
     def read(self, view: View) -> np.ndarray:
         arr = self._ndarray(view)
