@@ -110,7 +110,7 @@ class Simulator:
                         raise SimulatorError(
                             f"input '{t.name}' has dtype {value.dtype}; expected float32"
                         )
-                else:
+                elif value.dtype != region.dtype:  # of the tensor's dtype: in its range
                     if not np.issubdtype(value.dtype, np.integer):
                         raise SimulatorError(
                             f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})"
@@ -118,7 +118,7 @@ class Simulator:
                     info = np.iinfo(np.dtype(t.dtype))
                     if value.size and (value.min() < info.min or value.max() > info.max):
                         raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
-                region[...] = value.astype(t.dtype)
+                region[...] = value  # in range: the cast is exact
         unknown = set(inputs) - {
             t.name for t in self.binary.tensors if t.role in ("input", "inout")
         }

@@ -179,6 +179,8 @@ def _moves(aff, level: int) -> bool:
 
 
 def signatures(sim, f: Form, counters: tuple[int, ...], count: int) -> list[tuple]:
+    if not f.ifs:
+        return [()] * count
     code = sim.binary.code
     return [
         tuple(all(v >= 0 for v in code[q].arg("cond").values(counters + (c,))) for q in f.ifs)
