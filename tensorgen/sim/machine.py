@@ -4,8 +4,9 @@ Values are computed in program order with numpy, one numpy operation per
 instruction (a whole tile), or per run of MATMULs into one accumulator and per
 reduction nest (`tensorgen.sim.runs`), per VMUL/VMAC and the nest of VMACs after it (a
 depthwise tap loop, `tensorgen.sim.vector`), and a steady pipelined loop's remaining
-iterations at once (`tensorgen.sim.replay`); a SYNC is stepped without the memory-access
-bookkeeping. `vectorize_loops=False` steps every
+iterations at once (`tensorgen.sim.replay`; all its iterations' values at once, after timing
+them, when its body allows it); a LOAD or STORE as a copy decoded once (`state.Transfer`); a
+SYNC is stepped without the memory-access bookkeeping. `vectorize_loops=False` steps every
 instruction instead, with the same values, counters, trace events and errors;
 BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in

@@ -8,7 +8,10 @@ function of that state and of the instructions only, and it does not change when
 shifts, so each later iteration with the same instructions (IF outcomes) does exactly what the
 last stepped one did, shifted: its counters, trace events and hazard checks are that
 iteration's, and the state after k of them is the state shifted k times. Their values are
-computed at once (`tensorgen.sim.stacked`).
+computed at once (`tensorgen.sim.stacked`). When every instruction of the body has a fast
+path that records what it touches without computing (`whole_plan`), the stepped iterations
+are stepped for their timing only, and one plan computes the values of all of them, the
+stepped ones too, once the loop is timed: the timing never reads a value.
 
 Only loops whose on-chip operands do not move with the loop's counter are replayed (DRAM
 accesses are checked as whole tensors, so their boxes may move), except MATMUL/VMUL/VMAC
