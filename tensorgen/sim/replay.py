@@ -393,9 +393,11 @@ def whole_plan(sim, pc: int, counters: tuple[int, ...], sigs: list[tuple]):
     iterations may be stepped for their timing only (`state.Machine.values`): the timing
     does not read values, and each instruction of the body is one whose fast path records
     what it touches without computing (a SYNC or loop, a decoded LOAD or STORE, a MATMUL
-    of the fast kernel), with the same IF outcomes in every iteration (the plan resolves
-    them once); None otherwise, and inside a loop already stepped so. Its bounds checks
-    cover every iteration, so no stepped access is out of bounds: stepping's errors are
+    of the fast kernel, a VMUL/VMAC of `batch.VectorOp`, an elementwise instruction whose
+    accesses `state.access_pattern` knows), with the same IF outcomes in every iteration
+    (the plan resolves them once); None otherwise, and inside a loop already stepped so.
+    The plan admits only equal shapes for an elementwise instruction's views, and its
+    bounds checks cover every iteration, so no stepped access fails: stepping's errors are
     then those of the timing (hazards, tokens, limits), the same either way."""
     if not sim.machine.values or len(set(sigs)) > 1:
         return None
