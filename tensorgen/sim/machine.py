@@ -141,7 +141,14 @@ class Simulator:
                     f"{len(q)} token(s) from {a} to {b} were signalled but never awaited"
                 )
         s = self.stats
-        s.energy_breakdown = energy_breakdown(self.target, s)
+        # a function of the target and the counters, which are the same on every run of a
+        # binary (its timing reads no value): computed once per target and counters
+        key = (id(self.target), s.cycles, s.macs, s.vector_ops, s.dram_bytes)
+        key += (tuple(s.onchip_bytes.items()), tuple(s.onchip_write_bytes.items()))
+        known = self.static.energy
+        if known is None or known[0] != key or known[1] is not self.target:
+            known = self.static.energy = (key, self.target, energy_breakdown(self.target, s))
+        s.energy_breakdown = dict(known[2])
         s.energy_pj = sum(s.energy_breakdown.values())
         outputs = {}
         for t in self.binary.tensors:

@@ -121,6 +121,24 @@ def access_pattern(ins) -> tuple[tuple[View, bool], ...] | None:
     return tuple(state.accesses)
 
 
+def _unset(binary: Binary) -> list[tuple[int, int]]:
+    """The DRAM byte ranges that `Simulator._set_inputs` does not write: all but the input,
+    inout and constant tensors, which it writes whole before anything runs."""
+    written = sorted(
+        (t.dram_offset, t.dram_offset + t.nbytes)
+        for t in binary.tensors
+        if t.role in ("input", "inout", "const")
+    )
+    out, at = [], 0
+    for lo, hi in written:
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < binary.dram_bytes:
+        out.append((at, binary.dram_bytes))
+    return out
+
+
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
@@ -131,8 +149,10 @@ class Machine:
         self.binary, self.target = binary, target
         sizes = {"spad": target.spad.bytes, "acc": target.acc.bytes, "dram": binary.dram_bytes}
         if spare is not None and all(spare[m].size == n for m, n in sizes.items()):
-            for arr in spare.values():
-                arr.fill(0)
+            spare["spad"].fill(0)
+            spare["acc"].fill(0)
+            for lo, hi in _unset(binary):  # the rest of the DRAM: the inputs overwrite it
+                spare["dram"][lo:hi] = 0
             self.mem = spare
         else:
             self.mem = {m: np.zeros(n, np.uint8) for m, n in sizes.items()}

@@ -42,6 +42,7 @@ class Static:
         self.runs: dict[str, dict] = {}  # runs.MatmulRuns' caches by name
         self.decoded: dict = {}  # state.Machine's views
         self.spare: dict | None = None  # memories a finished run left (`simulate`)
+        self.energy: tuple | None = None  # (counters, target, energy_breakdown) of the last run
 
 
 _CACHE: dict[int, tuple] = {}

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tensorgen.mc.binary import assemble
 from tensorgen.sim import state
+from tensorgen.sim.machine import simulate
 from tensorgen.target import ISA_DIR, target_from_dict
 
 TARGET = target_from_dict(yaml.safe_load((ISA_DIR / "tiny.yaml").read_text()), "tiny.yaml")
@@ -135,3 +136,31 @@ def test_transfers_are_taken_and_pad_the_halo(monkeypatch, outcome) -> None:
             if 0 <= -1 + 3 * i + r < ROWS:
                 want[-1 + 3 * i + r, 2:6] = box[r]
     np.testing.assert_array_equal(np.array(fast[0]["Y"], np.int8), want)
+
+
+def test_a_run_again_reads_zeroed_outputs() -> None:
+    """A second run of a binary reuses the first one's memories (`static.Static.spare`),
+    zeroing all that its inputs do not overwrite: a program that reads its output tensor
+    before writing it reads zeros again, not what the run before left there."""
+    binary = assemble(
+        "\n".join(
+            [
+                f".target tiny {TARGET.hash.hex()}",
+                ".dram 96",
+                ".tensor X int8 6x8 input dram=0 pad=0",
+                ".tensor Y int8 6x8 output dram=48 pad=0",
+                "LOAD dst=spad:int8@0[6x8:8,1] src=Y(0,0)[6x8]",
+                "LOAD dst=spad:int8@64[3x8:8,1] src=X(0,0)[3x8] signal=ST",
+                "SYNC queue=2 wait=LD",
+                "STORE dst=Y(0,0)[3x8] src=spad:int8@24[3x8:8,1]",  # Y's rows 3..5 as found
+                "STORE dst=Y(3,0)[3x8] src=spad:int8@64[3x8:8,1]",
+            ]
+        )
+        + "\n"
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.integers(-128, 128, (ROWS, COLS), dtype=np.int8)
+        for fast in (True, False):
+            y = simulate(binary, {"X": x}, TARGET, vectorize_loops=fast).outputs["Y"]
+            np.testing.assert_array_equal(y, np.concatenate([np.zeros((3, COLS), np.int8), x[:3]]))
