@@ -371,21 +371,21 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
             hull = moving_hull(sim, pc, counters, f)
             if len(hulls) < MAX_PLANS:
                 hulls[key] = hull
-    if hull is None:
-        for c in range(count):  # addresses that move in a way a hazard might see: stepped
-            sim._block(pc + 1, pc + 1 + body, counters + (c,))
-        return
     sigs = signatures(sim, f, counters, count)
     whole = whole_plan(sim, pc, counters, sigs)
-    if whole is None:
-        _iterations(sim, pc, counters, f, sigs, moving, hull)
-        return
-    sim.machine.values = False  # the iterations' timing, then all their values at once
+    if whole is not None:
+        sim.machine.values = False  # the iterations' timing, then all their values at once
     try:
-        _iterations(sim, pc, counters, f, sigs, moving, hull)
+        if hull is None:
+            for c in range(count):  # addresses that move in a way a hazard might see: stepped
+                sim._block(pc + 1, pc + 1 + body, counters + (c,))
+        else:
+            _iterations(sim, pc, counters, f, sigs, moving, hull)
     finally:
-        sim.machine.values = True
-    whole.run(sim.machine, sim.binary)
+        if whole is not None:
+            sim.machine.values = True
+    if whole is not None:
+        whole.run(sim.machine, sim.binary)
 
 
 def whole_plan(sim, pc: int, counters: tuple[int, ...], sigs: list[tuple]):
