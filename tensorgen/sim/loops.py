@@ -116,7 +116,8 @@ def run_loop(runs: MatmulRuns, form: LoopForm, counters: tuple[int, ...]) -> boo
     if steps is None:
         return False
     sim.iterations += plan.iterations
-    _compute(runs, form, plan.segs0, plan.deltas, plan.box)
+    if sim.machine.values:
+        _compute(runs, form, plan.segs0, plan.deltas, plan.box)
     runs._commit(plan.ordered, plan.spans, steps)
     return True
 

@@ -4,8 +4,9 @@ Values are computed in program order with numpy, one numpy operation per
 instruction (a whole tile), or per run of MATMULs into one accumulator and per
 reduction nest (`tensorgen.sim.runs`), per VMUL/VMAC and the nest of VMACs after it (a
 depthwise tap loop, `tensorgen.sim.vector`), and a steady pipelined loop's remaining
-iterations at once (`tensorgen.sim.replay`); a SYNC is stepped without the memory-access
-bookkeeping. `vectorize_loops=False` steps every
+iterations at once (`tensorgen.sim.replay`; all its iterations' values at once, after timing
+them, when its body allows it); a LOAD or STORE as a copy decoded once (`state.Transfer`); a
+SYNC is stepped without the memory-access bookkeeping. `vectorize_loops=False` steps every
 instruction instead, with the same values, counters, trace events and errors;
 BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
@@ -110,7 +111,7 @@ class Simulator:
                         raise SimulatorError(
                             f"input '{t.name}' has dtype {value.dtype}; expected float32"
                         )
-                else:
+                elif value.dtype != region.dtype:  # of the tensor's dtype: in its range
                     if not np.issubdtype(value.dtype, np.integer):
                         raise SimulatorError(
                             f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})"
@@ -118,7 +119,7 @@ class Simulator:
                     info = np.iinfo(np.dtype(t.dtype))
                     if value.size and (value.min() < info.min or value.max() > info.max):
                         raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
-                region[...] = value.astype(t.dtype)
+                region[...] = value  # in range: the cast is exact
         unknown = set(inputs) - {
             t.name for t in self.binary.tensors if t.role in ("input", "inout")
         }
@@ -140,7 +141,14 @@ class Simulator:
                     f"{len(q)} token(s) from {a} to {b} were signalled but never awaited"
                 )
         s = self.stats
-        s.energy_breakdown = energy_breakdown(self.target, s)
+        # a function of the target and the counters, which are the same on every run of a
+        # binary (its timing reads no value): computed once per target and counters
+        key = (id(self.target), s.cycles, s.macs, s.vector_ops, s.dram_bytes)
+        key += (tuple(s.onchip_bytes.items()), tuple(s.onchip_write_bytes.items()))
+        known = self.static.energy
+        if known is None or known[0] != key or known[1] is not self.target:
+            known = self.static.energy = (key, self.target, energy_breakdown(self.target, s))
+        s.energy_breakdown = dict(known[2])
         s.energy_pj = sum(s.energy_breakdown.values())
         outputs = {}
         for t in self.binary.tensors:
@@ -250,17 +258,21 @@ class Simulator:
         if nest is not None and nest.body >= end:
             nest = None
         if (nest is None and len(singles) < 2) or (not singles and code[pc].mnemonic == "MATMUL"):
-            return None  # one MATMUL: `_step` runs it (through `_matmul_once`)
+            return None  # one MATMUL: `_step` runs it (through `_once`)
         if self.runs.run(singles, nest, counters):
             return nest.body + 1 if nest is not None else pc
         if len(singles) > 1 and self.runs.run(singles, None, counters):
             return pc  # the nest after them is tried on its own
         return None
 
-    def _matmul_once(self, pc: int) -> bool:
-        """A MATMUL, VMUL or VMAC through its fast kernel (`runs.MatmulRuns`); False if not."""
+    def _once(self, pc: int) -> bool:
+        """A LOAD or STORE decoded once (`state.Transfer`), or a MATMUL, VMUL or VMAC through
+        its fast kernel (`runs.MatmulRuns`); False if not."""
         if not self.vectorize_loops:
             return False
+        transfer = self.static.transfers[pc]
+        if transfer is not None:
+            return self.machine.transfer(transfer)
         return self.runs.once(pc, self.machine) or self.runs.vector_once(pc, self.machine)
 
     def _loop(self, pc: int, count: int, body: int, counters: tuple[int, ...]) -> None:
@@ -345,7 +357,7 @@ class Simulator:
         m.touched = []
         if nest:
             cost = self._reduction(pc, ins, cost, reps)
-        elif ins.defn.execute is not None and not self._matmul_once(pc):
+        elif ins.defn.execute is not None and not self._once(pc):
             self._execute(pc, ins, ins.defn.execute)
         reads_from = start
         if cost.dram_bytes:
@@ -476,6 +488,14 @@ class Simulator:
     def _execute(self, pc: int, ins: isa.Instruction, semantics) -> None:
         # The verifier checks what can be known statically; operands whose shapes do not fit
         # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
+        if not self.machine.values:  # stepped for its timing: only what it touches
+            pattern = replay.access_patterns(self).get(pc)
+            if pattern is None or semantics is not ins.defn.execute:  # `replay.whole_plan`'s
+                raise SimulatorError(
+                    f"instruction {pc} ({ins.mnemonic}): internal error: its semantics were "
+                    "to run in a loop stepped for its timing only"
+                )
+            semantics = functools.partial(_touch, pattern=pattern)
         try:
             semantics(self.machine, self.fields[pc])  # under `run`'s np.errstate
         except (ValueError, IndexError, TypeError, KeyError) as err:
@@ -526,6 +546,10 @@ class Simulator:
                     )
         mine = self.inflight.setdefault(q, [])
         mine += [Access(mem, lo, hi, end, q, w, pc) for mem, lo, hi, w in touched]
+
+
+def _touch(machine: Machine, fields, pattern) -> None:
+    machine.touch(pattern)
 
 
 def _end(a: Access) -> int:

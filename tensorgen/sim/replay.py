@@ -8,7 +8,10 @@ function of that state and of the instructions only, and it does not change when
 shifts, so each later iteration with the same instructions (IF outcomes) does exactly what the
 last stepped one did, shifted: its counters, trace events and hazard checks are that
 iteration's, and the state after k of them is the state shifted k times. Their values are
-computed at once (`tensorgen.sim.stacked`).
+computed at once (`tensorgen.sim.stacked`). When every instruction of the body has a fast
+path that records what it touches without computing (`whole_plan`), the stepped iterations
+are stepped for their timing only, and one plan computes the values of all of them, the
+stepped ones too, once the loop is timed: the timing never reads a value.
 
 Only loops whose on-chip operands do not move with the loop's counter are replayed (DRAM
 accesses are checked as whole tensors, so their boxes may move), except MATMUL/VMUL/VMAC
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 
 from tensorgen.mc.operands import ITEMSIZE, View
 from tensorgen.sim import stacked
+from tensorgen.sim.batch import VectorOp
 from tensorgen.sim.runs import MAX_PLANS, Access, RunParts
+from tensorgen.sim.state import access_pattern
 
 # replay is tried for loops of at least this many iterations
 MIN_COUNT = 3
@@ -177,6 +182,8 @@ def _moves(aff, level: int) -> bool:
 
 
 def signatures(sim, f: Form, counters: tuple[int, ...], count: int) -> list[tuple]:
+    if not f.ifs:
+        return [()] * count
     code = sim.binary.code
     return [
         tuple(all(v >= 0 for v in code[q].arg("cond").values(counters + (c,))) for q in f.ifs)
@@ -364,11 +371,81 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
             hull = moving_hull(sim, pc, counters, f)
             if len(hulls) < MAX_PLANS:
                 hulls[key] = hull
-    if hull is None:
-        for c in range(count):  # addresses that move in a way a hazard might see: stepped
-            sim._block(pc + 1, pc + 1 + body, counters + (c,))
-        return
     sigs = signatures(sim, f, counters, count)
+    whole = whole_plan(sim, pc, counters, sigs)
+    if whole is not None:
+        sim.machine.values = False  # the iterations' timing, then all their values at once
+    try:
+        if hull is None:
+            for c in range(count):  # addresses that move in a way a hazard might see: stepped
+                sim._block(pc + 1, pc + 1 + body, counters + (c,))
+        else:
+            _iterations(sim, pc, counters, f, sigs, moving, hull)
+    finally:
+        if whole is not None:
+            sim.machine.values = True
+    if whole is not None:
+        whole.run(sim.machine, sim.binary)
+
+
+def whole_plan(sim, pc: int, counters: tuple[int, ...], sigs: list[tuple]):
+    """The values of every iteration of the LOOP at `pc` as one `stacked.Plan`, when its
+    iterations may be stepped for their timing only (`state.Machine.values`): the timing
+    does not read values, and each instruction of the body is one whose fast path records
+    what it touches without computing (a SYNC or loop, a decoded LOAD or STORE, a MATMUL
+    of the fast kernel, a VMUL/VMAC of `batch.VectorOp`, an elementwise instruction whose
+    accesses `state.access_pattern` knows), with the same IF outcomes in every iteration
+    (the plan resolves them once); None otherwise, and inside a loop already stepped so.
+    The plan admits only equal shapes for an elementwise instruction's views, and its
+    bounds checks cover every iteration, so no stepped access fails: stepping's errors are
+    then those of the timing (hazards, tokens, limits), the same either way."""
+    if not sim.machine.values or len(set(sigs)) > 1:
+        return None
+    known = sim.static.runs.setdefault("whole", {})
+    key = (pc, counters)
+    if key not in known:  # a pure function of the binary: kept across runs
+        count = sim.binary.code[pc].arg("count")
+        at = counters + (0,)
+        plan = _plan(sim, pc, at, count) if _fast_body(sim, pc) else None
+        if len(known) >= MAX_PLANS:
+            return plan
+        known[key] = plan
+    return known[key]
+
+
+def _fast_body(sim, pc: int) -> bool:
+    code, static, runs = sim.binary.code, sim.static, sim.runs
+    patterns = access_patterns(sim)
+    for q in range(pc + 1, pc + 1 + code[pc].arg("body")):
+        ins = code[q]
+        if ins.defn.execute is None:
+            continue
+        if ins.mnemonic in ("LOAD", "STORE") and static.transfers[q] is not None:
+            continue
+        if ins.mnemonic == "MATMUL" and runs.op(q) is not None:
+            continue
+        if ins.mnemonic in ("VMUL", "VMAC"):
+            if q not in runs.vectors:
+                runs.vectors[q] = VectorOp.of(ins)
+            if runs.vectors[q] is not None:
+                continue  # `runs.vector_once` and `vector.VectorRuns` record what they touch
+        if ins.mnemonic in stacked.ELEMENTWISE:
+            if q not in patterns:
+                patterns[q] = access_pattern(ins)
+            if patterns[q] is not None:
+                continue  # its semantics' accesses: `state.Machine.touch`
+        return False
+    return True
+
+
+def access_patterns(sim) -> dict:
+    """`state.access_pattern` per pc, kept across runs of the binary."""
+    return sim.static.runs.setdefault("patterns", {})
+
+
+def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:
+    """The loop's iterations, stepped, and replayed from the first steady one on."""
+    count, body = len(sigs), sim.binary.code[pc].arg("body")
     c, previous, failed = 0, None, set()
     idle = len(f.active) < len(sim.queue_time)
     while c < count:
@@ -413,14 +490,16 @@ def _replay(sim, pc, counters, c0, c1, stepped, d, active) -> bool:
         return False
     if sim.iterations + inc[-1] * k > lim.max_iterations:
         return False
-    at = counters + (c0,)
-    key = (pc, at, k)
-    if key not in sim.static.plans:  # a pure function of the binary: kept across runs
-        sim.static.plans[key] = _plan(sim, pc, at, k)
-    p = sim.static.plans[key]
-    if p is None:
-        return False
-    p.run(sim.machine, sim.binary)
+    p = None
+    if sim.machine.values:  # else `whole_plan`'s computes them, once all are timed
+        at = counters + (c0,)
+        key = (pc, at, k)
+        if key not in sim.static.plans:  # a pure function of the binary: kept across runs
+            sim.static.plans[key] = _plan(sim, pc, at, k)
+        p = sim.static.plans[key]
+        if p is None:
+            return False
+        p.run(sim.machine, sim.binary)
     _add(sim, inc, k)
     if marks is not None:
         r = sim.recorder

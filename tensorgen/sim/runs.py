@@ -151,8 +151,9 @@ class MatmulRuns:
             if base + d.lo < 0 or base + d.hi > m.mem[d.mem].size:
                 return False
             touched.append((d.mem, base + d.lo, base + d.hi, write))
-        acc = op.acc.array(m.mem[op.acc.mem], bases[0])
-        reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
+        if m.values:
+            acc = op.acc.array(m.mem[op.acc.mem], bases[0])
+            reduce_into(acc, [piece(op, m.mem, bases)], op.accumulate)
         m.touched = touched
         return True
 
@@ -181,7 +182,8 @@ class MatmulRuns:
             t[0] == dmem and t[1] < dhi and dlo < t[2] for t in touched[:-1] if t[1:3] != (dlo, dhi)
         ):
             return False  # a source overlapping the destination: its semantics run
-        op.run(m.mem, bases)
+        if m.values:
+            op.run(m.mem, bases)
         m.touched = touched
         return True
 
@@ -246,7 +248,8 @@ class MatmulRuns:
         if steps is None:
             return False
         sim.iterations += iterations
-        self._compute(len(singles), nest, shape, segments, counters)
+        if sim.machine.values:
+            self._compute(len(singles), nest, shape, segments, counters)
         self._commit(segments, spans, steps)
         return True
 

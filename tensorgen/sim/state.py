@@ -7,6 +7,8 @@ for the simulator's hazard checks (`tensorgen.sim.machine`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tensorgen.errors import SimulatorError
@@ -32,6 +34,111 @@ def _eval(aff, counters: tuple[int, ...]) -> int:
     return v
 
 
+@dataclass(frozen=True)
+class Transfer:
+    """A LOAD or STORE decoded once (`Machine.transfer`): its on-chip view, its DRAM tensor,
+    and its box's origin as affine coefficients per dimension. Only for a view of the box's
+    shape and the tensor's dtype, outside the DRAM, whose tensor's pad the dtype holds: what
+    its semantics (`load_box` then `write`, `stored` then `store_box`) then do is a copy
+    between two views, and a fill of the pad for a LOAD's halo."""
+
+    load: bool
+    view: Decoded
+    tensor: int
+    consts: tuple[int, ...]
+    coefs: tuple[tuple[int, ...], ...]  # per dimension of the box
+    levels: int  # loop counters the origin reads
+    shape: tuple[int, ...]
+    dims: tuple[int, ...]  # the tensor's shape
+    pad: int
+
+    @staticmethod
+    def of(ins, binary: Binary) -> Transfer | None:
+        if ins.mnemonic not in ("LOAD", "STORE"):
+            return None
+        f, load = dict(ins.args), ins.mnemonic == "LOAD"
+        view, box = (f.get("dst"), f.get("src")) if load else (f.get("src"), f.get("dst"))
+        if not isinstance(view, View) or not isinstance(box, Box):
+            return None
+        if not 0 <= box.tensor < len(binary.tensors) or view.mem == "dram":
+            return None
+        t = binary.tensors[box.tensor]
+        dt = np.dtype(t.dtype)
+        if len(box.shape) != len(t.shape) or tuple(view.shape) != tuple(box.shape):
+            return None
+        if view.dtype != t.dtype or (
+            dt.kind != "f" and not np.iinfo(dt).min <= t.pad <= np.iinfo(dt).max
+        ):
+            return None  # the semantics convert: they run
+        if dt.kind == "f" and dt != np.float32:
+            return None
+        return Transfer(
+            load,
+            Decoded.of(view),
+            box.tensor,
+            tuple(a.const for a in box.origin),
+            tuple(a.coefs for a in box.origin),
+            max((len(a.coefs) for a in box.origin), default=0),
+            tuple(box.shape),
+            tuple(t.shape),
+            t.pad,
+        )
+
+
+class _Accesses:
+    """An `isa.MachineState` that records the views an instruction's semantics read and write,
+    in order, computing on zeros (`access_pattern`)."""
+
+    def __init__(self) -> None:
+        self.accesses: list[tuple[View, bool]] = []
+
+    def _zeros(self, view: View) -> np.ndarray:
+        return np.zeros(view.shape, np.dtype(view.dtype))
+
+    def read(self, view: View) -> np.ndarray:
+        self.accesses.append((view, False))
+        return _values(self._zeros(view))
+
+    def stored(self, view: View) -> np.ndarray:
+        self.accesses.append((view, False))
+        return self._zeros(view)
+
+    def write(self, view: View, values: np.ndarray) -> None:
+        self.accesses.append((view, True))
+
+
+def access_pattern(ins) -> tuple[tuple[View, bool], ...] | None:
+    """The views, and whether written, that the semantics of an elementwise instruction
+    touch, in the order they touch them: the same at every loop counter and for every value
+    (their accesses follow the fields and the dtypes only), so `Machine.touch` gives what
+    running them would record. None if they use anything else (boxes, loop nests)."""
+    state = _Accesses()
+    try:
+        with np.errstate(all="ignore"):
+            ins.defn.execute(state, dict(ins.args))
+    except Exception:  # noqa: BLE001 -- any failure: no pattern, the semantics run
+        return None
+    return tuple(state.accesses)
+
+
+def _unset(binary: Binary) -> list[tuple[int, int]]:
+    """The DRAM byte ranges that `Simulator._set_inputs` does not write: all but the input,
+    inout and constant tensors, which it writes whole before anything runs."""
+    written = sorted(
+        (t.dram_offset, t.dram_offset + t.nbytes)
+        for t in binary.tensors
+        if t.role in ("input", "inout", "const")
+    )
+    out, at = [], 0
+    for lo, hi in written:
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < binary.dram_bytes:
+        out.append((at, binary.dram_bytes))
+    return out
+
+
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
@@ -42,12 +149,17 @@ class Machine:
         self.binary, self.target = binary, target
         sizes = {"spad": target.spad.bytes, "acc": target.acc.bytes, "dram": binary.dram_bytes}
         if spare is not None and all(spare[m].size == n for m, n in sizes.items()):
-            for arr in spare.values():
-                arr.fill(0)
+            spare["spad"].fill(0)
+            spare["acc"].fill(0)
+            for lo, hi in _unset(binary):  # the rest of the DRAM: the inputs overwrite it
+                spare["dram"][lo:hi] = 0
             self.mem = spare
         else:
             self.mem = {m: np.zeros(n, np.uint8) for m, n in sizes.items()}
         self.counters: tuple[int, ...] = ()
+        # False while a replayed loop's iterations are stepped for their timing only: the fast
+        # paths then record what they touch but compute nothing (`replay.run_loop`)
+        self.values = True
         self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
@@ -70,6 +182,13 @@ class Machine:
             )
         self._last_range = (view.mem, lo, hi)
         return d.array(memory, base)
+
+    def touch(self, pattern) -> None:
+        """Record what semantics whose accesses are `pattern` (`access_pattern`) touch at the
+        current counters, bounds-checked as they would be, computing nothing."""
+        for view, write in pattern:
+            self._ndarray(view)
+            self.touched.append((*self._last_range, write))
 
     def read(self, view: View) -> np.ndarray:
         arr = self._ndarray(view)
@@ -127,21 +246,72 @@ class Machine:
             )
         )
 
+    def transfer(self, op: Transfer) -> bool:
+        """Execute a decoded LOAD or STORE (`Transfer`) at the current counters, recording
+        what it touches as its semantics would; False (nothing done) when an operand is out
+        of bounds or reads a counter of no loop around it: its semantics then report it."""
+        counters, d = self.counters, op.view
+        if op.levels > len(counters) or len(d.coefs) > len(counters):
+            return False
+        base = d.const
+        for c, n in zip(d.coefs, counters, strict=False):
+            base += c * n
+        memory = self.mem[d.mem]
+        lo, hi = base + d.lo, base + d.hi
+        if lo < 0 or hi > memory.size:
+            return False
+        arr, extent = self._tensor_array(op.tensor)
+        if not self.values:
+            self.touched = (
+                [extent, (d.mem, lo, hi, True)] if op.load else [(d.mem, lo, hi, False), extent]
+            )
+            return True
+        view = np.ndarray(d.shape, d.dtype, buffer=memory, offset=base, strides=d.strides)
+        src, dst, inside, empty = [], [], True, False
+        for const, coefs, n, dim in zip(op.consts, op.coefs, op.shape, op.dims, strict=True):
+            o = const
+            for c, x in zip(coefs, counters, strict=False):
+                o += c * x
+            a, b = max(o, 0), min(o + n, dim)
+            inside = inside and a == o and b == o + n
+            empty = empty or a >= b
+            src.append(slice(a, b))
+            dst.append(slice(a - o, b - o))
+        if op.load:
+            if inside:
+                view[...] = arr[tuple(src)]
+            else:  # a halo: the pad, and the part inside the tensor
+                view[...] = op.pad
+                if not empty:
+                    view[tuple(dst)] = arr[tuple(src)]
+            self.touched = [extent, (d.mem, lo, hi, True)]
+        else:
+            if not empty:  # wholly outside the tensor: a halo, nothing to write
+                arr[tuple(src)] = view[tuple(dst)]
+            self.touched = [(d.mem, lo, hi, False), extent]
+        return True
+
+    def _tensor_array(self, index: int):
+        """Tensor `index`'s array over the DRAM and its extent, once a run (`_tensor`)."""
+        known = self._tensors.get(index)
+        if known is None:
+            t = self.binary.tensors[index]
+            arr = np.ndarray(
+                t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset
+            )
+            known = self._tensors[index] = (
+                arr,
+                ("dram", t.dram_offset, t.dram_offset + t.nbytes, None),
+            )
+        return known
+
     def _tensor(self, box: Box):
         t = self.binary.tensors[box.tensor]
         if len(box.shape) != len(t.shape):
             raise SimulatorError(
                 f"instruction {self.pc}: box of {t.name} has rank {len(box.shape)}, tensor {len(t.shape)}"
             )
-        known = self._tensors.get(box.tensor)
-        if known is None:  # per tensor, once a run: its array over the DRAM and its extent
-            arr = np.ndarray(
-                t.shape, np.dtype(t.dtype), buffer=self.mem["dram"], offset=t.dram_offset
-            )
-            known = self._tensors[box.tensor] = (
-                arr,
-                ("dram", t.dram_offset, t.dram_offset + t.nbytes, None),
-            )
+        known = self._tensor_array(box.tensor)
         origin = [_eval(a, self.counters) for a in box.origin]
         self.touched.append(known[1])
         return t, known[0], origin

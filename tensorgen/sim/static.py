@@ -11,6 +11,7 @@ from __future__ import annotations
 import weakref
 
 from tensorgen.mc.verify import verify_binary
+from tensorgen.sim.state import Transfer
 
 # binaries whose decode is kept (the most recent ones)
 KEEP = 8
@@ -34,12 +35,14 @@ class Static:
             and not c.dram_bytes
             for ins, c in zip(binary.code, self.costs, strict=True)
         ]
+        self.transfers = [Transfer.of(ins, binary) for ins in binary.code]  # LOAD/STORE
         self.nests: dict = {}  # Simulator._reduction_nest
         self.replays: dict = {}  # replay.form
         self.plans: dict = {}  # replay: stacked.plan per (pc, counters, iterations)
         self.runs: dict[str, dict] = {}  # runs.MatmulRuns' caches by name
         self.decoded: dict = {}  # state.Machine's views
         self.spare: dict | None = None  # memories a finished run left (`simulate`)
+        self.energy: tuple | None = None  # (counters, target, energy_breakdown) of the last run
 
 
 _CACHE: dict[int, tuple] = {}

@@ -132,7 +132,8 @@ class VectorRuns:
         if steps is None:
             return None
         sim.iterations += plan.iterations
-        self._compute(form, plan)
+        if sim.machine.values:  # else stepped for its timing only (`replay.whole_plan`)
+            self._compute(form, plan)
         self._commit(plan, steps)
         return form.after
 

@@ -220,6 +220,38 @@ def test_a_steady_pipelined_loop_is_replayed(nest: str, vec: bool, monkeypatch, 
     assert outcome(binary, inputs, TARGETS[2], True) == fast
 
 
+@pytest.mark.parametrize("drop", ["none", "ld", "st"])
+@pytest.mark.parametrize("nest", ["loop", "loopb", "none"])
+def test_a_loop_of_fast_paths_is_timed_then_computed_at_once(
+    nest: str, drop: str, monkeypatch, outcome
+) -> None:
+    """A body of LOADs, MATMULs, STOREs and elementwise vector instructions (the epilogue's
+    VADD and VMAX: what they touch from `state.access_pattern`) with the same IF outcomes in
+    every iteration is stepped for its timing only (nothing computed: `state.Machine.values`)
+    and all its values come from one plan afterwards (`replay.whole_plan`); outputs,
+    counters, trace and errors (a hazard while timing only) are stepping's. An IF that
+    differs in one iteration keeps the values stepped."""
+    wholes, real = [], replay.whole_plan
+    monkeypatch.setattr(replay, "whole_plan", lambda *a: wholes.append(real(*a)) or wholes[-1])
+    timed = []  # the values flag of every stepped MATMUL run
+    real_run = replay.stacked.Plan.run
+    monkeypatch.setattr(
+        replay.stacked.Plan, "run", lambda p, m, b: timed.append(m.values) or real_run(p, m, b)
+    )
+    for extra, epi in ((False, False), (True, False), (False, True)):
+        wholes.clear()
+        c = Case(2, "int8", 3, -2, 7, 2, nest, 0, extra, drop, True, False, "no", epi)
+        binary, inputs = assemble(_program(c)), _inputs(c, 4)
+        fast = outcome(binary, inputs, TARGETS[2], True)
+        assert fast == outcome(binary, inputs, TARGETS[2], False)
+        assert (wholes[0] is not None) == (not extra)
+        if drop != "none":
+            assert fast[0] == "error" and "hazard" in fast[1]
+        else:
+            assert fast[0] != "error"
+    assert all(timed)  # a plan computes with the flag back on
+
+
 def test_replay_declines_a_loop_carried_accumulator(monkeypatch, outcome) -> None:
     """accumulate=1 on the peeled MATMUL: each iteration reads the accumulator the one before
     left; the values cannot be computed at once, so the loop is stepped (same result)."""
