@@ -6,6 +6,7 @@ tensorgen.cli` in a subprocess to show that no traceback reaches the terminal.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 
 from tensorgen.mc.binary import assemble, decode, disassemble
 
-MATMUL = Path(__file__).resolve().parent.parent / "examples" / "matmul_odd.yaml"
+ROOT = Path(__file__).resolve().parent.parent
+MATMUL = ROOT / "examples" / "matmul_odd.yaml"
 A_SHAPE, B_SHAPE = (100, 37), (37, 53)  # matmul_odd: C[100, 53] += A[100, 37] * B[37, 53]
 
 
@@ -263,6 +265,33 @@ def test_process_corrupt_binary(tmp_path, matmul_binary):
         assert one_error_line(proc) == "bad.tgb: corrupt .tgb file (checksum mismatch)"
         assert proc.stdout == ""
     assert not (tmp_path / "DIR").exists()
+
+
+def test_process_output_is_whole_when_it_ends_without_teardown(tmp_path, cli, matmul_tgb):
+    """`run` ends the process by os._exit once its output is flushed: through a pipe, all of a
+    long listing arrives, as main prints it in-process, the exit code is main's, and the
+    output file is whole."""
+    # this checkout's tensorgen, its stdout block-buffered (as a pipe makes it without
+    # PYTHONUNBUFFERED): what is left in the buffer at the end is what os._exit would lose
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+
+    def process(*args) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "tensorgen.cli", *map(str, args)]
+        return subprocess.run(
+            command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+        )
+
+    for args in (["disasm", matmul_tgb], ["isa-doc"]):
+        want = cli(*args)
+        proc = process(*args)
+        assert proc.returncode == want.code == 0, proc.stderr
+        assert proc.stdout == want.out and proc.stderr == ""
+    assert len(want.out) > 8192  # more than one buffer of stdout's: its last part is flushed
+    proc = process("emit", MATMUL, "--target", "tiny", "-o", "out.tgb")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.tgb").read_bytes() == matmul_tgb.read_bytes()
+    assert process("emit", "nosuch.yaml", "-o", "x.tgb").returncode == 2
 
 
 # --- untrusted .tgb and .npy files: one line, nothing written --------------------------------

@@ -1,7 +1,5 @@
 """`python -m tensorgen.cli`."""
 
-import sys
+from tensorgen.cli import run
 
-from tensorgen.cli import main
-
-sys.exit(main())
+run()

@@ -71,11 +71,15 @@ def access_text(access: Access, indices: tuple[str, ...]) -> tuple[str, str]:
 
 
 def tensor_box(tensor: Tensor) -> isl.Set:
-    names = [f"d{i}" for i in range(len(tensor.shape))]
-    cons = (
-        " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, tensor.shape, strict=False)) or "true"
-    )
-    return isl.Set(f"{{ {tensor.name}[{', '.join(names)}] : {cons} }}")
+    return _box(tensor.name, tuple(tensor.shape))
+
+
+@lru_cache(maxsize=1024)
+def _box(name: str, shape: tuple[int, ...]) -> isl.Set:
+    """The elements of a tensor: parsed once per name and shape (islpy's sets are values)."""
+    names = [f"d{i}" for i in range(len(shape))]
+    cons = " and ".join(f"0 <= {n} < {s}" for n, s in zip(names, shape, strict=False)) or "true"
+    return isl.Set(f"{{ {name}[{', '.join(names)}] : {cons} }}")
 
 
 def schedule_map(program: Program) -> isl.UnionMap:

@@ -96,50 +96,96 @@ def hull_and_range(
     """rectangular_hull of `image`, and with `ranges` per dimension the least and the greatest
     value it takes over all parameters (from the same bounds: isl computes them once)."""
     spans: list[tuple[int, int]] = []
-    names = [
-        image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))
-    ]
     offset, size = [], []
     constant = constant_bounds(image)
-    for d in range(image.dim(isl.dim_type.set)):
+    n = image.dim(isl.dim_type.set)
+    for d in range(n):
         if d in constant:  # what isl's dim_min and dim_max give such a dimension
             lo_c, hi_c = constant[d]
             size.append(hi_c - lo_c + 1)
             spans.append((lo_c, hi_c))
             offset.append((lo_c, {}))
             continue
-        try:  # isl reports an unbounded dimension as an error, not as a value
-            lo, hi = image.dim_min(d), image.dim_max(d)
-            extent = hi.sub(lo).max_val()
-        except isl.Error:
-            lo = hi = extent = None
-        if (
-            extent is None or not extent.is_int()
-        ):  # unbounded or empty: infinity or NaN, not an integer
+        # the set of dimension d alone: its bounds are those of d in `image`
+        alone = image.project_out(isl.dim_type.set, d + 1, n - d - 1).project_out(
+            isl.dim_type.set, 0, d
+        )
+        bounds = _bounds(alone)
+        if bounds is None:
             raise CodegenError(
                 f"the footprint of {image.get_tuple_name() or 'a tensor'} has no bounded box"
             )
-        size.append(int(extent.to_python()) + 1)
+        size.append(bounds.size)
         if ranges:
-            spans.append((lo.min_val().to_python(), hi.max_val().to_python()))
-        pieces = lo.get_pieces() if lo is not None else []
-        # one affine piece without integer divisions (floor(o/2) is not an offset the DMA can take)
-        if (
-            len(pieces) != 1
-            or not pieces[0][1].get_constant_val().is_int()
-            or _has_division(pieces[0][1])
-        ):
-            offset.append(None)
-            continue
-        aff = pieces[0][1]
-        coefs = {
-            n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
-            for i, n in enumerate(names)
-        }
-        offset.append(
-            (int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c})
-        )
+            spans.append(bounds.span())
+        offset.append(None if bounds.offset is None else (bounds.offset[0], dict(bounds.offset[1])))
     return offset, size, (spans if ranges else [])
+
+
+@dataclass
+class _Bounds:
+    """The bounds of a set of one dimension over parameters (`_bounds`)."""
+
+    size: int  # its largest extent over the parameters
+    offset: tuple[int, dict[str, int]] | None  # its least value, if one affine function of them
+    lo: isl.PwAff
+    hi: isl.PwAff
+    least_greatest: tuple[int, int] | None = None
+
+    def span(self) -> tuple[int, int]:
+        """Its least and greatest value over all parameters (asked of isl once)."""
+        if self.least_greatest is None:
+            self.least_greatest = (self.lo.min_val().to_python(), self.hi.max_val().to_python())
+        return self.least_greatest
+
+
+def _bounds(alone: isl.Set) -> _Bounds | None:
+    """The bounds of the one dimension of `alone` (None: unbounded or empty), remembered by the
+    set's text: a probe's footprints ask for the same few (a tile's channels, its rows) in
+    many images, and isl's dim_min and dim_max took most of the search (ResNet-18's 1,774
+    dimensions have 1,209 distinct sets, and of one dimension isl bounds them 3x faster)."""
+    key = str(alone)
+    hit = _BOUNDS.get(key, _UNKNOWN)
+    if hit is not _UNKNOWN:
+        return hit
+    try:  # isl reports an unbounded dimension as an error, not as a value
+        lo, hi = alone.dim_min(0), alone.dim_max(0)
+        extent = hi.sub(lo).max_val()
+    except isl.Error:
+        extent = None
+    bounds = None
+    if extent is not None and extent.is_int():  # else unbounded or empty: infinity or NaN
+        pieces = lo.get_pieces()
+        offset = None
+        # one affine piece without integer divisions (floor(o/2) is not an offset the DMA takes)
+        if (
+            len(pieces) == 1
+            and pieces[0][1].get_constant_val().is_int()
+            and not _has_division(pieces[0][1])
+        ):
+            aff = pieces[0][1]
+            names = [
+                alone.get_dim_name(isl.dim_type.param, i)
+                for i in range(alone.dim(isl.dim_type.param))
+            ]
+            coefs = {
+                n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
+                for i, n in enumerate(names)
+            }
+            offset = (
+                int(aff.get_constant_val().to_python()),
+                {n: c for n, c in coefs.items() if c},
+            )
+        bounds = _Bounds(int(extent.to_python()) + 1, offset, lo, hi)
+    if len(_BOUNDS) >= BOUNDS_CACHE:
+        del _BOUNDS[next(iter(_BOUNDS))]
+    _BOUNDS[key] = bounds
+    return bounds
+
+
+BOUNDS_CACHE = 1 << 13  # sets of one dimension remembered (the oldest forgotten first)
+_BOUNDS: dict[str, _Bounds | None] = {}
+_UNKNOWN = object()
 
 
 def constant_bounds(image: isl.Set) -> dict[int, tuple[int, int]]:

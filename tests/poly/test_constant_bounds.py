@@ -5,9 +5,11 @@ mix such dimensions with tiled ones, with equalities, strides and unions."""
 from __future__ import annotations
 
 import islpy as isl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensorgen.errors import CodegenError
 from tensorgen.poly.footprint import constant_bounds, hull_and_range
 
 
@@ -73,3 +75,46 @@ def test_constant_bounds_read_constants_and_skip_the_rest() -> None:
     assert spans == [(0, 0), (0, 63), (-1, 111), (-1, 5)]
     union = image.union(isl.Set("[d0] -> { X[1, 0, 0, 0] }"))
     assert constant_bounds(union) == {}
+
+
+def _whole_image_hull(image: isl.Set):
+    """hull_and_range as isl's dim_min and dim_max of each dimension of the whole image give it
+    (before the bounds were asked of each dimension alone and remembered)."""
+    names = [
+        image.get_dim_name(isl.dim_type.param, i) for i in range(image.dim(isl.dim_type.param))
+    ]
+    offset, size, spans = [], [], []
+    for d in range(image.dim(isl.dim_type.set)):
+        lo, hi = image.dim_min(d), image.dim_max(d)
+        size.append(int(hi.sub(lo).max_val().to_python()) + 1)
+        spans.append((lo.min_val().to_python(), hi.max_val().to_python()))
+        pieces = lo.get_pieces()
+        aff = pieces[0][1]
+        divided = any(
+            not aff.get_coefficient_val(isl.dim_type.div, k).is_zero()
+            for k in range(aff.dim(isl.dim_type.div))
+        )
+        if len(pieces) != 1 or divided or not aff.get_constant_val().is_int():
+            offset.append(None)
+            continue
+        coefs = {
+            n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
+            for i, n in enumerate(names)
+        }
+        offset.append(
+            (int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c})
+        )
+    return offset, size, spans
+
+
+@settings(max_examples=300, deadline=None)
+@given(images())
+def test_hull_and_range_is_isls_over_the_whole_image(image: isl.Set) -> None:
+    if image.is_empty():
+        with pytest.raises(CodegenError, match="has no bounded box"):
+            hull_and_range(image)
+        return
+    want = _whole_image_hull(image)
+    assert hull_and_range(image) == want
+    assert hull_and_range(image) == want  # again: its dimensions' bounds remembered
+    assert hull_and_range(image, False) == (want[0], want[1], [])

