@@ -23,13 +23,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tensorgen.autosched.replay import replay_schedule, structure_key
+from tensorgen.autosched.search import auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.fusion.program import FusionError, Merged, _buffer, fused_schedule, merge
 from tensorgen.fusion.recompute import band_rows, extra_macs, recompute
-from tensorgen.fusion.tiled import Tile, TileError, check_capacity, row_halo
+from tensorgen.fusion.tiled import BAND, Tile, TileError, check_capacity, row_halo
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
 from tensorgen.sim.machine import simulate
@@ -348,6 +350,7 @@ class _Run:
     # per fused group (its layers): the cycles it adds (< 0: saves) and the DRAM bytes it saves
     added: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict)
     memo: dict[tuple[int, int], list[Unit]] = field(default_factory=dict)  # fuse(a, b)'s units
+    band_plans: dict[tuple, object] = field(default_factory=dict)  # a band's searched schedule
 
     def fuse(self, a: int, b: int) -> list[Unit]:
         """One fused unit for layers a..b; if they do not compile as one, each part so, split
@@ -406,6 +409,8 @@ def _fused_unit(
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)
         ]
+        if tile is not None and tile.rows is not None:
+            alone = _band_schedules(run, merged, alone)
         sched = fused_schedule(merged, alone, target, tile)
         check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
         compiled = compile_scheduled(merged.program, target, sched)
@@ -489,6 +494,67 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
             at_least = "" if exact else "at least "
             raise TileError(f"{at_least}{how}: the recomputed rows cost more than they save")
     return replace(merged, program=verify_program(program)), rows, how
+
+
+def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple]:
+    """Each producer of a group run per band (recompute.py) with the schedule the automatic
+    scheduler finds for the rows it runs per band (its program with those rows only) if that
+    runs its band faster than the whole image's schedule does (both simulated on the band):
+    over a band's few rows, a depthwise vectorises its channels by its width, not its rows by
+    its width (one vector instruction a row for all channels, not one a channel)."""
+    out = list(alone)
+    ends = (*merged.offsets[1:], len(merged.program.statements))
+    bands = dict(merged.program.shared_loops)[BAND]
+    for i, (program, trace) in enumerate(alone[:-1]):
+        step, start, count = merged.program.meta["band_spans"][i]
+        height = program.statements[-1].extent(program.statements[-1].lhs.index[2].bare())
+        if start < 0 or step * (bands - 1) + start + count > height:
+            continue  # its rows clipped at the image's edges: not one program in every band
+        banded = merged.program.statements[merged.offsets[i] : ends[i]]
+        statements = []
+        for st, new in zip(program.statements, banded, strict=True):
+            h = st.lhs.index[2].bare()
+            rows = dict(zip(new.indices, new.bounds, strict=True))[h]
+            bounds = tuple(
+                rows if name == h else b for name, b in zip(st.indices, st.bounds, strict=True)
+            )
+            statements.append(replace(st, bounds=bounds))
+        band = verify_program(replace(program, statements=tuple(statements)))
+        key = structure_key(band, run.target)
+        if key not in run.band_plans:
+            run.band_plans[key] = _faster_band(band, trace, run.target)
+        if run.band_plans[key] is not None:
+            out[i] = (band, run.band_plans[key])
+    return out
+
+
+def _faster_band(band, trace, target: Target) -> tuple | None:
+    """The searched schedule's steps for a layer's `band` program, if its compute (the cycles
+    the vector unit and MAC array are busy, simulated: fused, the band's activations are on
+    chip, its own loads and stores are not what it costs) is less than that of the whole
+    image's schedule (`trace`) replayed on it (or that does not replay); else None."""
+    plan = auto_schedule(band, target).schedule
+    if plan is None:
+        return None
+    try:
+        ours = _busy(compile_scheduled(band, target, plan).binary, target)
+    except TensorgenError:
+        return None
+    try:
+        theirs = compile_scheduled(band, target, replay_schedule(band, target, trace)).binary
+        if _busy(theirs, target) <= ours:
+            return None
+    except TensorgenError:
+        pass
+    return tuple(plan.trace)
+
+
+def _busy(binary: Binary, target: Target) -> int:
+    """The cycles a unit alone keeps its compute queue (EX) busy, on zeros."""
+    zeros = {
+        t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
+    }
+    return simulate(binary, zeros, target).stats.busy["EX"]
 
 
 _NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")

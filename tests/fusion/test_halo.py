@@ -92,6 +92,10 @@ def test_the_rewrite_recomputes_the_halo_rows_per_band() -> None:
     assert extra_macs(program, banded, 2) == 3 * pixels * 16
     assert banded.tensor("H").shape == (2, 1, 16, 8, 8)  # one buffer per band, the image's rows
     assert banded.tensor("ACC1").shape == (2, 1, 16, 6, 8)  # the band's 6 rows only
-    # the consumer runs its band's rows and reads its band's buffer
-    assert "4*band <= h <= 4*band + 3" in banded.statements[2].where
-    assert str(banded.statements[2].reads[0]).startswith("H[band, n, k, h + r - 1")
+    # the consumer runs its band's rows, numbered from the band's first (its loops' bounds
+    # fixed), and reads its band's buffer at the image's rows
+    consumer = banded.statements[2]
+    assert dict(zip(consumer.indices, consumer.bounds, strict=True))["h"] == (0, 3)
+    assert "h + 4*band <= 7" in consumer.where
+    assert str(consumer.reads[0]).startswith("H[band, n, k, 4*band + h + r - 1")
+    assert banded.meta["band_spans"] == ((4, -1, 6), (4, 0, 4))  # (step, first row, rows)
