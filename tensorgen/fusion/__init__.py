@@ -12,12 +12,14 @@ rest is for the layers' own tiles; the lowering checks the real capacities); `fu
 compiles each (the layers' own schedules replayed on the merged program) and keeps it if its
 cycles are no higher than its layers' alone, else tries two parts, split where both are groups.
 Before them, the groups whose activations do not fit whole are tried per band of their last
-layer's rows (tiled.py; with a halo, recomputed per band: recompute.py), and kept while what
-the whole groups save in cycles pays for what they add.
+layer's rows (tiled.py; with a halo, recomputed per band: recompute.py), and the set of them
+that saves the most DRAM bytes while what the whole groups save in cycles pays for what they
+add is kept.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field, replace
 
@@ -238,33 +240,36 @@ def fuse_units(
     model's DRAM traffic is), then every group of the other layers that fits the scratchpad;
     and one line per group saying what was fused and why, or why not. A group per band may
     take more cycles than its layers alone (its halos recomputed, its DMAs overlapping less):
-    the model keeps them while what its whole groups save pays for them, the costliest for
-    the DRAM bytes it saves dropped first."""
+    of them, the model keeps the set that saves the most DRAM bytes while what its whole
+    groups save pays for the cycles it adds."""
     uses, notes = _Uses(graph), []
     run = _Run(graph, target, uses, singles, schedules, notes, {})
     banded = {u.layers[0]: u for u in _tiled_units(run, list(singles)) if len(u.layers) > 1}
-    while True:
-        units = _whole_units(run, banded)
-        whole = [u for u in units if len(u.layers) > 1 and u.layers[0] not in banded]
+    saves = {k: run.added[tuple(u.layers)][1] for k, u in banded.items()}
+    # the groups per band the model keeps: of every set of them (the groups saving the most
+    # DRAM bytes, at most BAND_CHOICES of them), the one that saves the most DRAM bytes and
+    # adds no more cycles than the whole groups of the other layers save
+    choices = sorted(banded, key=lambda k: (-saves[k], k))[:BAND_CHOICES]
+    sets = sorted(
+        (c for n in range(len(choices) + 1) for c in itertools.combinations(sorted(choices), n)),
+        key=lambda c: (-sum(saves[k] for k in c), c),
+    )
+    for chosen in sets:
+        kept = {k: banded[k] for k in chosen}
+        units = _whole_units(run, kept)
+        whole = [u for u in units if len(u.layers) > 1 and u.layers[0] not in kept]
         saved = -sum(run.added[tuple(u.layers)][0] for u in whole)
-        spent = sum(run.added[tuple(u.layers)][0] for u in banded.values())
-        if spent <= saved + BAND_SLACK or not banded:
-            return units, notes
-        # the group per band that adds the most cycles for the DRAM bytes it saves, its layers
-        # free again for the whole groups
-        worst = max(banded.values(), key=lambda u: _price(run.added[tuple(u.layers)]))
-        del banded[worst.layers[0]]
-        names = " -> ".join(run.graph.layers[j].name for j in worst.layers)
+        spent = sum(run.added[tuple(u.layers)][0] for u in kept.values())
+        if spent <= saved + BAND_SLACK or not kept:
+            break
+    for k in sorted(set(banded) - set(chosen)):
+        names = " -> ".join(run.graph.layers[j].name for j in banded[k].layers)
         notes.append(
-            f"not fused per band {names}: the {spent} cycles the model's groups per band add "
-            f"are more than its whole groups save ({saved + BAND_SLACK}), and this one's "
-            f"{run.added[tuple(worst.layers)][0]} the most for its DRAM bytes"
+            f"not fused per band {names}: its {run.added[tuple(banded[k].layers)][0]} cycles "
+            f"with those of the groups per band kept ({spent}) are more than its whole groups "
+            f"save ({saved + BAND_SLACK}): the most DRAM bytes saved at no more cycles without it"
         )
-
-
-def _price(added: tuple[int, int]) -> float:
-    """Cycles added per DRAM byte saved."""
-    return added[0] / max(1, added[1])
+    return units, notes
 
 
 def _whole_units(run: _Run, banded: dict[int, Unit]) -> list[Unit]:
@@ -292,6 +297,10 @@ def _whole_units(run: _Run, banded: dict[int, Unit]) -> list[Unit]:
 
 # the cycles a model's groups fused per band may add beyond what its whole groups save
 BAND_SLACK = 0
+
+# how many groups per band (those saving the most DRAM bytes) the model chooses among, every set
+# of them tried: 2**BAND_CHOICES sets at most, each group compiled once
+BAND_CHOICES = 8
 
 # the most layers a group fused per band may hold (an inverted residual: expand, depthwise,
 # project with its residual add)
@@ -409,11 +418,19 @@ def _fused_unit(
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)
         ]
+        tries = [alone]
         if tile is not None and tile.rows is not None:
-            alone = _band_schedules(run, merged, alone)
-        sched = fused_schedule(merged, alone, target, tile)
-        check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
-        compiled = compile_scheduled(merged.program, target, sched)
+            band = _band_schedules(run, merged, alone)
+            tries = [band, alone] if band != alone else tries
+        for k, schedule in enumerate(tries):  # the band's schedules, else the image's
+            try:
+                sched = fused_schedule(merged, schedule, target, tile)
+                check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
+                compiled = compile_scheduled(merged.program, target, sched)
+                break
+            except TensorgenError:
+                if k == len(tries) - 1:
+                    raise
     except TileError as err:  # refused before lowering
         run.blamed = _blame(str(err), merged, idx[0])
         return None, f"{halo[0]}; refused before lowering: {err}"
