@@ -554,24 +554,16 @@ def _faster_band(band, trace, target: Target) -> tuple | None:
     if plan is None:
         return None
     try:
-        ours = _busy(compile_scheduled(band, target, plan).binary, target)
+        ours = _stats(compile_scheduled(band, target, plan).binary, target).busy["EX"]
     except TensorgenError:
         return None
     try:
         theirs = compile_scheduled(band, target, replay_schedule(band, target, trace)).binary
-        if _busy(theirs, target) <= ours:
+        if _stats(theirs, target).busy["EX"] <= ours:
             return None
     except TensorgenError:
         pass
     return tuple(plan.trace)
-
-
-def _busy(binary: Binary, target: Target) -> int:
-    """The cycles a unit alone keeps its compute queue (EX) busy, on zeros."""
-    zeros = {
-        t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
-    }
-    return simulate(binary, zeros, target).stats.busy["EX"]
 
 
 _NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")
@@ -590,10 +582,15 @@ def _blame(message: str, merged: Merged, first: int) -> int | None:
 
 
 def _cost(binary: Binary, target: Target) -> tuple[int, int, float]:
-    """The simulated cycles, DRAM bytes and energy (pJ) of one unit alone, on zeros (none of
-    them depends on the values)."""
+    """The simulated cycles, DRAM bytes and energy (pJ) of one unit alone."""
+    stats = _stats(binary, target)
+    return stats.cycles, stats.dram_bytes, stats.energy_pj
+
+
+def _stats(binary: Binary, target: Target):
+    """The simulator's counters for one unit alone, on zeros (none of them depends on the
+    values)."""
     zeros = {
         t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
     }
-    stats = simulate(binary, zeros, target).stats
-    return stats.cycles, stats.dram_bytes, stats.energy_pj
+    return simulate(binary, zeros, target).stats
