@@ -26,6 +26,7 @@ class Emitter:
     def __init__(self) -> None:
         self.code: list[isa.Instruction] = []
         self.depth = 0
+        self.counts: list[int | None] = []  # per open loop level: its trip count (None: LOOPB)
         self.queue = "EX"
         self.fresh_block = True  # the previous dynamic instruction cannot carry a signal
 
@@ -65,11 +66,15 @@ class Emitter:
         head = len(self.code)
         self.code.append(isa.make(mnemonic, **fields, body=0))
         self.depth += opens_level
+        if opens_level:
+            self.counts.append(fields.get("count"))
         self.fresh_block = True
         yield self.depth - 1 if opens_level else None
         if self.queue != entry:
             self.emit(isa.make("SYNC", queue=QUEUE_INDEX[entry]))
         self.depth -= opens_level
+        if opens_level:
+            self.counts.pop()
         body = len(self.code) - head - 1
         if body == 0:
             self.code.pop()

@@ -12,24 +12,28 @@ rest is for the layers' own tiles; the lowering checks the real capacities); `fu
 compiles each (the layers' own schedules replayed on the merged program) and keeps it if its
 cycles are no higher than its layers' alone, else tries two parts, split where both are groups.
 Before them, the groups whose activations do not fit whole are tried per band of their last
-layer's rows (tiled.py; with a halo, recomputed per band: recompute.py), and kept while what
-the whole groups save in cycles pays for what they add.
+layer's rows (tiled.py; with a halo, recomputed per band: recompute.py), and the set of them
+that saves the most DRAM bytes while what the whole groups save in cycles pays for what they
+add is kept.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tensorgen.autosched.replay import replay_schedule, structure_key
+from tensorgen.autosched.search import auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.fusion.program import FusionError, Merged, _buffer, fused_schedule, merge
 from tensorgen.fusion.recompute import band_rows, extra_macs, recompute
-from tensorgen.fusion.tiled import Tile, TileError, check_capacity, row_halo
+from tensorgen.fusion.tiled import BAND, Tile, TileError, check_capacity, row_halo
 from tensorgen.ir.verify import verify_program
 from tensorgen.mc.binary import Binary, decode, encode
 from tensorgen.sim.machine import simulate
@@ -236,33 +240,36 @@ def fuse_units(
     model's DRAM traffic is), then every group of the other layers that fits the scratchpad;
     and one line per group saying what was fused and why, or why not. A group per band may
     take more cycles than its layers alone (its halos recomputed, its DMAs overlapping less):
-    the model keeps them while what its whole groups save pays for them, the costliest for
-    the DRAM bytes it saves dropped first."""
+    of them, the model keeps the set that saves the most DRAM bytes while what its whole
+    groups save pays for the cycles it adds."""
     uses, notes = _Uses(graph), []
     run = _Run(graph, target, uses, singles, schedules, notes, {})
     banded = {u.layers[0]: u for u in _tiled_units(run, list(singles)) if len(u.layers) > 1}
-    while True:
-        units = _whole_units(run, banded)
-        whole = [u for u in units if len(u.layers) > 1 and u.layers[0] not in banded]
+    saves = {k: run.added[tuple(u.layers)][1] for k, u in banded.items()}
+    # the groups per band the model keeps: of every set of them (the groups saving the most
+    # DRAM bytes, at most BAND_CHOICES of them), the one that saves the most DRAM bytes and
+    # adds no more cycles than the whole groups of the other layers save
+    choices = sorted(banded, key=lambda k: (-saves[k], k))[:BAND_CHOICES]
+    sets = sorted(
+        (c for n in range(len(choices) + 1) for c in itertools.combinations(sorted(choices), n)),
+        key=lambda c: (-sum(saves[k] for k in c), c),
+    )
+    for chosen in sets:
+        kept = {k: banded[k] for k in chosen}
+        units = _whole_units(run, kept)
+        whole = [u for u in units if len(u.layers) > 1 and u.layers[0] not in kept]
         saved = -sum(run.added[tuple(u.layers)][0] for u in whole)
-        spent = sum(run.added[tuple(u.layers)][0] for u in banded.values())
-        if spent <= saved + BAND_SLACK or not banded:
-            return units, notes
-        # the group per band that adds the most cycles for the DRAM bytes it saves, its layers
-        # free again for the whole groups
-        worst = max(banded.values(), key=lambda u: _price(run.added[tuple(u.layers)]))
-        del banded[worst.layers[0]]
-        names = " -> ".join(run.graph.layers[j].name for j in worst.layers)
+        spent = sum(run.added[tuple(u.layers)][0] for u in kept.values())
+        if spent <= saved + BAND_SLACK or not kept:
+            break
+    for k in sorted(set(banded) - set(chosen)):
+        names = " -> ".join(run.graph.layers[j].name for j in banded[k].layers)
         notes.append(
-            f"not fused per band {names}: the {spent} cycles the model's groups per band add "
-            f"are more than its whole groups save ({saved + BAND_SLACK}), and this one's "
-            f"{run.added[tuple(worst.layers)][0]} the most for its DRAM bytes"
+            f"not fused per band {names}: its {run.added[tuple(banded[k].layers)][0]} cycles "
+            f"with those of the groups per band kept ({spent}) are more than its whole groups "
+            f"save ({saved + BAND_SLACK}): the most DRAM bytes saved at no more cycles without it"
         )
-
-
-def _price(added: tuple[int, int]) -> float:
-    """Cycles added per DRAM byte saved."""
-    return added[0] / max(1, added[1])
+    return units, notes
 
 
 def _whole_units(run: _Run, banded: dict[int, Unit]) -> list[Unit]:
@@ -290,6 +297,10 @@ def _whole_units(run: _Run, banded: dict[int, Unit]) -> list[Unit]:
 
 # the cycles a model's groups fused per band may add beyond what its whole groups save
 BAND_SLACK = 0
+
+# how many groups per band (those saving the most DRAM bytes) the model chooses among, every set
+# of them tried: 2**BAND_CHOICES sets at most, each group compiled once
+BAND_CHOICES = 8
 
 # the most layers a group fused per band may hold (an inverted residual: expand, depthwise,
 # project with its residual add)
@@ -348,6 +359,7 @@ class _Run:
     # per fused group (its layers): the cycles it adds (< 0: saves) and the DRAM bytes it saves
     added: dict[tuple[int, ...], tuple[int, int]] = field(default_factory=dict)
     memo: dict[tuple[int, int], list[Unit]] = field(default_factory=dict)  # fuse(a, b)'s units
+    band_plans: dict[tuple, object] = field(default_factory=dict)  # a band's searched schedule
 
     def fuse(self, a: int, b: int) -> list[Unit]:
         """One fused unit for layers a..b; if they do not compile as one, each part so, split
@@ -406,9 +418,19 @@ def _fused_unit(
             (verify_program(lay.program(target.name)), schedules[j])
             for lay, j in zip(layers, idx, strict=True)
         ]
-        sched = fused_schedule(merged, alone, target, tile)
-        check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
-        compiled = compile_scheduled(merged.program, target, sched)
+        tries = [alone]
+        if tile is not None and tile.rows is not None:
+            band = _band_schedules(run, merged, alone)
+            tries = [band, alone] if band != alone else tries
+        for k, schedule in enumerate(tries):  # the band's schedules, else the image's
+            try:
+                sched = fused_schedule(merged, schedule, target, tile)
+                check_capacity(sched, target, merged.offsets, merged.whole)  # before lowering
+                compiled = compile_scheduled(merged.program, target, sched)
+                break
+            except TensorgenError:
+                if k == len(tries) - 1:
+                    raise
     except TileError as err:  # refused before lowering
         run.blamed = _blame(str(err), merged, idx[0])
         return None, f"{halo[0]}; refused before lowering: {err}"
@@ -491,6 +513,59 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
     return replace(merged, program=verify_program(program)), rows, how
 
 
+def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple]:
+    """Each producer of a group run per band (recompute.py) with the schedule the automatic
+    scheduler finds for the rows it runs per band (its program with those rows only) if that
+    runs its band faster than the whole image's schedule does (both simulated on the band):
+    over a band's few rows, a depthwise vectorises its channels by its width, not its rows by
+    its width (one vector instruction a row for all channels, not one a channel)."""
+    out = list(alone)
+    ends = (*merged.offsets[1:], len(merged.program.statements))
+    bands = dict(merged.program.shared_loops)[BAND]
+    for i, (program, trace) in enumerate(alone[:-1]):
+        step, start, count = merged.program.meta["band_spans"][i]
+        height = program.statements[-1].extent(program.statements[-1].lhs.index[2].bare())
+        if start < 0 or step * (bands - 1) + start + count > height:
+            continue  # its rows clipped at the image's edges: not one program in every band
+        banded = merged.program.statements[merged.offsets[i] : ends[i]]
+        statements = []
+        for st, new in zip(program.statements, banded, strict=True):
+            h = st.lhs.index[2].bare()
+            rows = dict(zip(new.indices, new.bounds, strict=True))[h]
+            bounds = tuple(
+                rows if name == h else b for name, b in zip(st.indices, st.bounds, strict=True)
+            )
+            statements.append(replace(st, bounds=bounds))
+        band = verify_program(replace(program, statements=tuple(statements)))
+        key = structure_key(band, run.target)
+        if key not in run.band_plans:
+            run.band_plans[key] = _faster_band(band, trace, run.target)
+        if run.band_plans[key] is not None:
+            out[i] = (band, run.band_plans[key])
+    return out
+
+
+def _faster_band(band, trace, target: Target) -> tuple | None:
+    """The searched schedule's steps for a layer's `band` program, if its compute (the cycles
+    the vector unit and MAC array are busy, simulated: fused, the band's activations are on
+    chip, its own loads and stores are not what it costs) is less than that of the whole
+    image's schedule (`trace`) replayed on it (or that does not replay); else None."""
+    plan = auto_schedule(band, target).schedule
+    if plan is None:
+        return None
+    try:
+        ours = _stats(compile_scheduled(band, target, plan).binary, target).busy["EX"]
+    except TensorgenError:
+        return None
+    try:
+        theirs = compile_scheduled(band, target, replay_schedule(band, target, trace)).binary
+        if _stats(theirs, target).busy["EX"] <= ours:
+            return None
+    except TensorgenError:
+        pass
+    return tuple(plan.trace)
+
+
 _NAMED = re.compile(r"\bS(\d+)\b|\b[A-Za-z]+_(\d+)\b")
 
 
@@ -507,10 +582,15 @@ def _blame(message: str, merged: Merged, first: int) -> int | None:
 
 
 def _cost(binary: Binary, target: Target) -> tuple[int, int, float]:
-    """The simulated cycles, DRAM bytes and energy (pJ) of one unit alone, on zeros (none of
-    them depends on the values)."""
+    """The simulated cycles, DRAM bytes and energy (pJ) of one unit alone."""
+    stats = _stats(binary, target)
+    return stats.cycles, stats.dram_bytes, stats.energy_pj
+
+
+def _stats(binary: Binary, target: Target):
+    """The simulator's counters for one unit alone, on zeros (none of them depends on the
+    values)."""
     zeros = {
         t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
     }
-    stats = simulate(binary, zeros, target).stats
-    return stats.cycles, stats.dram_bytes, stats.energy_pj
+    return simulate(binary, zeros, target).stats

@@ -63,9 +63,10 @@ def recompute(program: Program, offsets: tuple[int, ...], rows: int) -> Program:
     local = {t for t, i in written.items() if readers.get(t, set()) <= {i}}
     spans = {len(layers) - 1: _Span(rows, 0, rows)}
     out = {}
-    for st in layers[-1]:
-        inside = f"{rows}*{BAND} <= {_row(st)} <= {rows}*{BAND} + {rows - 1}"
-        out[st.name] = _moved(st, written, local, None, bands, inside)
+    for st in layers[-1]:  # its rows numbered from the band's first too: its loops' bounds fixed
+        last = dict(zip(st.indices, st.bounds, strict=True))[_row(st)][1]
+        inside = f"{_row(st)} + {rows}*{BAND} <= {last}"
+        out[st.name] = _moved(st, written, local, spans[len(layers) - 1], bands, inside)
     for i in range(len(layers) - 2, -1, -1):
         mine = {t for t, j in written.items() if j == i}
         span = spans[i] = _span(layers, spans, mine - local, i)
@@ -91,7 +92,12 @@ def recompute(program: Program, offsets: tuple[int, ...], rows: int) -> Program:
         tensors=tuple(tensors),
         statements=statements,
         shared_loops=((BAND, bands),),
-        meta={**program.meta, "band_rows": rows_read},  # per output of a producer: its rows
+        # per output of a producer: its rows; per layer: its band's rows (step, start, count)
+        meta={
+            **program.meta,
+            "band_rows": rows_read,
+            "band_spans": tuple((sp.step, sp.start, sp.count) for _, sp in sorted(spans.items())),
+        },
     )
 
 

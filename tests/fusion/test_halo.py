@@ -40,12 +40,14 @@ class _Expand(torch.nn.Module):
         return self.b(self.relu(self.a(x)))
 
 
-@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize(("stride", "share"), [(1, 0.5), (2, 0.5), (1, 0.15)])
 def test_an_expand_and_depthwise_pair_is_fused_per_band_with_its_halo_recomputed(
-    monkeypatch, stride: int
+    monkeypatch, stride: int, share: float
 ) -> None:
-    # the pair alone: no group kept whole, none with the quantize or dequantize around it
+    # the pair alone: no group kept whole, none with the quantize or dequantize around it;
+    # `share` 0.15: bands of fewer rows, more than two (a loop over the middle ones)
     monkeypatch.setattr(fusion, "fusion_groups", lambda graph, target, taken=(): [])
+    monkeypatch.setattr(fusion, "BAND_SHARE", share)
     monkeypatch.setattr(fusion, "BAND_SLACK", 10**9)
     monkeypatch.setattr(fusion, "TILE_LAYERS", 2)
     torch.manual_seed(0)
@@ -58,7 +60,9 @@ def test_an_expand_and_depthwise_pair_is_fused_per_band_with_its_halo_recomputed
     rows = int(re.search(r"(\d+) rows a band", note).group(1))
     out = SIZE // stride
     bands = out // rows
-    assert bands * rows == out and bands > 1  # rows that divide the image's: whole bands
+    assert bands * rows == out and bands > (
+        1 if share == 0.5 else 2
+    )  # rows that divide the image's
     # DRAM, by the simulator's counters: the 1x1's weights once, the depthwise's once (or once
     # per band, staged inside it), the output once and per band the input rows the 1x1 reads,
     # its halo row above and below included (a DMA moves its whole box): not one byte of the
@@ -74,6 +78,14 @@ def test_an_expand_and_depthwise_pair_is_fused_per_band_with_its_halo_recomputed
     asm = disassemble(cm.binary)
     unit = fused[0].name
     assert f"src={unit}.X_0(" in asm and f"{unit}.Y_0(" not in asm
+    # the band buffer's pad is filled where it lies outside the image in some band only (rows
+    # above the first band and below the last, the columns left and right), never the whole
+    # buffer: every fill is one row or one column of each channel
+    fills = re.findall(r"VFILL dst=spad:uint8@\d+\[([\dx]+):", asm)
+    assert fills, asm
+    for shape in fills:
+        *_, h, w = (int(d) for d in shape.split("x"))
+        assert h == 1 or w == 1, (shape, fills)
     for seed in (0, 1):
         x = torch.randn(*example[0].shape, generator=torch.Generator().manual_seed(seed))
         cmp, _ = check_model(cm, (x * 1.5,))
@@ -92,6 +104,10 @@ def test_the_rewrite_recomputes_the_halo_rows_per_band() -> None:
     assert extra_macs(program, banded, 2) == 3 * pixels * 16
     assert banded.tensor("H").shape == (2, 1, 16, 8, 8)  # one buffer per band, the image's rows
     assert banded.tensor("ACC1").shape == (2, 1, 16, 6, 8)  # the band's 6 rows only
-    # the consumer runs its band's rows and reads its band's buffer
-    assert "4*band <= h <= 4*band + 3" in banded.statements[2].where
-    assert str(banded.statements[2].reads[0]).startswith("H[band, n, k, h + r - 1")
+    # the consumer runs its band's rows, numbered from the band's first (its loops' bounds
+    # fixed), and reads its band's buffer at the image's rows
+    consumer = banded.statements[2]
+    assert dict(zip(consumer.indices, consumer.bounds, strict=True))["h"] == (0, 3)
+    assert "h + 4*band <= 7" in consumer.where
+    assert str(consumer.reads[0]).startswith("H[band, n, k, 4*band + h + r - 1")
+    assert banded.meta["band_spans"] == ((4, -1, 6), (4, 0, 4))  # (step, first row, rows)

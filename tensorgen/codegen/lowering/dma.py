@@ -100,11 +100,12 @@ class _DmaGuards:
                 # a padded temporary (an activation between fused layers) whose elements are all
                 # written before they are read starts as its pad value: its halo is never written
                 padded = t.role == "none" and not self.schedule.initial_value_read(tensor)
-                if padded and tensor not in self.compact and not any(o.coefs for o in origin):
+                halo = _halo_extent(origin, size, t.shape, self.em.counts)
+                if padded and tensor not in self.compact and halo is not None:
                     # every element of the tensor is written before it is read: only the halo
                     # needs the pad (issue 14: filling a fused 3x3's whole input cost ~1 cycle
-                    # per 16 bytes on EX)
-                    for part in _halo_views(view, [o.const for o in origin], t.shape, t.itemsize):
+                    # per 16 bytes on EX; per band, its rows inside the image in every band)
+                    for part in _halo_views(view, halo, t.itemsize):
                         self.em.emit(isa.make("VFILL", dst=part, imm=t.pad))
                     return
                 pad = t.pad if padded else 0
@@ -132,13 +133,29 @@ class _DmaGuards:
         )
 
 
-def _halo_views(view: View, origin: list[int], shape: tuple[int, ...], itemsize: int) -> list[View]:
-    """The slabs of a buffer (`view`, its box at `origin`) outside the tensor of `shape`: along
-    each dimension, the rows before the tensor and after it, the slabs of earlier dimensions
-    left out (so that no element is filled twice)."""
+def _halo_extent(origin, size, shape, counts: list[int | None]) -> list[tuple[int, int]] | None:
+    """Per dimension, how many of a box's first and last elements lie outside the tensor in
+    some iteration of the loops around it (their trip counts `counts`), if the loops moving
+    its origin have fixed counts; else None. Filled in every iteration, an element outside the
+    tensor in another one is inside in this one, where it is written before it is read."""
+    out = []
+    for o, n, s in zip(origin, size, shape, strict=True):
+        if any(c and (lv >= len(counts) or counts[lv] is None) for lv, c in enumerate(o.coefs)):
+            return None
+        lo = o.const + sum(min(0, c * (counts[lv] - 1)) for lv, c in enumerate(o.coefs) if c)
+        hi = o.const + sum(max(0, c * (counts[lv] - 1)) for lv, c in enumerate(o.coefs) if c)
+        out.append((max(0, min(n, -lo)), max(0, min(n, hi + n - s))))
+    return out
+
+
+def _halo_views(view: View, halo: list[tuple[int, int]], itemsize: int) -> list[View]:
+    """The slabs of a buffer (`view`) outside its tensor, `halo` its first and last elements
+    outside along each dimension: along each, the rows before the tensor and after it, the
+    slabs of earlier dimensions left out (so that no element is filled twice)."""
+    if any(lo + hi >= n for n, (lo, hi) in zip(view.shape, halo, strict=True)):
+        return [view]
     parts, lo_in, hi_in = [], [], []
-    for d, (o, n, s) in enumerate(zip(origin, view.shape, shape, strict=True)):
-        lo, hi = max(0, min(n, -o)), max(0, min(n, o + n - s))
+    for d, (n, (lo, hi)) in enumerate(zip(view.shape, halo, strict=True)):
         for start, count in ((0, lo), (n - hi, hi)):
             if count <= 0:
                 continue
