@@ -36,6 +36,7 @@ from tensorgen.sim.batch import (
     compact,
     reduce_into,
 )
+from tensorgen.sim.blocks import merge_blocks, span
 from tensorgen.sim.boxes import dram_boxes, dram_order, meetings, store_boxes, write_loaded
 
 
@@ -311,7 +312,7 @@ class _Builder:
         if step and write:
             return None
         r = Ref(d.mem, base, d.dtype, tuple(shape), tuple(strides), "cur", step)
-        lo, hi = _span(r)
+        lo, hi = span(r)
         lo, hi = lo + min(0, step * (self.count - 1)), hi + max(0, step * (self.count - 1))
         if lo < 0 or hi > self.mem[d.mem].size:
             return None
@@ -421,9 +422,9 @@ class _Builder:
             if acc is None:
                 return False
             self.effects.append(Effect("mm", pc, (acc,), None, op.accumulate))
-        lo, hi = _span(self.refs[self.effects[-1].refs[0]])
+        lo, hi = span(self.refs[self.effects[-1].refs[0]])
         for r in (a, b):
-            r_lo, r_hi = _span(self.refs[r])
+            r_lo, r_hi = span(self.refs[r])
             if self.refs[r].mem == op.acc.mem and r_lo < hi and lo < r_hi:
                 return False  # an operand overlapping the accumulator: stepped
         e = self.effects[-1]
@@ -475,10 +476,10 @@ class _Builder:
             if dst is None or None in srcs:
                 return False
             d_ref = self.refs[dst]
-            lo, hi = _span(d_ref)
+            lo, hi = span(d_ref)
             for r in srcs:
                 x = self.refs[r]
-                r_lo, r_hi = _span(x)
+                r_lo, r_hi = span(x)
                 same = (x.offset, x.shape, x.strides) == (d_ref.offset, d_ref.shape, d_ref.strides)
                 if x.mem == d_ref.mem and r_lo < hi and lo < r_hi and not same:
                     return False
@@ -529,7 +530,7 @@ class _Builder:
                 effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))
             else:
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
-        return Plan(effects, hulls, written, self.count, chunk)
+        return Plan(merge_blocks(effects), hulls, written, self.count, chunk)
 
     def _modes(self, written) -> list[str] | None:
         """Per ref: "cur" (written, or read after this iteration wrote it), "prev" (read before
@@ -587,13 +588,6 @@ class _Builder:
                 if not indegree[j]:
                     ready.append(j)
         return order if len(order) == n else None
-
-
-def _span(r: Ref) -> tuple[int, int]:
-    """The bytes [lo, hi) an operand touches."""
-    lo = r.offset + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
-    hi = r.offset + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
-    return lo, hi + r.dtype.itemsize
 
 
 def _merge(ranges):
