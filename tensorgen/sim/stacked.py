@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.mc.operands import Box, View
-from tensorgen.sim import taps
+from tensorgen.sim import blocks, taps
 from tensorgen.sim.batch import (
     MAX_BATCH_ELEMENTS,
     Decoded,
@@ -130,6 +130,8 @@ class Plan:
                 )
             if e.kind == "load":
                 write_loaded(array(e.refs[0], True), dram_boxes(binary, mem, box, k))
+            elif e.kind == "chain":
+                blocks.run_chain(e.refs[0], array, binary, mem, k, first)
             elif e.kind == "store":
                 store_boxes(binary, mem, box, k, array(e.refs[0]))
             elif e.kind == "mm":
@@ -530,7 +532,8 @@ class _Builder:
                 effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))
             else:
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
-        return Plan(merge_blocks(effects), hulls, written, self.count, chunk)
+        effects = blocks.chains(merge_blocks(effects), chunk)
+        return Plan(effects, hulls, written, self.count, chunk)
 
     def _modes(self, written) -> list[str] | None:
         """Per ref: "cur" (written, or read after this iteration wrote it), "prev" (read before

@@ -381,3 +381,61 @@ def test_an_unrolled_block_loop_is_one_product(nest: str, resident: str, monkeyp
     merged.clear()  # a binary of its own: the plans are kept per binary (`sim.static`)
     assert outcome(assemble(_program(c)), inputs, TARGETS[2], True) == fast
     assert merged and all(after == before for before, after in merged)
+
+
+CHAINS = st.builds(  # bodies whose MATMULs each are stored before the next: `blocks.chains`
+    Case,
+    buffers=st.sampled_from([1, 2]),
+    xd=st.sampled_from(["int8", "uint8"]),
+    a_zp=st.sampled_from([0, 3, 128]),
+    b_zp=st.sampled_from([0, -2]),
+    n=st.integers(4, 9),
+    slots=st.just(2),
+    nest=st.sampled_from(["loop", "loopb", "none"]),
+    acc0=st.sampled_from([0, 0, 0, 1]),
+    extra=st.just(False),
+    drop=st.sampled_from(["none", "none", "none", "ld", "st"]),
+    halo=st.booleans(),
+    resident=st.just("yes"),
+    blocks=st.sampled_from([1, 2]),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=CHAINS, seed=st.integers(0, 2**16))
+def test_chains_equal_stepping(case: Case, seed: int, outcome) -> None:
+    binary = assemble(_program(case))
+    inputs, target = _inputs(case, seed), TARGETS[case.buffers]
+    assert outcome(binary, inputs, target, True) == outcome(binary, inputs, target, False)
+
+
+@pytest.mark.parametrize("nb", [1, 2])
+@pytest.mark.parametrize("nest", ["loop", "loopb", "none"])
+def test_matmuls_each_stored_are_one_product(nest: str, nb: int, monkeypatch, outcome) -> None:
+    """Two MATMUL groups, each into its own accumulator and stored before the next, are one
+    product over both (`blocks.chains`); outputs, counters and trace are stepping's, and
+    those of a product per group; the accumulators keep their last values."""
+    chained, real = [], replay.stacked.blocks.chains
+    monkeypatch.setattr(
+        replay.stacked.blocks,
+        "chains",
+        lambda e, k: chained.append((len(e), len(real(e, k)))) or real(e, k),
+    )
+    c = Case(2, "uint8", 3, -2, 7, 2, nest, 0, False, "none", False, False, "yes", False, nb)
+    n = 4 * nb
+    text = _program(c) + "".join(  # the accumulators after the loop, into D's first rows
+        f"SYNC queue=1 signal=ST\nSTORE dst=D({4 * k},0)[4x{n}] src=acc:int32@{64 * nb * k}"
+        f"[4x{n}:{n},1] wait=EX\n"
+        for k in range(2)
+    )
+    binary, inputs = assemble(text), _inputs(c, 7)
+    fast = outcome(binary, inputs, TARGETS[2], True)
+    assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
+    assert chained and all(after < before for before, after in chained)
+    # the accumulators hold the last iteration's products: its rows of C
+    d, rows = np.array(fast[0]["D"]), 2 * ROWS * c.n
+    np.testing.assert_array_equal(d[:8], np.array(fast[0]["C"])[rows - 8 :])
+    monkeypatch.setattr(blocks, "ENABLED", False)
+    chained.clear()
+    assert outcome(assemble(text), inputs, TARGETS[2], True) == fast
+    assert chained and all(after == before for before, after in chained)
