@@ -115,6 +115,7 @@ class Chain:
     size: int
     stores: tuple  # (STORE effect, its source's offset relative to its group's scratch)
     last: tuple  # (group, its accumulator) for the last group writing each accumulator
+    whole: tuple | None = None  # (dimension, box shape): the STOREs as one box (`_whole`)
 
 
 def chains(effects: list, chunk: int) -> list:
@@ -201,16 +202,41 @@ def _chain(effects, i: int, chunk: int):
     last = {}
     for g, r in enumerate(accs):
         last[r.offset] = (g, r)
-    return (
-        Chain(
-            replace(acc0, offset=acc0.offset - lo0),
-            tuple(parts),
-            size,
-            stores,
-            tuple(last.values()),
-        ),
-        j,
+    chain = Chain(
+        replace(acc0, offset=acc0.offset - lo0), tuple(parts), size, stores, tuple(last.values())
     )
+    return replace(chain, whole=_whole(stores)), j
+
+
+def _whole(stores):
+    """(d, shape) when the STOREs are one box of `shape` for every iteration: the groups'
+    boxes side by side along dimension d (each group's source at the same place in its
+    scratch), and the iterations' boxes apart in some dimension (else None: one STORE
+    after the other, as stepping orders them)."""
+    (st0, at0), boxes = stores[0], [st.box for st, _ in stores]
+    t, o0, steps, shape = boxes[0]
+    src0 = replace(st0.refs[0], offset=0)
+    if any(
+        (b[0], b[2], b[3]) != (t, steps, shape)
+        or replace(st.refs[0], offset=0) != src0
+        or at != at0
+        for b, (st, at) in zip(boxes, stores, strict=True)
+    ):
+        return None
+    d1 = [b - a for a, b in zip(o0, boxes[1][1], strict=True)]
+    dims = [i for i, x in enumerate(d1) if x]
+    if len(dims) != 1 or d1[dims[0]] != shape[dims[0]]:
+        return None
+    d = dims[0]
+    if any(
+        tuple(b - a for a, b in zip(o0, box[1], strict=True)) != tuple(g * x for x in d1)
+        for g, box in enumerate(boxes)
+    ):
+        return None
+    whole = (*shape[:d], len(boxes) * shape[d], *shape[d + 1 :])
+    if not any(abs(s) >= n for s, n in zip(steps, whole, strict=True)):
+        return None
+    return d, whole
 
 
 def run_chain(c: Chain, array, binary, mem, k: int, first: int) -> None:
@@ -235,6 +261,19 @@ def run_chain(c: Chain, array, binary, mem, k: int, first: int) -> None:
     for g, (st, at) in enumerate(c.stores):
         t, origin, steps, shape = st.box
         box = (t, tuple(o + s * first for o, s in zip(origin, steps, strict=True)), steps, shape)
-        store_boxes(binary, mem, box, k, view(st.refs[0], g * c.size + at))
+        if c.whole is None:
+            store_boxes(binary, mem, box, k, view(st.refs[0], g * c.size + at))
+            continue
+        d, whole = c.whole  # every group's box at once: group g's rows of dimension d
+        r = st.refs[0]
+        values = np.ndarray(
+            (k, *r.shape[:d], n, *r.shape[d:]),
+            r.dtype,
+            buffer=scratch,
+            offset=at,
+            strides=(lead, *r.strides[:d], c.size, *r.strides[d:]),
+        )
+        store_boxes(binary, mem, (*box[:3], whole), k, values.reshape(k, *whole))
+        break
     for g, r in c.last:
         array(r, True)[...] = acc[:, g]
