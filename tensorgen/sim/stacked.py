@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.mc.operands import Box, View
-from tensorgen.sim import taps
+from tensorgen.sim import blocks, taps
 from tensorgen.sim.batch import (
     MAX_BATCH_ELEMENTS,
     Decoded,
@@ -36,6 +36,7 @@ from tensorgen.sim.batch import (
     compact,
     reduce_into,
 )
+from tensorgen.sim.blocks import merge_blocks, span
 from tensorgen.sim.boxes import dram_boxes, dram_order, meetings, store_boxes, write_loaded
 
 
@@ -129,6 +130,8 @@ class Plan:
                 )
             if e.kind == "load":
                 write_loaded(array(e.refs[0], True), dram_boxes(binary, mem, box, k))
+            elif e.kind == "chain":
+                blocks.run_chain(e.refs[0], array, binary, mem, k, first)
             elif e.kind == "store":
                 store_boxes(binary, mem, box, k, array(e.refs[0]))
             elif e.kind == "mm":
@@ -311,7 +314,7 @@ class _Builder:
         if step and write:
             return None
         r = Ref(d.mem, base, d.dtype, tuple(shape), tuple(strides), "cur", step)
-        lo, hi = _span(r)
+        lo, hi = span(r)
         lo, hi = lo + min(0, step * (self.count - 1)), hi + max(0, step * (self.count - 1))
         if lo < 0 or hi > self.mem[d.mem].size:
             return None
@@ -421,9 +424,9 @@ class _Builder:
             if acc is None:
                 return False
             self.effects.append(Effect("mm", pc, (acc,), None, op.accumulate))
-        lo, hi = _span(self.refs[self.effects[-1].refs[0]])
+        lo, hi = span(self.refs[self.effects[-1].refs[0]])
         for r in (a, b):
-            r_lo, r_hi = _span(self.refs[r])
+            r_lo, r_hi = span(self.refs[r])
             if self.refs[r].mem == op.acc.mem and r_lo < hi and lo < r_hi:
                 return False  # an operand overlapping the accumulator: stepped
         e = self.effects[-1]
@@ -475,10 +478,10 @@ class _Builder:
             if dst is None or None in srcs:
                 return False
             d_ref = self.refs[dst]
-            lo, hi = _span(d_ref)
+            lo, hi = span(d_ref)
             for r in srcs:
                 x = self.refs[r]
-                r_lo, r_hi = _span(x)
+                r_lo, r_hi = span(x)
                 same = (x.offset, x.shape, x.strides) == (d_ref.offset, d_ref.shape, d_ref.strides)
                 if x.mem == d_ref.mem and r_lo < hi and lo < r_hi and not same:
                     return False
@@ -529,6 +532,7 @@ class _Builder:
                 effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))
             else:
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
+        effects = blocks.chains(merge_blocks(effects), chunk)
         return Plan(effects, hulls, written, self.count, chunk)
 
     def _modes(self, written) -> list[str] | None:
@@ -587,13 +591,6 @@ class _Builder:
                 if not indegree[j]:
                     ready.append(j)
         return order if len(order) == n else None
-
-
-def _span(r: Ref) -> tuple[int, int]:
-    """The bytes [lo, hi) an operand touches."""
-    lo = r.offset + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
-    hi = r.offset + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
-    return lo, hi + r.dtype.itemsize
 
 
 def _merge(ranges):

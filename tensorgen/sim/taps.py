@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.sim.batch import compact
+from tensorgen.sim.blocks import span
 from tensorgen.sim.products import _torch
 
 # tests set this to False to compute tap by tap
@@ -136,9 +137,9 @@ def _tap_like(e, first) -> bool:
         a0.strides,
     ):
         return False
-    lo, hi = _span(dst)
+    lo, hi = span(dst)
     return not any(
-        r is not None and r.mem == dst.mem and _span(r)[0] < hi and lo < _span(r)[1] for r in (a, b)
+        r is not None and r.mem == dst.mem and span(r)[0] < hi and lo < span(r)[1] for r in (a, b)
     )
 
 
@@ -162,10 +163,3 @@ def run_stacked(effects, t: Taps, array, locate, k: int) -> bool:
     else:
         dst[...] = out
     return True
-
-
-def _span(r) -> tuple[int, int]:
-    """The bytes [lo, hi) an operand (`stacked.Ref`) touches."""
-    lo = r.offset + sum(min(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
-    hi = r.offset + sum(max(0, (n - 1) * s) for n, s in zip(r.shape, r.strides, strict=True))
-    return lo, hi + r.dtype.itemsize

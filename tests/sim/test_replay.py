@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tensorgen.mc.binary import assemble
 from tensorgen.mc.verify import SimLimits
-from tensorgen.sim import replay, taps
+from tensorgen.sim import blocks, replay, taps
 from tensorgen.sim.machine import simulate
 from tensorgen.target import ISA_DIR, target_from_dict
 
@@ -48,15 +48,20 @@ class Case:
     # (LD idle in the loop); reload: and its last rows loaded again after it, racing the reads
     resident: str = "no"
     epi: bool = False  # a VADD of 7 and a VMAX with -1000 on the accumulator before its STORE
+    # output-channel blocks: the MATMULs in an inner LOOP over blocks of 4 columns of W and of
+    # the accumulator (unrolled by `stacked`, one product: `blocks`)
+    blocks: int = 1
 
 
 ROWS = 4  # rows of X per iteration
 
 
 def _program(c: Case) -> str:
-    s, res = c.slots, c.resident != "no"
+    s, res, nb = c.slots, c.resident != "no", c.blocks
     wb = 1536 if res else 1024  # the weights' address
-    lines = [f"LOAD dst=spad:int8@{wb}[16x4:4,1] src=W(0,0)[16x4]"]
+    n, lv = 4 * nb, 1 if nb == 1 else 2  # columns; the level of the reduction nests
+    blk = "" if nb == 1 else "+4*L1"  # the block's columns of W (and 16 bytes of acc)
+    lines = [f"LOAD dst=spad:int8@{wb}[16x{n}:{n},1] src=W(0,0)[16x{n}]"]
     if res:  # X loaded whole before the loop, which reads it at addresses moving with L0
         rows = ROWS * s * c.n
         lines += [
@@ -71,7 +76,8 @@ def _program(c: Case) -> str:
     for k in range(s):
         off = ROWS * k - (1 if c.halo else 0)
         r = f"{off}+{ROWS * s}*L0"
-        acc = 64 * k
+        acc = 64 * nb * k
+        acc_blk = f"{acc}{'' if nb == 1 else '+16*L1'}"
 
         def buf(extra: int, k=k) -> str:
             return f"{16 * ROWS * k + extra}+{16 * ROWS * s}*L0" if res else f"{128 * k + extra}"
@@ -81,28 +87,35 @@ def _program(c: Case) -> str:
                 f"LOAD dst=spad:{c.xd}@{buf(0)}[{ROWS}x16:16,1] src=X({r},0)[{ROWS}x16] wait=EX"
                 + ("" if c.drop == "ld" else " signal=EX")
             )
-        body.append(
-            f"MATMUL acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{buf(0)}[4x4:16,1] "
-            f"b=spad:int8@{wb}[4x4:4,1] accumulate={c.acc0} a_zp={c.a_zp} b_zp={c.b_zp} "
-            f"wait={'' if c.drop == 'ld' or res else 'LD,'}ST"
-        )
+        wait = f"wait={'' if c.drop == 'ld' or res else 'LD,'}ST"
+        if nb > 1:  # the tokens once, before the blocks
+            body.append(f"SYNC queue=1 {wait}")
+        mms = [
+            f"MATMUL acc=acc:int32@{acc_blk}[4x4:{n},1] a=spad:{c.xd}@{buf(0)}[4x4:16,1] "
+            f"b=spad:int8@{wb}{blk}[4x4:{n},1] accumulate={c.acc0} a_zp={c.a_zp} b_zp={c.b_zp}"
+            + (f" {wait}" if nb == 1 else "")
+        ]
         mm = (
-            f"acc=acc:int32@{acc}[4x4:4,1] a=spad:{c.xd}@{{a}}[4x4:16,1] "
-            f"b=spad:int8@{{b}}[4x4:4,1] accumulate=1 a_zp={c.a_zp} b_zp={c.b_zp}"
+            f"acc=acc:int32@{acc_blk}[4x4:{n},1] a=spad:{c.xd}@{{a}}[4x4:16,1] "
+            f"b=spad:int8@{{b}}{blk}[4x4:{n},1] accumulate=1 a_zp={c.a_zp} b_zp={c.b_zp}"
         )
         if c.nest == "loop":
-            body += [
+            mms += [
                 "LOOP count=3 body=1",
-                "MATMUL " + mm.format(a=f"{buf(4)}+4*L1", b=f"{wb + 16}+16*L1"),
+                "MATMUL " + mm.format(a=f"{buf(4)}+4*L{lv}", b=f"{wb + 4 * n}+{4 * n}*L{lv}"),
             ]
         elif c.nest == "loopb":
-            body += [
+            mms += [
                 "LOOP count=2 body=2",
-                "LOOPB lower=B(1-L1/1) upper=B(1/1) body=1",
-                "MATMUL " + mm.format(a=f"{buf(0)}+8*L1+4*L2", b=f"{wb}+32*L1+16*L2"),
+                f"LOOPB lower=B(1-L{lv}/1) upper=B(1/1) body=1",
+                "MATMUL "
+                + mm.format(
+                    a=f"{buf(0)}+8*L{lv}+4*L{lv + 1}", b=f"{wb}+{8 * n}*L{lv}+{4 * n}*L{lv + 1}"
+                ),
             ]
+        body += mms if nb == 1 else [f"LOOP count={nb} body={len(mms)}", *mms]
         if c.vec:
-            v = f"acc:int32@{256 + acc}[4x4:4,1]"
+            v = f"acc:int32@{256 + acc}[4x4:4,1]"  # clear of the blocks' accumulators
             body += [
                 f"VMUL dst={v} a=spad:{c.xd}@{buf(0)}[4x4:16,1] b=- imm=-3",
                 "LOOP count=2 body=2",
@@ -110,12 +123,12 @@ def _program(c: Case) -> str:
                 f"VMAC dst={v} a=spad:int8@{buf(0)}+8*L1+4*L2[4x4:16,1] b=spad:int8@{wb}[4x4:0,0]",
             ]
         if c.epi:
-            v = f"acc:int32@{acc}[4x4:4,1]"
+            v = f"acc:int32@{acc}[4x{n}:{n},1]"
             body += [f"VADD dst={v} a={v} b=- imm=7", f"VMAX dst={v} a={v} b=- imm=-1000"]
         signal = ([] if res else ["LD"]) + ([] if c.drop == "st" else ["ST"])
         body += [
             "SYNC queue=1" + (f" signal={','.join(signal)}" if signal else ""),
-            f"STORE dst=C({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]"
+            f"STORE dst=C({ROWS * k}+{ROWS * s}*L0,0)[4x{n}] src=acc:int32@{acc}[4x{n}:{n},1]"
             + ("" if c.drop == "st" else " wait=EX"),
         ]
         if c.vec:
@@ -125,7 +138,7 @@ def _program(c: Case) -> str:
         if c.extra:
             body += [
                 f"IF cond=B({c.n - 2}-L0/1) body=1",
-                f"STORE dst=D({ROWS * k}+{ROWS * s}*L0,0)[4x4] src=acc:int32@{acc}[4x4:4,1]",
+                f"STORE dst=D({ROWS * k}+{ROWS * s}*L0,0)[4x{n}] src=acc:int32@{acc}[4x{n}:{n},1]",
             ]
         body += ["SYNC queue=2 signal=EX"]
     lines += [f"LOOP count={c.n} body={len(body)}", *body]
@@ -134,13 +147,14 @@ def _program(c: Case) -> str:
         lines.append(f"LOAD dst=spad:{c.xd}@{16 * last}[{ROWS}x16:16,1] src=X({last},0)[{ROWS}x16]")
     lines += ([] if res else ["SYNC queue=0 wait=EX"] * s) + ["SYNC queue=1 wait=ST"] * s
     rows = ROWS * s * c.n
+    c_at, nw = rows * 16 + 64 * nb, 16 * n  # C after X and W; D and E after C
     head = f""".target tiny {TARGETS[c.buffers].hash.hex()}
-.dram {rows * 16 + 64 + rows * 48}
+.dram {c_at + rows * (2 * nw + 16)}
 .tensor X {c.xd} {rows}x16 input dram=0 pad=0
-.tensor W int8 16x4 input dram={rows * 16} pad=0
-.tensor C int32 {rows}x4 output dram={rows * 16 + 64} pad=0
-.tensor D int32 {rows}x4 output dram={rows * 32 + 64} pad=0
-.tensor E int32 {rows}x4 output dram={rows * 48 + 64} pad=0
+.tensor W int8 16x{n} input dram={rows * 16} pad=0
+.tensor C int32 {rows}x{n} output dram={c_at} pad=0
+.tensor D int32 {rows}x{n} output dram={c_at + rows * nw} pad=0
+.tensor E int32 {rows}x4 output dram={c_at + 2 * rows * nw} pad=0
 """
     return head + "\n".join(lines) + "\n"
 
@@ -150,7 +164,7 @@ def _inputs(c: Case, seed: int) -> dict:
     lo, hi = (-128, 128) if c.xd == "int8" else (0, 256)
     return {
         "X": rng.integers(lo, hi, (ROWS * c.slots * c.n, 16)).astype(c.xd),
-        "W": rng.integers(-128, 128, (16, 4)).astype(np.int8),
+        "W": rng.integers(-128, 128, (16, 4 * c.blocks)).astype(np.int8),
     }
 
 
@@ -170,6 +184,7 @@ CASES = st.builds(
     vec=st.booleans(),
     resident=st.sampled_from(["no", "no", "yes", "reload"]),
     epi=st.booleans(),
+    blocks=st.sampled_from([1, 1, 2]),
 )
 
 
@@ -188,10 +203,10 @@ def test_replay_equals_stepping(case: Case, seed: int, outcome) -> None:
             x = np.concatenate([np.full((1, 16), -case.a_zp), x[:-1]])
         w = inputs["W"].astype(np.int64) - case.b_zp
         k = {"loop": 16, "loopb": 16, "none": 4}[case.nest]
-        blocks = [x[i : i + 4, :k] @ w[:k] for i in range(0, len(x), ROWS)]
+        tiles = [x[i : i + 4, :k] @ w[:k] for i in range(0, len(x), ROWS)]
         if case.epi:
-            blocks = [np.maximum(b + 7, -1000) for b in blocks]
-        np.testing.assert_array_equal(np.array(fast[0]["C"]), np.concatenate(blocks))
+            tiles = [np.maximum(b + 7, -1000) for b in tiles]
+        np.testing.assert_array_equal(np.array(fast[0]["C"]), np.concatenate(tiles))
 
 
 def _counting(monkeypatch) -> list:
@@ -345,3 +360,82 @@ def test_a_replayed_load_with_a_huge_stride_reads_each_box_alone():
     slow = simulate(binary, inputs, tiny, vectorize_loops=False)
     assert np.array_equal(fast.outputs["C"], slow.outputs["C"])
     assert fast.stats == slow.stats
+
+
+@pytest.mark.parametrize("nest", ["loop", "loopb", "none"])
+@pytest.mark.parametrize("resident", ["no", "yes"])
+def test_an_unrolled_block_loop_is_one_product(nest: str, resident: str, monkeypatch, outcome):
+    """The MATMULs of an inner LOOP over two output-channel blocks, unrolled in a stacked plan,
+    are merged into one product twice as wide (`blocks.merge_blocks`); outputs, counters and
+    trace are stepping's, and those of a product per block."""
+    merged, real = [], replay.stacked.merge_blocks
+    monkeypatch.setattr(
+        replay.stacked, "merge_blocks", lambda e: merged.append((len(e), len(real(e)))) or real(e)
+    )
+    c = Case(2, "uint8", 3, -2, 7, 2, nest, 0, False, "none", False, False, resident, True, 2)
+    binary, inputs = assemble(_program(c)), _inputs(c, 6)
+    fast = outcome(binary, inputs, TARGETS[2], True)
+    assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
+    assert merged and all(after < before for before, after in merged)
+    monkeypatch.setattr(blocks, "ENABLED", False)
+    merged.clear()  # a binary of its own: the plans are kept per binary (`sim.static`)
+    assert outcome(assemble(_program(c)), inputs, TARGETS[2], True) == fast
+    assert merged and all(after == before for before, after in merged)
+
+
+CHAINS = st.builds(  # bodies whose MATMULs each are stored before the next: `blocks.chains`
+    Case,
+    buffers=st.sampled_from([1, 2]),
+    xd=st.sampled_from(["int8", "uint8"]),
+    a_zp=st.sampled_from([0, 3, 128]),
+    b_zp=st.sampled_from([0, -2]),
+    n=st.integers(4, 9),
+    slots=st.just(2),
+    nest=st.sampled_from(["loop", "loopb", "none"]),
+    acc0=st.sampled_from([0, 0, 0, 1]),
+    extra=st.just(False),
+    drop=st.sampled_from(["none", "none", "none", "ld", "st"]),
+    halo=st.booleans(),
+    resident=st.just("yes"),
+    blocks=st.sampled_from([1, 2]),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=CHAINS, seed=st.integers(0, 2**16))
+def test_chains_equal_stepping(case: Case, seed: int, outcome) -> None:
+    binary = assemble(_program(case))
+    inputs, target = _inputs(case, seed), TARGETS[case.buffers]
+    assert outcome(binary, inputs, target, True) == outcome(binary, inputs, target, False)
+
+
+@pytest.mark.parametrize("nb", [1, 2])
+@pytest.mark.parametrize("nest", ["loop", "loopb", "none"])
+def test_matmuls_each_stored_are_one_product(nest: str, nb: int, monkeypatch, outcome) -> None:
+    """Two MATMUL groups, each into its own accumulator and stored before the next, are one
+    product over both (`blocks.chains`); outputs, counters and trace are stepping's, and
+    those of a product per group; the accumulators keep their last values."""
+    chained, real = [], replay.stacked.blocks.chains
+    monkeypatch.setattr(
+        replay.stacked.blocks,
+        "chains",
+        lambda e, k: chained.append((len(e), len(real(e, k)))) or real(e, k),
+    )
+    c = Case(2, "uint8", 3, -2, 7, 2, nest, 0, False, "none", False, False, "yes", False, nb)
+    n = 4 * nb
+    text = _program(c) + "".join(  # the accumulators after the loop, into D's first rows
+        f"SYNC queue=1 signal=ST\nSTORE dst=D({4 * k},0)[4x{n}] src=acc:int32@{64 * nb * k}"
+        f"[4x{n}:{n},1] wait=EX\n"
+        for k in range(2)
+    )
+    binary, inputs = assemble(text), _inputs(c, 7)
+    fast = outcome(binary, inputs, TARGETS[2], True)
+    assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
+    assert chained and all(after < before for before, after in chained)
+    # the accumulators hold the last iteration's products: its rows of C
+    d, rows = np.array(fast[0]["D"]), 2 * ROWS * c.n
+    np.testing.assert_array_equal(d[:8], np.array(fast[0]["C"])[rows - 8 :])
+    monkeypatch.setattr(blocks, "ENABLED", False)
+    chained.clear()
+    assert outcome(assemble(text), inputs, TARGETS[2], True) == fast
+    assert chained and all(after == before for before, after in chained)
