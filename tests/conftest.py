@@ -11,6 +11,20 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """torch's intra-op thread count as it was before each test: a test that sets it and does
+    not restore it would change later tests' PyTorch references (on a Xeon with AVX512-VNNI the
+    x86 engine's 1x1 convs round near-ties differently at 1 thread than at 2: a 1-thread leak
+    from one test failed test_numerics_onednn's near-tie tests after it)."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @dataclass(frozen=True)
 class CliResult:
     code: int
