@@ -77,19 +77,12 @@ def recompute(program: Program, offsets: tuple[int, ...], rows: int) -> Program:
             last = dict(zip(st.indices, st.bounds, strict=True))[_row(st)][1]
             clip = f"{g} <= {last}" if st.lhs.tensor in local else f"0 <= {g} <= {last}"
             out[st.name] = _moved(st, written, local, span, bands, clip)
-    tensors = []
-    for t in program.tensors:
-        if t.name in written:
-            shape = list(t.shape)
-            if t.name in local:
-                shape[2] = spans[written[t.name]].count
-            t = replace(t, shape=(bands, *shape))
-        tensors.append(t)
+    tensors = _per_band(program, written, local, spans, bands)
     statements = tuple(out[st.name] for st in program.statements)
     rows_read = {t: spans[i].count for t, i in written.items() if t not in local}
     return replace(
         program,
-        tensors=tuple(tensors),
+        tensors=tensors,
         statements=statements,
         shared_loops=((BAND, bands),),
         # per output of a producer: its rows; per layer: its band's rows (step, start, count)
@@ -99,6 +92,20 @@ def recompute(program: Program, offsets: tuple[int, ...], rows: int) -> Program:
             "band_spans": tuple((sp.step, sp.start, sp.count) for _, sp in sorted(spans.items())),
         },
     )
+
+
+def _per_band(program: Program, written: dict, local: set, spans: dict, bands: int) -> tuple:
+    """The program's tensors, each one a producer writes with the band as its first dimension
+    (an accumulator only its layer reads: holding that layer's rows of one band)."""
+    tensors = []
+    for t in program.tensors:
+        if t.name in written:
+            shape = list(t.shape)
+            if t.name in local:
+                shape[2] = spans[written[t.name]].count
+            t = replace(t, shape=(bands, *shape))
+        tensors.append(t)
+    return tuple(tensors)
 
 
 def _row(st: Statement) -> str:

@@ -151,7 +151,7 @@ def run_stacked(effects, t: Taps, array, locate, k: int) -> bool:
     weights = [
         np.int64(e.imm).astype(np.int32) if e.refs[2] is None else compact(array(e.refs[2]))
         for e in effects
-    ]  # an immediate wrapped, as `stacked._vector`'s; a weight view with its broadcast axes cut
+    ]  # an immediate wrapped, as `stacked_run._vector`'s; a weight view with its broadcast axes cut
     if not bound(t, weights):
         return False
     out = tap_sum(t, buf, first, k, lead, weights)
