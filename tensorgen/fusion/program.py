@@ -215,13 +215,22 @@ def _replay(
         kwargs = dict(step.kwargs)
         if step.primitive == "stage" and kwargs.get("layout") is not None:
             kwargs["layout"] = _layout(fused.program, tensor, kwargs["layout"])
-        got = getattr(mirror, step.primitive)(
-            *_args(step.args, mirror.loop, None), **dict(step.kwargs)
+        # the mirror only maps the layer's loop handles to the group's: an annotation makes no
+        # loop, and its band was checked parallel when the layer's schedule was built
+        got = (
+            None
+            if step.primitive in _ANNOTATIONS
+            else getattr(mirror, step.primitive)(
+                *_args(step.args, mirror.loop, None), **dict(step.kwargs)
+            )
         )
         args = _args(step.args, handles.__getitem__, {**rename, **stmt})
         made = getattr(fused, step.primitive)(*args, **kwargs)
         for a, b in zip(_loops(got), _loops(made), strict=True):
             handles[a.name] = b
+
+
+_ANNOTATIONS = frozenset({"vectorize", "tensorize"})
 
 
 def _layout(program: Program, tensor: str, layout) -> tuple[int, ...]:
