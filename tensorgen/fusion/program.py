@@ -147,8 +147,9 @@ def fused_schedule(
     together is refused there)."""
     # no target: the replay skips the capacity check of every step (each one recomputes every
     # staged box of the whole group: quadratic in its layers); the lowering's buffer plan
-    # checks the real capacities once
-    fused = Schedule(merged.program, None, checked=False)
+    # checks the real capacities once. Nor the parallel check of each band (over the whole
+    # group's dependences): the lowering's verify_schedule checks every band once
+    fused = Schedule(merged.program, None, checked=False, bands=False)
     banded = tile.banded if tile is not None else frozenset()
     layouts = _layouts(merged, alone)
     for tensor, layout in layouts.items():

@@ -44,7 +44,11 @@ def _nest(state: State, statement: str) -> list[int]:
     return [p for p, row in enumerate(state.dims) if row[statement] is not None]
 
 
-def vectorize(program: Program, state: State, loops: tuple[Loop, ...], prim: str) -> State:
+def vectorize(
+    program: Program, state: State, loops: tuple[Loop, ...], prim: str, parallel: bool = True
+) -> State:
+    """`loops` marked vectorized; with `parallel`, once the band is checked parallel (without:
+    verify_schedule checks it, before the schedule is lowered)."""
     found = [resolve(state, lp, prim, modify=False) for lp in loops]
     if len(loops) > 1:
         stmts = found[0][2]
@@ -57,22 +61,31 @@ def vectorize(program: Program, state: State, loops: tuple[Loop, ...], prim: str
                 f"{prim}: give distinct loops of the same statements, each directly "
                 f"inside the one before"
             )
-    check_parallel(program, state, loops, prim)
+    if parallel:
+        check_parallel(program, state, loops, prim)
     names = tuple(state.loops[lid].name for lid, _, _ in found)
     annotated = {**state.annotated, **{lid: "vectorized" for lid, _, _ in found}}
     return replace(state, vectorized=state.vectorized + names, annotated=annotated)
 
 
 def tensorize(
-    program: Program, state: State, ms: tuple[Loop, ...], n: Loop, ks: tuple[Loop, ...], prim: str
+    program: Program,
+    state: State,
+    ms: tuple[Loop, ...],
+    n: Loop,
+    ks: tuple[Loop, ...],
+    prim: str,
+    parallel: bool = True,
 ) -> State:
+    """The band (ms, n, ks) marked tensorized; `parallel` as for vectorize."""
     loops = (*ms, n, *ks)
     found = [resolve(state, lp, prim, modify=False) for lp in loops]
     nest = _nest(state, next(iter(found[0][2])))
     ranks = sorted(nest.index(p) for _, p, _ in found if p in nest)
     if len(set(ranks)) != len(loops) or ranks[-1] - ranks[0] != len(loops) - 1:
         raise ScheduleError(f"{prim}: give distinct loops that are adjacent in the nest")
-    check_parallel(program, state, loops, prim)
+    if parallel:
+        check_parallel(program, state, loops, prim)
     names = [state.loops[lid].name for lid, _, _ in found]
     band = (tuple(names[: len(ms)]), names[len(ms)], tuple(names[len(ms) + 1 :]))
     annotated = {**state.annotated, **{lid: "tensorized" for lid, _, _ in found}}

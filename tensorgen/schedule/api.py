@@ -62,12 +62,18 @@ def _ref(state: State, x):
 class Schedule:
     """A chainable, checked schedule of one program. See the module docstring."""
 
-    def __init__(self, program: Program, target=None, checked: bool = True) -> None:
+    def __init__(
+        self, program: Program, target=None, checked: bool = True, bands: bool = True
+    ) -> None:
         """`checked=False` skips the dependence checks: only for the automatic scheduler's cost
-        probes of schedules it rebuilds, checked, before using them."""
+        probes of schedules it rebuilds, checked, before using them. `bands=False` (with
+        `checked=False`) skips the parallel check of every vectorized and tensorized band too,
+        for a schedule that is either lowered, whose verify_schedule checks each band, or
+        refused whole: fusion's replays of its layers' schedules."""
         self.program = program
         self.target = target
         self.checked = checked
+        self.bands = bands or checked
         self.trace: list[Step] = []
         self._state: State = st.original(program)
 
@@ -301,7 +307,7 @@ class Schedule:
         band = (loop, *more)
         prim = f"vectorize({', '.join(map(_name, band))})"
         step = self._step("vectorize", *band)
-        state = annotate.vectorize(self.program, self._state, band, prim)
+        state = annotate.vectorize(self.program, self._state, band, prim, self.bands)
         self._commit(prim, state, step, deps=False)
 
     def tensorize(self, m: Loop | tuple[Loop, ...], n: Loop, k: Loop | tuple[Loop, ...]) -> None:
@@ -323,7 +329,7 @@ class Schedule:
         prim = f"tensorize({', '.join(map(_name, (*ms, n, *ks)))})"
         group = lambda xs: xs[0] if len(xs) == 1 else xs  # noqa: E731 - as the caller wrote it
         step = self._step("tensorize", group(ms), n, group(ks))
-        state = annotate.tensorize(self.program, self._state, ms, n, ks, prim)
+        state = annotate.tensorize(self.program, self._state, ms, n, ks, prim, self.bands)
         self._commit(prim, state, step, deps=False)
 
     # -- memory --------------------------------------------------------------------------------
