@@ -3,19 +3,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.frontend.layers import Layer
 from tensorgen.fusion.tiled import Tile, is_row_loop, restage, tile_group
-from tensorgen.ir.core import Program
+from tensorgen.inputs import LIMITS
+from tensorgen.ir.core import Access, BinOp, Call, Program, Read, Tensor
 from tensorgen.schedule.api import Schedule
 from tensorgen.schedule.state import Loop
 from tensorgen.schedule.steps import LoopRef
 from tensorgen.spec.loader import parse_program
+from tensorgen.spec.statement import name_problem
 from tensorgen.target import Target
 
 
@@ -52,23 +56,99 @@ def merge(graph: Graph, layers: list[Layer], target: str) -> Merged:
     that a layer writes and later layers read one temporary (its readers' pad), never a port,
     and a model value that several layers read (as one view) one input port, loaded once."""
     names, decls, inner, shared = _ports(graph, layers)
-    lines = ["tensorgen: 1", f"name: {layers[0].name}_fused", "tensors:"]
+    items = [_items(layer, rename) for layer, rename in zip(layers, names, strict=True)]
+    offsets = tuple(itertools.accumulate((len(x) for x in items[:-1]), initial=0))
+    where = f"<fused {' + '.join(layer.name for layer in layers)}>"
+    program = _renamed_program(layers, names, decls, items, target, where)
+    if program is None:  # what the loader refuses, it refuses with its own message
+        program = parse_program(merged_text(layers[0].name, decls, items, target), where, target)
+    return Merged(program, tuple(names), frozenset(inner), offsets, frozenset(shared))
+
+
+def _items(layer: Layer, rename: dict[str, str]) -> list:
+    """The op.yaml statements of `layer` (str or {stmt, where}), its tensors renamed."""
+    out = []
+    for st in layer.body(layer.lo, layer.hi):
+        text = st if isinstance(st, str) else st["stmt"]
+        text = _REF.sub(lambda m, r=rename: r.get(m.group(1), m.group(1)), text)
+        out.append(text if isinstance(st, str) else {**st, "stmt": text})
+    return out
+
+
+def merged_text(name: str, decls: dict[str, dict], items: list[list], target: str) -> str:
+    """The op.yaml of a group: its tensors `decls` and its layers' statements `items`."""
+    lines = ["tensorgen: 1", f"name: {name}_fused", "tensors:"]
     lines += [f"  {t}: {_flow(d)}" for t, d in decls.items()]
     lines.append("statements:")
-    offsets = []
-    count = 0
-    for layer, rename in zip(layers, names, strict=True):
-        offsets.append(count)
-        for st in layer.body(layer.lo, layer.hi):
-            text = st if isinstance(st, str) else st["stmt"]
-            text = _REF.sub(lambda m, r=rename: r.get(m.group(1), m.group(1)), text)
-            item = text if isinstance(st, str) else {**st, "stmt": text}
-            lines.append(f"  - {_flow(item)}")
-            count += 1
+    lines += [f"  - {_flow(item)}" for layer in items for item in layer]
     lines += [f"target: {target}", "schedule: auto"]
-    where = f"<fused {' + '.join(layer.name for layer in layers)}>"
-    program = parse_program("\n".join(lines) + "\n", where, target)
-    return Merged(program, tuple(names), frozenset(inner), tuple(offsets), frozenset(shared))
+    return "\n".join(lines) + "\n"
+
+
+def _renamed_program(layers, names, decls, items, target: str, where: str) -> Program | None:
+    """The program the loader makes of merged_text, built from the layers' own programs (each
+    parsed once, when it was compiled alone) with their tensors renamed: the same statements,
+    bounds, texts and locations. None where the loader could refuse it (a limit of InputLimits,
+    a name) or where a renamed name is also an index: then the text is parsed."""
+    tensors = tuple(
+        Tensor(t, tuple(d["shape"]), d["dtype"], d.get("role", "none"), d.get("pad", 0))
+        for t, d in decls.items()
+    )
+    count = sum(len(x) for x in items)
+    if (
+        count > LIMITS.statements
+        or any(name_problem(t.name, "tensor") for t in tensors)
+        or sum(t.nbytes for t in tensors) > LIMITS.dram_bytes
+        or any(math.prod(t.shape) > LIMITS.tensor_elements for t in tensors)
+        or not any(t.role == "output" for t in tensors)
+    ):
+        return None
+    statements = []
+    line = 5 + len(decls)  # merged_text's first statement
+    for layer, rename, texts in zip(layers, names, items, strict=True):
+        own = layer.program(target).statements
+        for st, item in zip(own, texts, strict=True):
+            if any(i in rename for i in st.indices):
+                return None
+            text = item if isinstance(item, str) else item["stmt"]
+            col = len("  - ") + 2 if isinstance(item, str) else len(_stmt_prefix(item)) + 2
+            statements.append(
+                replace(
+                    st,
+                    name=f"S{len(statements)}",
+                    lhs=_renamed(st.lhs, rename),
+                    rhs=_renamed(st.rhs, rename),
+                    text=text,
+                    location=f"{where}:{line + len(statements)}:{col}",
+                )
+            )
+    name = f"{layers[0].name}_fused"
+    if not name.isprintable() or len(name) > 128:
+        return None
+    return Program(name, tensors, tuple(statements), (), target, "auto", where)
+
+
+def _stmt_prefix(item: dict) -> str:
+    """A statement mapping's op.yaml line up to its `stmt` value's opening quote."""
+    before = []
+    for k, v in item.items():
+        if k == "stmt":
+            break
+        before.append(f"{k}: {_flow(v)}")
+    return "  - {" + "".join(f"{b}, " for b in before) + "stmt: "
+
+
+def _renamed(x, rename: dict[str, str]):
+    """An access or expression of a layer's statement with its tensors renamed."""
+    if isinstance(x, Access):
+        return replace(x, tensor=rename.get(x.tensor, x.tensor))
+    if isinstance(x, Read):
+        return Read(_renamed(x.access, rename))
+    if isinstance(x, Call):
+        return Call(x.fn, tuple(_renamed(a, rename) for a in x.args))
+    if isinstance(x, BinOp):
+        return BinOp(x.op, _renamed(x.lhs, rename), _renamed(x.rhs, rename))
+    return x
 
 
 def _ports(graph: Graph, layers: list[Layer]):

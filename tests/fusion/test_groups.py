@@ -92,3 +92,50 @@ def test_smaller_groups_never_cut_a_value_from_one_of_its_readers() -> None:
                 out = layer.output.value
                 if readers.get(out, set()) - set(g.layers):
                     assert out not in g.intermediates
+
+
+class _Pools(torch.nn.Module):
+    """conv -> max pool (a statement with `where:`) -> conv -> Hardswish (a lookup table)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+        self.pool = torch.nn.MaxPool2d(3, 2, padding=1)
+        self.head = torch.nn.Conv2d(8, 8, 1)
+        self.act = torch.nn.Hardswish()
+
+    def forward(self, x):
+        return self.act(self.head(self.pool(self.relu(self.conv(x)))))
+
+
+def test_a_merged_program_is_what_the_loader_makes_of_its_text() -> None:
+    """merge builds a group's program from its layers' own (parsed once) with the tensors
+    renamed: the same program, statement texts and locations included, as parsing the
+    group's op.yaml text."""
+    from tensorgen.fusion.program import FusionError, _items, _ports, merge, merged_text
+    from tensorgen.spec.loader import parse_program
+
+    torch.manual_seed(0)
+    checked = 0
+    for model in (_Block(), _Pools()):
+        graph = _graph(model.eval(), (torch.randn(1, 3, 8, 8),))
+        n = len(graph.layers)
+        for a in range(n):
+            for b in range(a + 1, n):
+                layers = graph.layers[a : b + 1]
+                try:
+                    merged = merge(graph, layers, "tg1")
+                except FusionError:
+                    continue
+                names, decls, _, _ = _ports(graph, layers)
+                items = [_items(lay, r) for lay, r in zip(layers, names, strict=True)]
+                where = f"<fused {' + '.join(lay.name for lay in layers)}>"
+                text = merged_text(layers[0].name, decls, items, "tg1")
+                want = parse_program(text, where, "tg1")
+                assert merged.program == want
+                assert [s.location for s in merged.program.statements] == [
+                    s.location for s in want.statements
+                ]
+                checked += 1
+    assert checked >= 10
