@@ -62,6 +62,21 @@ def test_models_bit_exact_under_qnnpack(name, params):
     assert [(r.name, r.schedule) for r in cm.layers if r.schedule not in ("auto", "fused")] == []
 
 
+def test_the_report_is_of_the_binary_a_file_of_it_runs():
+    """compile_model's report simulates its binary as it holds it, run_model the .tgb bytes of
+    it decoded: the same value, so the same cycles and traffic per unit."""
+    from tensorgen.mc.binary import decode, encode
+    from tensorgen.model import run_model
+
+    cm = compiled("resnet18", size=32)
+    assert decode(encode(cm.binary)) == cm.binary
+    _, result = run_model(cm, cm.example_inputs)
+    before = 0
+    for report, mark in zip(cm.layers, result.marks, strict=True):
+        assert report.cycles == mark.cycles - before
+        before = mark.cycles
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, size", [("small_cnn", 32), ("mlp", 256), ("resnet18", 64), ("mobilenetv2", 64)]
