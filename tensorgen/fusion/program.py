@@ -8,6 +8,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
@@ -269,15 +270,15 @@ def _replay(
     `written` too, only those of tensors not in it (the group's inputs)."""
     rename, offset = merged.names[i], merged.offsets[i]
     stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
-    mirror = Schedule(program, None, checked=False)
+    start, made_by = _mirror(program, tuple(trace))
     handles = {}
     shared = set(fused.program.shared_names)  # the band loop of recompute.py: not the layer's
-    for s in program.statements:
+    for s, names in zip(program.statements, start, strict=True):
         own = [lp for lp in fused.loops(stmt[s.name]) if lp.name not in shared]
-        for a, b in zip(mirror.loops(s.name), own, strict=True):
-            handles[a.name] = b
+        for a, b in zip(names, own, strict=True):
+            handles[a] = b
     late: dict[str, int] = {}
-    for step in trace:
+    for step, mirrored in zip(trace, made_by, strict=True):
         tensor = rename.get(step.args[0]) if step.args else None
         if step.primitive in ("stage", "double_buffer") and tensor in merged.whole:
             continue
@@ -296,22 +297,34 @@ def _replay(
         kwargs = dict(step.kwargs)
         if step.primitive == "stage" and kwargs.get("layout") is not None:
             kwargs["layout"] = _layout(fused.program, tensor, kwargs["layout"])
-        # the mirror only maps the layer's loop handles to the group's: an annotation makes no
-        # loop, and its band was checked parallel when the layer's schedule was built
-        got = (
-            None
-            if step.primitive in _ANNOTATIONS
-            else getattr(mirror, step.primitive)(
-                *_args(step.args, mirror.loop, None), **dict(step.kwargs)
-            )
-        )
         args = _args(step.args, handles.__getitem__, {**rename, **stmt})
         made = getattr(fused, step.primitive)(*args, **kwargs)
-        for a, b in zip(_loops(got), _loops(made), strict=True):
-            handles[a.name] = b
+        for a, b in zip(mirrored, _loops(made), strict=True):
+            handles[a] = b
 
 
-_ANNOTATIONS = frozenset({"vectorize", "tensorize"})
+@lru_cache(maxsize=256)
+def _mirror(program: Program, trace: tuple) -> tuple[tuple[tuple[str, ...], ...], tuple]:
+    """A layer's schedule replayed on its own program for its loops alone: the names of each
+    statement's loops before it, and of the loops each step makes; what _replay maps to the
+    group's loops. Worked out once per layer, whatever groups it is tried in. The annotations
+    and the memory steps make no loop and are not replayed (the layer's schedule checked them
+    when it was built)."""
+    mirror = Schedule(program, None, checked=False)
+    start = tuple(tuple(lp.name for lp in mirror.loops(s.name)) for s in program.statements)
+    made = []
+    for step in trace:
+        if step.primitive in _NO_LOOPS:
+            made.append(())
+            continue
+        got = getattr(mirror, step.primitive)(
+            *_args(step.args, mirror.loop, None), **dict(step.kwargs)
+        )
+        made.append(tuple(lp.name for lp in _loops(got)))
+    return start, tuple(made)
+
+
+_NO_LOOPS = frozenset({"vectorize", "tensorize", "stage", "double_buffer"})
 
 
 def _layout(program: Program, tensor: str, layout) -> tuple[int, ...]:
