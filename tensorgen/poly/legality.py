@@ -41,19 +41,40 @@ class Violation:
         return f"{self.later} would run before {self.earlier}, but {why}"
 
 
-@lru_cache(maxsize=64)
 def relaxed_dependences(program: Program) -> tuple[tuple[str, isl.UnionMap], ...]:
-    """(kind, dependences) with integer reduction self-dependences removed."""
+    """(kind, dependences) with integer reduction self-dependences removed; worked out once per
+    structure: what isl's dataflow reads of a program (its statements' domains, accesses and
+    order, and its tensors' shapes), not the constants of their right-hand sides, so that the
+    structurally identical layers of a model (autosched/replay.py) share them."""
+    key = (
+        program.shared_loops,
+        tuple((t.name, t.shape) for t in program.tensors),
+        tuple(
+            (s.name, s.op, s.lhs, tuple(s.reads), s.indices, s.bounds, s.where)
+            for s in program.statements
+        ),
+    )
+    hit = _RELAXED.get(key)
+    if hit is not None:
+        return hit
     deps = dependences(program)
     relax = isl.UnionMap("{ }")
     for stmt in program.statements:
         if stmt.op in ("+=", "max=") and all(a.tensor != stmt.lhs.tensor for a in stmt.reads):
             w = poly.access_map(stmt, stmt.lhs)
             relax = relax.union(isl.UnionMap.from_map(w.apply_range(w.reverse())))
-    return tuple(
+    out = tuple(
         (kind, d.subtract(relax).coalesce())
         for kind, d in (("flow", deps.flow), ("anti", deps.anti), ("output", deps.output))
     )
+    if len(_RELAXED) >= RELAXED_CACHE:
+        del _RELAXED[next(iter(_RELAXED))]
+    _RELAXED[key] = out
+    return out
+
+
+RELAXED_CACHE = 64  # programs' dependences remembered, by structure (the oldest forgotten first)
+_RELAXED: dict[tuple, tuple[tuple[str, isl.UnionMap], ...]] = {}
 
 
 def _coords(point: isl.Point, n: int, offset: int = 0) -> list[int]:

@@ -53,3 +53,17 @@ def test_a_different_structure_is_checked_again(monkeypatch) -> None:
     assert viol is not None and viol.kind == "flow"
     assert legality.find_violation(chain, BACKWARDS) is not None  # violations are not remembered
     assert len(calls) == 3
+
+
+def test_dependences_are_shared_by_structure_not_constants(monkeypatch) -> None:
+    """Layers that differ only in the constants of their statements (a requantization's scale)
+    get the same dependences, worked out once; another access gets its own."""
+    monkeypatch.setattr(legality, "_RELAXED", {})
+    one = parse_program(CHAIN.replace("C[i] = B[i]", "C[i] = B[i] + 1"))
+    two = parse_program(CHAIN.replace("C[i] = B[i]", "C[i] = B[i] + 7"))
+    other = parse_program(CHAIN.replace("C[i] = B[i]", "C[i] = A[i] + 1"))
+    assert legality.relaxed_dependences(one) is legality.relaxed_dependences(two)
+    deps = dict(legality.relaxed_dependences(one))
+    assert not deps["flow"].is_empty()  # S1 reads what S0 writes
+    assert dict(legality.relaxed_dependences(other))["flow"].is_empty()
+    assert len(legality._RELAXED) == 2
