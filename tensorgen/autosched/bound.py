@@ -10,8 +10,9 @@ whole search is at most the fastest costed so far (`best`), so a choice whose bo
 search chooses exactly what costing every candidate would (a bound equal to the threshold is
 costed, so ties are broken as before).
 
-The skipped choices still count (MAX_CANDIDATES, `searched N candidates`), and `Considered`
-costs them when something reads them (the explanation's neighbours, the benchmarks): from the
+The skipped choices, and those refused for overflowing a memory (which the search never takes),
+still count (MAX_CANDIDATES, `searched N candidates`), and `Considered` costs them when
+something reads them (the explanation's neighbours, the benchmarks): from the
 probes the search kept, with the same figures the search would have found.
 """
 

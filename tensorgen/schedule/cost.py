@@ -243,7 +243,8 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels, bound
     that order: what the two share (staged tensors, innermost and merged levels, buffers, first
     blocks) worked out once, levels that cannot merge skipped without asking, a choice whose single
     buffers overflow a memory refused twice uncosted (double buffers only add), and with `bound`
-    (autosched/bound.py) None for a choice whose least cycles it cuts."""
+    (autosched/bound.py) None for a choice whose least cycles it cuts, and for both of a choice
+    refused so (the search's Considered costs them as refused when they are read)."""
     order = probe.order
     rank = {lv: order.index(lv) for lvs in levels for lv in lvs if lv}
     mergeable = {lv for lv in rank if _mergeable(probe, lv)}
@@ -264,6 +265,9 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels, bound
         else:
             fits, serial, serial_inner = sums.fits[k], sums.serial[k], sums.serial_inner[k]
         if not fits:
+            if bound is not None:  # the search takes no refused choice: its Considered costs
+                out += [None, None]  # them (math.inf cycles) when something reads them
+                continue
             stages = tuple(zip(tensors, choice, strict=True))
             out += [_refused(probe, stages, False), _refused(probe, stages, True)]
             continue
