@@ -255,6 +255,7 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels, bound
         for t, lvs in zip(tensors, levels, strict=True)
     ]
     sums = product_sums(plain, levels, rank, spad_room, acc_room)  # memory_of, all at once
+    acc_at = _accumulator_at(probe, tensors)
     out = []
     for k, choice in enumerate(itertools.product(*levels)):
         staged = memory = None
@@ -281,7 +282,7 @@ def cost_product(probe: Probe, target: Target, tensors: list[str], levels, bound
                 inner = max((lv for lv in choice if lv), key=rank.__getitem__, default=None)
                 staged = [at[lv] for at, lv in zip(plain, choice, strict=True)]
                 memory = Memory(*sums.memory(k))
-            first = first or _first_blocks(probe, stages, staged)
+            first = first or _first_blocks(probe, stages, staged, acc_at)
             out.append(_candidate(probe, target, stages, staged, inner, pipe, memory, first))
             bound is None or bound.add(out[-1])
     return out
@@ -392,7 +393,12 @@ class _FirstBlocks(NamedTuple):
 _NO_FIRST_BLOCKS = _FirstBlocks()
 
 
-def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
+def _accumulator_at(probe: Probe, tensors) -> int | None:
+    """The index of the tensor staged in the accumulators among `tensors`, if one is."""
+    return next((k for k, t in enumerate(tensors) if probe.memory.get(t) == "acc"), None)
+
+
+def _first_blocks(probe: Probe, stages, staged, acc: int | None = -1) -> _FirstBlocks:
     """An accumulator staged inside its reduction loops and reloaded there is not zeroed: the
     MATMULs that first touch it overwrite it (the lowering's `S__w` pieces). They are the first
     iteration of every reduction loop, which isl emits apart, before the reduction loops inside
@@ -400,9 +406,11 @@ def _first_blocks(probe: Probe, stages, staged) -> _FirstBlocks:
     iteration of a staging loop of `tail` with a reduction loop inside it that holds such a
     block is then staged twice, around the block and around the rest (scheduled._walk_nodes): one more load of each loaded tensor staged there and
     one more store of each stored one, per such iteration. Nothing when the accumulator is
-    zeroed instead, or not staged inside a reduction loop."""
+    zeroed instead, or not staged inside a reduction loop. `acc`: the accumulator's index in
+    `stages` (_accumulator_at), if known."""
     order, reductions = probe.order, probe.reductions
-    acc = next((k for k, (t, _) in enumerate(stages) if probe.memory.get(t) == "acc"), None)
+    if acc == -1:
+        acc = _accumulator_at(probe, [t for t, _ in stages])
     if acc is None or stages[acc][1] is None:
         return _NO_FIRST_BLOCKS
     st = staged[acc]
