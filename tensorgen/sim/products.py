@@ -108,10 +108,10 @@ def _correct(out: np.ndarray, x: np.ndarray, w: np.ndarray, spans) -> None:
     col = row = None
     const = 0
     for lo, hi, d in _stretches([(lo, hi, da) for lo, hi, da, _ in spans]):
-        c = np.multiply(w[..., lo:hi, :].sum(axis=-2, dtype=np.int32), np.int32(d), dtype=np.int32)
+        c = np.multiply(_sums(w[..., lo:hi, :], False), np.int32(d), dtype=np.int32)
         col = c if col is None else np.add(col, c, out=col)
     for lo, hi, d in _stretches([(lo, hi, db) for lo, hi, _, db in spans]):
-        r = np.multiply(x[..., lo:hi].sum(axis=-1, dtype=np.int32), np.int32(d), dtype=np.int32)
+        r = np.multiply(_sums(x[..., lo:hi], True), np.int32(d), dtype=np.int32)
         row = r if row is None else np.add(row, r, out=row)
     for lo, hi, da, db in spans:
         const = _wrap(const + (hi - lo) * da * db)
@@ -123,6 +123,27 @@ def _correct(out: np.ndarray, x: np.ndarray, w: np.ndarray, spans) -> None:
         out += row[..., None]
     elif const:
         out += np.int32(const)
+
+
+def _sums(a: np.ndarray, rows: bool) -> np.ndarray:
+    """The int32 sums of (a stack of) int8 matrices along K -- each row's (`rows`: of A,
+    (.., M, K)) or each column's (of B, (.., K, N)) -- as products with a vector of ones on
+    `torch._int_mm` (exact, as its probe shows; 3-5x faster than numpy's int8 -> int32
+    reduction, measured), one per matrix of the stack."""
+    mm, torch = _int_mm(), _torch()
+    k = a.shape[-1] if rows else a.shape[-2]
+    ones = _ones(k, rows)
+    out = np.empty(a.shape[:-1] if rows else a.shape[:-2] + a.shape[-1:], np.int32)
+    for i in np.ndindex(*a.shape[:-2]):
+        t = _tensor(torch, a[i])
+        out[i] = (mm(t, ones) if rows else mm(ones, t)).numpy().reshape(-1)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(k: int, column: bool):
+    """A (k, 1) or (1, k) int8 tensor of ones (`_sums`)."""
+    return _torch().ones((k, 1) if column else (1, k), dtype=_torch().int8)
 
 
 def _stretches(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
