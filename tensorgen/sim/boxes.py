@@ -13,7 +13,7 @@ import numpy as np
 def write_loaded(dst: np.ndarray, values: np.ndarray) -> None:
     """`Machine.write` of `load_box`'s values, for every iteration."""
     if values.dtype == dst.dtype and values.shape == dst.shape:
-        _copy(dst, values)
+        copy_values(dst, values)
         return
     values = np.broadcast_to(values, dst.shape)
     dst[...] = (
@@ -23,11 +23,11 @@ def write_loaded(dst: np.ndarray, values: np.ndarray) -> None:
     )
 
 
-# a destination axis this short and closest-strided is copied index by index (`_copy`)
+# a destination axis this short and closest-strided is copied index by index (`copy_values`)
 SHORT_AXIS = 4
 
 
-def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+def copy_values(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src. numpy copies along dst's closest-strided axis innermost: when that is a
     few channels packed innermost on chip (an HWC tile loaded from CHW) that src holds far
     apart, each inner run is a handful of elements; one copy per channel instead runs along

@@ -1,4 +1,4 @@
-"""The copy of a replayed LOAD's boxes into their on-chip rows (`tensorgen.sim.boxes._copy`):
+"""The copy of a replayed LOAD's boxes into their on-chip rows (`tensorgen.sim.boxes.copy_values`):
 whatever the two layouts -- a few channels packed innermost on chip from a tensor that holds
 them far apart (HWC from CHW), or any other order -- the same bytes as numpy's one copy."""
 
@@ -25,7 +25,7 @@ def test_the_copy_of_boxes_is_numpys_whatever_the_layouts(shape, order, seed) ->
     memory = np.zeros([shape[a] for a in axes], np.uint8)
     dst = memory.transpose(np.argsort(axes))
     assert dst.shape == src.shape
-    boxes._copy(dst, src)
+    boxes.copy_values(dst, src)
     np.testing.assert_array_equal(dst, src)
 
 
@@ -35,5 +35,5 @@ def test_channels_innermost_on_chip_are_copied_channel_by_channel() -> None:
     tile = np.zeros((229, 7, 3), np.uint8)
     dst = tile.transpose(2, 0, 1)
     assert dst.strides[0] == 1 and dst.shape[0] <= boxes.SHORT_AXIS and src.strides[-1] == 1
-    boxes._copy(dst, src)
+    boxes.copy_values(dst, src)
     np.testing.assert_array_equal(tile, src.transpose(1, 2, 0))
