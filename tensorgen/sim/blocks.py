@@ -43,6 +43,55 @@ def merge_blocks(effects: list) -> list:
     return out
 
 
+def merge_k(effects: list) -> list:
+    """The effects with the pieces of each MATMUL group that are one stretch of its K merged
+    into one piece (`_next_k`): a K split into the MAC array's width (the stem conv's 147 as
+    9 pieces of 16 and one of 3) is then gathered in runs of the whole K, not of 16 bytes. The
+    same integers: the product sums over the same K, wrapping alike."""
+    if not ENABLED:
+        return effects
+    out = []
+    for e in effects:
+        if e.kind != "mm" or len(e.refs) < 3:
+            out.append(e)
+            continue
+        parts = [e.refs[1]]
+        for part in e.refs[2:]:
+            merged = _next_k(parts[-1], part)
+            if merged is None:
+                parts.append(part)
+            else:
+                parts[-1] = merged
+        out.append(replace(e, refs=(e.refs[0], *parts)))
+    return out
+
+
+def _next_k(p, q):
+    """Piece `p` (a, b, a_zp, b_zp, term) with `q` as the next stretch of its one K axis (A's
+    last, B's first), or None: q's A and B must start where p's end along it, with p's
+    strides, zero points and everything else."""
+    (pa, pb, *p_zps, p_term), (qa, qb, *q_zps, q_term) = p, q
+    if p_zps != q_zps or len(pb.shape) != 2 or len(qb.shape) != 2:
+        return None
+    for x, y, axis in ((pa, qa, len(pa.shape) - 1), (pb, qb, 0)):
+        if (x.mem, x.dtype, x.mode, x.step, x.strides) != (
+            y.mem,
+            y.dtype,
+            y.mode,
+            y.step,
+            y.strides,
+        ):
+            return None
+        rest = x.shape[:axis] + x.shape[axis + 1 :]
+        if rest != y.shape[:axis] + y.shape[axis + 1 :]:
+            return None
+        if y.offset != x.offset + x.shape[axis] * x.strides[axis]:
+            return None
+    a = replace(pa, shape=(*pa.shape[:-1], pa.shape[-1] + qa.shape[-1]))
+    b = replace(pb, shape=(pb.shape[0] + qb.shape[0], pb.shape[1]))
+    return (a, b, *p_zps, max(p_term, q_term))
+
+
 def _widened(g, e):
     """`g` (a MATMUL group, perhaps already widened) with `e` as its next block along N, or
     None: e must be g's instruction with g's A, and its accumulator and every B must start

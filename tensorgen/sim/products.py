@@ -96,15 +96,66 @@ def product(x: np.ndarray, w: np.ndarray, term: int, spans) -> np.ndarray:
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
+    _correct(out, x, w, spans)
+    return out
+
+
+def _correct(out: np.ndarray, x: np.ndarray, w: np.ndarray, spans) -> None:
+    """out += the zero points' corrections of every span (`product`): the column sums of B
+    and the row sums of A over adjacent spans of one correction taken in one pass, all of
+    them summed into one vector of each before the one add of it into `out` -- the same
+    integers (wrapping int32 arithmetic is a ring), a pass over `out` each, not one a span."""
+    col = row = None
+    const = 0
+    for lo, hi, d in _stretches([(lo, hi, da) for lo, hi, da, _ in spans]):
+        c = np.multiply(_sums(w[..., lo:hi, :], False), np.int32(d), dtype=np.int32)
+        col = c if col is None else np.add(col, c, out=col)
+    for lo, hi, d in _stretches([(lo, hi, db) for lo, hi, _, db in spans]):
+        r = np.multiply(_sums(x[..., lo:hi], True), np.int32(d), dtype=np.int32)
+        row = r if row is None else np.add(row, r, out=row)
     for lo, hi, da, db in spans:
-        if da:
-            col = w[..., lo:hi, :].sum(axis=-2, dtype=np.int32)
-            out += np.multiply(col, np.int32(da), dtype=np.int32)[..., None, :]
-        if db:
-            row = x[..., lo:hi].sum(axis=-1, dtype=np.int32)
-            out += np.multiply(row, np.int32(db), dtype=np.int32)[..., None]
-        if da and db:
-            out += np.int32(_wrap((hi - lo) * da * db))
+        const = _wrap(const + (hi - lo) * da * db)
+    if col is not None:
+        out += col[..., None, :]
+    if row is not None:
+        if const:  # one pass over `out` fewer: the constant goes into the row term
+            row += np.int32(const)
+        out += row[..., None]
+    elif const:
+        out += np.int32(const)
+
+
+def _sums(a: np.ndarray, rows: bool) -> np.ndarray:
+    """The int32 sums of (a stack of) int8 matrices along K -- each row's (`rows`: of A,
+    (.., M, K)) or each column's (of B, (.., K, N)) -- as products with a vector of ones on
+    `torch._int_mm` (exact, as its probe shows; 3-5x faster than numpy's int8 -> int32
+    reduction, measured), one per matrix of the stack."""
+    mm, torch = _int_mm(), _torch()
+    k = a.shape[-1] if rows else a.shape[-2]
+    ones = _ones(k, rows)
+    out = np.empty(a.shape[:-1] if rows else a.shape[:-2] + a.shape[-1:], np.int32)
+    for i in np.ndindex(*a.shape[:-2]):
+        t = _tensor(torch, a[i])
+        out[i] = (mm(t, ones) if rows else mm(ones, t)).numpy().reshape(-1)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(k: int, column: bool):
+    """A (k, 1) or (1, k) int8 tensor of ones (`_sums`)."""
+    return _torch().ones((k, 1) if column else (1, k), dtype=_torch().int8)
+
+
+def _stretches(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """(lo, hi, d) of the nonzero corrections `d`, adjacent spans of the same one merged."""
+    out: list[tuple[int, int, int]] = []
+    for lo, hi, d in spans:
+        if not d:
+            continue
+        if out and out[-1][1] == lo and out[-1][2] == d:
+            out[-1] = (out[-1][0], hi, d)
+        else:
+            out.append((lo, hi, d))
     return out
 
 

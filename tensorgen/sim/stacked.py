@@ -410,7 +410,7 @@ class _Builder:
                 effects.append(Effect(e.kind, e.pc, refs, None, 0, e.imm))
             else:
                 effects.append(Effect(e.kind, e.pc, (ref(e.refs[0]),), e.box))
-        effects = blocks.chains(merge_blocks(effects), chunk)
+        effects = blocks.chains(merge_blocks(blocks.merge_k(effects)), chunk)
         return Plan(effects, hulls, written, self.count, chunk)
 
     def _modes(self, written) -> list[str] | None:

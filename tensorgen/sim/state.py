@@ -15,6 +15,7 @@ from tensorgen.errors import SimulatorError
 from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import ITEMSIZE, Box, View
 from tensorgen.sim.batch import Decoded
+from tensorgen.sim.boxes import copy_values
 from tensorgen.target import Target
 
 
@@ -169,6 +170,12 @@ class Machine:
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
+        d, base = self._range(view)
+        return d.array(self.mem[view.mem], base)
+
+    def _range(self, view: View) -> tuple[Decoded, int]:
+        """The view decoded and its base at the current counters, its bytes bounds-checked
+        and kept in `_last_range`."""
         d = self.decoded.get(id(view))  # the binary holds its views: ids are stable
         if d is None:
             d = self.decoded[id(view)] = Decoded.of(view)
@@ -181,13 +188,13 @@ class Machine:
                 f"({memory.size} bytes) at loop counters {list(self.counters)}"
             )
         self._last_range = (view.mem, lo, hi)
-        return d.array(memory, base)
+        return d, base
 
     def touch(self, pattern) -> None:
         """Record what semantics whose accesses are `pattern` (`access_pattern`) touch at the
-        current counters, bounds-checked as they would be, computing nothing."""
+        current counters, bounds-checked as they would be, computing nothing (no array)."""
         for view, write in pattern:
-            self._ndarray(view)
+            self._range(view)
             self.touched.append((*self._last_range, write))
 
     def read(self, view: View) -> np.ndarray:
@@ -279,7 +286,7 @@ class Machine:
             dst.append(slice(a - o, b - o))
         if op.load:
             if inside:
-                view[...] = arr[tuple(src)]
+                copy_values(view, arr[tuple(src)])  # channels innermost: by channel
             else:  # a halo: the pad, and the part inside the tensor
                 view[...] = op.pad
                 if not empty:

@@ -5,7 +5,7 @@ events and the DRAM channel -- or the same error, hazards and limits included.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +51,9 @@ class Case:
     # output-channel blocks: the MATMULs in an inner LOOP over blocks of 4 columns of W and of
     # the accumulator (unrolled by `stacked`, one product: `blocks`)
     blocks: int = 1
+    # with nest none: three more MATMULs after the peeled one, each the next 4 of K (a K split
+    # into the array's width, one product: `blocks.merge_k`)
+    split: bool = False
 
 
 ROWS = 4  # rows of X per iteration
@@ -104,6 +107,8 @@ def _program(c: Case) -> str:
                 "LOOP count=3 body=1",
                 "MATMUL " + mm.format(a=f"{buf(4)}+4*L{lv}", b=f"{wb + 4 * n}+{4 * n}*L{lv}"),
             ]
+        elif c.split:
+            mms += ["MATMUL " + mm.format(a=buf(4 * j), b=wb + 4 * n * j) for j in (1, 2, 3)]
         elif c.nest == "loopb":
             mms += [
                 "LOOP count=2 body=2",
@@ -184,6 +189,7 @@ DRAWN = dict(  # how each field of a Case is drawn
     resident=st.sampled_from(["no", "no", "yes", "reload"]),
     epi=st.booleans(),
     blocks=st.sampled_from([1, 1, 2]),
+    split=st.booleans(),
 )
 CASES = st.builds(Case, **DRAWN)
 
@@ -202,7 +208,7 @@ def test_replay_equals_stepping(case: Case, seed: int, outcome) -> None:
         ):  # every box a row early: the first row is the pad, 0 before its zero point
             x = np.concatenate([np.full((1, 16), -case.a_zp), x[:-1]])
         w = inputs["W"].astype(np.int64) - case.b_zp
-        k = {"loop": 16, "loopb": 16, "none": 4}[case.nest]
+        k = {"loop": 16, "loopb": 16, "none": 16 if case.split else 4}[case.nest]
         tiles = [x[i : i + 4, :k] @ w[:k] for i in range(0, len(x), ROWS)]
         if case.epi:
             tiles = [np.maximum(b + 7, -1000) for b in tiles]
@@ -377,6 +383,31 @@ def test_an_unrolled_block_loop_is_one_product(nest: str, resident: str, monkeyp
     fast = outcome(binary, inputs, TARGETS[2], True)
     assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
     assert merged and all(after < before for before, after in merged)
+    monkeypatch.setattr(blocks, "ENABLED", False)
+    merged.clear()  # a binary of its own: the plans are kept per binary (`sim.static`)
+    assert outcome(assemble(_program(c)), inputs, TARGETS[2], True) == fast
+    assert merged and all(after == before for before, after in merged)
+
+
+@pytest.mark.parametrize("resident", ["no", "yes"])
+@pytest.mark.parametrize("nb", [1, 2])
+def test_a_k_split_into_matmuls_is_one_piece(resident: str, nb: int, monkeypatch, outcome):
+    """Four MATMULs into one accumulator, each the next stretch of K, are one piece of the
+    stacked plan's product (`blocks.merge_k`); outputs, counters and trace are stepping's,
+    and those of a piece per MATMUL."""
+    merged, real = [], replay.stacked.blocks.merge_k
+    pieces = lambda es: [len(e.refs) for e in es if e.kind == "mm"]  # noqa: E731
+    monkeypatch.setattr(
+        replay.stacked.blocks,
+        "merge_k",
+        lambda e: merged.append((pieces(e), pieces(real(e)))) or real(e),
+    )
+    c = Case(2, "uint8", 3, -2, 7, 2, "none", 0, False, "none", False, False, resident, True, nb)
+    c = replace(c, split=True)
+    binary, inputs = assemble(_program(c)), _inputs(c, 5)
+    fast = outcome(binary, inputs, TARGETS[2], True)
+    assert fast[0] != "error" and fast == outcome(binary, inputs, TARGETS[2], False)
+    assert merged and all(set(after) == {2} and min(before) > 2 for before, after in merged)
     monkeypatch.setattr(blocks, "ENABLED", False)
     merged.clear()  # a binary of its own: the plans are kept per binary (`sim.static`)
     assert outcome(assemble(_program(c)), inputs, TARGETS[2], True) == fast
