@@ -43,18 +43,19 @@ def compile_file(
     target: str | None = None,
     schedule: str | None = None,
     schedule_time_limit: float | None = DEFAULT_TIME_LIMIT_S,
+    objective: str = "cycles",
 ) -> Job:
     """op.yaml -> IR -> schedule -> microcode.
 
     The schedule is `schedule` (a schedule file), else the op.yaml's `schedule:` key (a path
-    relative to the op.yaml), else the automatic one; `default` names the fastest of the
-    schedules built from the primitives (`compile_default`).
+    relative to the op.yaml), else the automatic one (minimising `objective`); `default` names
+    the fastest of the schedules built from the primitives (`compile_default`).
     """
     program = verify_program(load_program(path, target))
     tgt = load_target(program.target)
     choice = schedule or program.schedule
     if choice == "auto":
-        result = compile_auto(program, tgt)
+        result = compile_auto(program, tgt, objective)
         return Job(program, tgt, result.compiled, result.plan)
     if choice == "default":
         return Job(program, tgt, compile_default(program, tgt))
@@ -72,12 +73,13 @@ class AutoResult:
     plan: Plan
 
 
-def compile_auto(program: Program, target: Target) -> AutoResult:
-    """The automatic scheduler's choice. Outside its layer search (recurrences under shared
-    loops, chained reductions, ...) its choice is the fastest on the simulator of the schedules
-    built from the primitives (`compile_default`): their cycles do not depend on the data, so
-    the choice is deterministic."""
-    plan = auto_schedule(program, target)
+def compile_auto(program: Program, target: Target, objective: str = "cycles") -> AutoResult:
+    """The automatic scheduler's choice, minimising `objective` (autosched/objective.py).
+    Outside its layer search (recurrences under shared loops, chained reductions, ...) its
+    choice is the fastest on the simulator of the schedules built from the primitives
+    (`compile_default`): their cycles do not depend on the data, so the choice is
+    deterministic."""
+    plan = auto_schedule(program, target, objective=objective)
     if plan.schedule is not None:
         try:
             compiled = compile_scheduled(program, target, plan.schedule)

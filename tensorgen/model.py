@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import fx
 
+from tensorgen.autosched.objective import check_objective
 from tensorgen.autosched.replay import replay_schedule, structure_key
 from tensorgen.codegen.link import Buffer, Linked, LinkLayer, link
 from tensorgen.codegen.scheduled import compile_scheduled
@@ -86,13 +87,16 @@ def compile_model(
     quantizer: str = "fx",
     fuse: bool = True,
     overlap: bool = True,
+    objective: str = "cycles",
 ) -> CompiledModel:
     """Quantize `model` (unless it already is) with `quantizer` ("fx" or "pt2e"), lower,
     schedule, compile and link it; `jobs` processes compile its layers (compile_layers: the
     same binary whatever their number); with `fuse` (the default; `--no-fuse` turns it off),
     the groups of layers that fusion.py finds fusable are linked as one program each; with
     `overlap` (the default), units that fit the on-chip memories in pairs overlap at link time
-    (codegen/overlap.py) instead of meeting at a full barrier."""
+    (codegen/overlap.py) instead of meeting at a full barrier. `objective`: what the layers'
+    schedule search minimises (autosched/objective.py)."""
+    check_objective(objective)
     t0 = time.perf_counter()
     qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:
@@ -102,7 +106,7 @@ def compile_model(
         if v.buffer == v.name:  # the value that owns its storage; aliases share it
             role = "input" if v in graph.inputs else "output" if v in graph.outputs else "temp"
             buffers[v.name] = Buffer(v.name, v.nbytes, role)
-    singles, binaries, traces = _compile_graph(graph, target, jobs, progress, buffers)
+    singles, binaries, traces = _compile_graph(graph, target, jobs, progress, buffers, objective)
     units, notes = fuse_units(graph, target, singles, traces) if fuse else (singles, [])
     link_layers = [LinkLayer(_unit_name(graph, u), u.binary, u.bindings) for u in units]
     public = {v.buffer: v.name for v in graph.inputs + graph.outputs}
@@ -169,6 +173,7 @@ def _compile_graph(
     jobs: int,
     progress: Callable[[int, int, Layer], None] | None,
     buffers: dict[str, Buffer],
+    objective: str = "cycles",
 ) -> tuple[list[Unit], list[Binary], list[tuple | None]]:
     """Every layer of `graph` compiled (compile_layers) and bound to its buffers, its constants
     added to `buffers`: one unit per layer, their binaries, and their schedules' traces (None:
@@ -183,7 +188,7 @@ def _compile_graph(
             progress(len(finished), len(graph.layers), graph.layers[i])
 
     for layer, compiled in zip(
-        graph.layers, compile_layers(programs, target, jobs, done), strict=True
+        graph.layers, compile_layers(programs, target, jobs, done, objective), strict=True
     ):
         binary = decode(compiled.binary)
         bindings = {}
@@ -221,6 +226,7 @@ def compile_layers(
     target: Target,
     jobs: int = 1,
     done: Callable[[int], None] | None = None,
+    objective: str = "cycles",
 ) -> list[LayerBinary]:
     """Every program compiled (compile_auto), in `jobs` processes (1: this one). Programs of the
     same structure (autosched.replay.structure_key) are scheduled once: the first of them is
@@ -238,7 +244,8 @@ def compile_layers(
         run = pool.map if pool else map
         for group in (leaders, followers):
             traces = [None if leader[i] == i else out[leader[i]].trace for i in group]
-            args = ([programs[i] for i in group], [target] * len(group), traces)
+            n = len(group)
+            args = ([programs[i] for i in group], [target] * n, traces, [objective] * n)
             for i, result in zip(group, run(_compile_layer, *args), strict=True):
                 out[i] = result
                 if done:
@@ -249,7 +256,9 @@ def compile_layers(
     return out
 
 
-def _compile_layer(program: Program, target: Target, trace: tuple | None = None) -> LayerBinary:
+def _compile_layer(
+    program: Program, target: Target, trace: tuple | None = None, objective: str = "cycles"
+) -> LayerBinary:
     """`program` compiled under the schedule `trace` builds on it, else by compile_auto."""
     if trace is not None:
         try:
@@ -259,7 +268,7 @@ def _compile_layer(program: Program, target: Target, trace: tuple | None = None)
             return LayerBinary(encode(compiled.binary), compiled.macs, True, trace)
         except TensorgenError:
             pass  # a miss: searched afresh
-    result = compile_auto(program, target)
+    result = compile_auto(program, target, objective)
     schedule = result.plan.schedule
     return LayerBinary(
         encode(result.compiled.binary),

@@ -165,15 +165,18 @@ def analyze(
     seed: int = 0,
     record: bool = False,
     quantizer: str = "fx",
+    objective: str = "cycles",
 ) -> Analysis:
-    """Compile `source` (a model file or an op.yaml) for `target` with the automatic schedule,
-    simulate it once on one input (the model's example input, or seeded random op inputs) and
-    compare with PyTorch."""
+    """Compile `source` (a model file or an op.yaml) for `target` with the automatic schedule
+    (minimising `objective`), simulate it once on one input (the model's example input, or
+    seeded random op inputs) and compare with PyTorch."""
     if is_model(source):
-        return _analyze_model(source, target, params or {}, engine, seed, record, quantizer)
+        return _analyze_model(
+            source, target, params or {}, engine, seed, record, quantizer, objective
+        )
     if params:
         raise TensorgenError(f"{source}: --param applies to a model, not to an op.yaml")
-    return _analyze_op(source, target, seed, record)
+    return _analyze_op(source, target, seed, record, objective)
 
 
 def _analyze_model(
@@ -184,6 +187,7 @@ def _analyze_model(
     seed: int,
     record: bool,
     quantizer: str = "fx",
+    objective: str = "cycles",
 ) -> Analysis:
     from tensorgen.frontend.load import load_model
     from tensorgen.mc.binary import decode, encode
@@ -191,7 +195,9 @@ def _analyze_model(
     from tensorgen.sim.machine import simulate
 
     model, example = load_model(source, params)
-    cm = compile_model(model, example, target, engine=engine, seed=seed, quantizer=quantizer)
+    cm = compile_model(
+        model, example, target, engine=engine, seed=seed, quantizer=quantizer, objective=objective
+    )
     t0 = time.perf_counter()
     feed = {
         name: x.detach().numpy().astype(np.float32)
@@ -222,7 +228,9 @@ def _analyze_model(
     )
 
 
-def _analyze_op(source: str, target: Target, seed: int, record: bool) -> Analysis:
+def _analyze_op(
+    source: str, target: Target, seed: int, record: bool, objective: str = "cycles"
+) -> Analysis:
     from tensorgen.driver import compare, compile_auto, random_inputs
     from tensorgen.mc.binary import decode, encode
     from tensorgen.reference.torch_ref import evaluate
@@ -231,7 +239,7 @@ def _analyze_op(source: str, target: Target, seed: int, record: bool) -> Analysi
 
     t0 = time.perf_counter()
     program = load_program(source, target.name)
-    compiled = compile_auto(program, target).compiled
+    compiled = compile_auto(program, target, objective).compiled
     compile_s = time.perf_counter() - t0
     inputs = random_inputs(program, seed)
     binary = decode(encode(compiled.binary))

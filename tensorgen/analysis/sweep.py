@@ -126,14 +126,22 @@ def source_digest(source: str) -> str:
 
 def point_key(point: dict) -> str:
     blob = json.dumps(
-        {k: point[k] for k in ("digest", "model_params", "engine", "target", "version")},
+        {
+            k: point[k]
+            for k in ("digest", "model_params", "engine", "objective", "target", "version")
+        },
         sort_keys=True,
     ).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
 def make_points(
-    source: str, base: dict, vary: dict[str, list], model_params: dict, engine: str
+    source: str,
+    base: dict,
+    vary: dict[str, list],
+    model_params: dict,
+    engine: str,
+    objective: str = "cycles",
 ) -> list[dict]:
     digest, version = source_digest(source), tensorgen_version()
     points = []
@@ -144,6 +152,7 @@ def make_points(
             "digest": digest,
             "model_params": model_params,
             "engine": engine,
+            "objective": objective,
             "params": params,
             "target": derive(base, params),
             "version": version,
@@ -180,11 +189,22 @@ def run_point(point: dict) -> dict:
     from tensorgen.target import target_from_dict
     from tensorgen.target.energy import area_breakdown
 
-    row: dict = {"key": point["key"], **point["params"], **target_columns(point["target"])}
+    row: dict = {
+        "key": point["key"],
+        **point["params"],
+        **target_columns(point["target"]),
+        "objective": point["objective"],
+    }
     try:
         target = target_from_dict(point["target"], f"sweep point {point['params']}")
         row["area_mm2"] = round(area_breakdown(target)["total"], 6)
-        a = analyze(point["source"], target, point["model_params"], point["engine"])
+        a = analyze(
+            point["source"],
+            target,
+            point["model_params"],
+            point["engine"],
+            objective=point["objective"],
+        )
     except TensorgenError as err:
         return {
             **row,
@@ -335,13 +355,14 @@ def sweep(
     executor: str,
     scheduler: str | None,
     progress,
+    objective: str = "cycles",
 ) -> tuple[list[dict], int]:
     """Run (or resume) the sweep; returns every point's row in the cross product's order and how
     many were already stored."""
     from tensorgen.analysis.report import write
 
     base = load_base(base_target)
-    points = make_points(source, base, vary, model_params, engine)
+    points = make_points(source, base, vary, model_params, engine, objective)
     points_dir = out / "points"
     points_dir.mkdir(exist_ok=True)
     rows = {p["key"]: cached(points_dir, p["key"]) for p in points}

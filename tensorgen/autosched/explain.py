@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from tensorgen.autosched.objective import variable_pj
 from tensorgen.schedule.files import render
 
 if TYPE_CHECKING:
@@ -50,6 +51,20 @@ def _figures(plan: Plan, target: Target) -> list[str]:
         f"in {plan.search_s * 1e3:.0f} ms",
         f"bottleneck: {'compute' if c.compute_cycles >= c.dma_cycles else 'DMA'}",
         f"capacity: spad {c.spad_bytes} / {target.spad.bytes} B, acc {c.acc_bytes} / {target.acc.bytes} B",
+        *_objective_lines(plan, target),
+    ]
+
+
+def _objective_lines(plan: Plan, target: Target) -> list[str]:
+    """Under the energy objective: its estimate of what differs between candidates, against the
+    fastest's."""
+    if plan.objective == "cycles":
+        return []
+    fastest = min((c for c in plan.considered if c.cycles != math.inf), key=lambda c: c.cycles)
+    return [
+        f"objective: {plan.objective}: DRAM and leakage {variable_pj(plan.chosen, target) / 1e6:.2f} uJ "
+        f"estimated; the fastest candidate {fastest.cycles} cycles, "
+        f"{variable_pj(fastest, target) / 1e6:.2f} uJ, DRAM {fastest.dram_bytes} B"
     ]
 
 

@@ -49,6 +49,7 @@ from tensorgen.autosched.layer import (
     build_skeleton,
     recognise,
 )
+from tensorgen.autosched.objective import TIE, bound_tie, check_objective, choose
 from tensorgen.autosched.probe import probe_nest, staging_levels
 from tensorgen.autosched.shapes import tile_shapes
 from tensorgen.codegen.scheduled import vector_profile
@@ -66,15 +67,12 @@ from tensorgen.target import Target
 # under the CPU-time budget this replaces. A count, not seconds: the choice never depends on the
 # machine's speed or load
 MAX_CANDIDATES = 30_000
-# candidates whose cycles are within this share of the fastest's count as ties: the one that moves
-# the least DRAM wins (BERT's FFN down-projection chunked: 0.2% more cycles, 23% less DRAM)
-TIE = 0.005
 # isl operations (isl_ctx_set_max_operations) one auto_schedule may spend: about 20 times what
 # the suite's largest searches take on tg1 and tiny (about a million), more than MAX_CANDIDATES
 # candidates spend (see the module docstring)
 ISL_MAX_OPERATIONS = 20_000_000
 
-__all__ = ["Candidate", "Plan", "Space", "auto_schedule"]
+__all__ = ["TIE", "Candidate", "Plan", "Space", "auto_schedule"]
 
 
 @dataclass
@@ -93,21 +91,28 @@ class Plan:
         default_factory=dict
     )  # the search's loop names -> the schedule's
     fold: str = ""  # what the MAC array's K folds, if more than one index
+    objective: str = "cycles"  # what the search minimised (objective.py)
 
     def explain(self, target: Target) -> str:
         """What the plan chose and why (explain.py), or why it uses the default schedule."""
         return explain(self, target)
 
 
-def auto_schedule(program: Program, target: Target, max_operations: int | None = None) -> Plan:
+def auto_schedule(
+    program: Program,
+    target: Target,
+    max_operations: int | None = None,
+    objective: str = "cycles",
+) -> Plan:
     """The automatic scheduler's plan for `program`: a schedule, or the reason why the default
     schedule is used. isl may spend at most `max_operations` operations on it (default
-    ISL_MAX_OPERATIONS; 0: no limit)."""
+    ISL_MAX_OPERATIONS; 0: no limit). `objective`: what it minimises (objective.py)."""
+    check_objective(objective)
     t0 = time.perf_counter()
     limit = ISL_MAX_OPERATIONS if max_operations is None else max_operations
     with _isl_operation_limit(limit) as exhausted:
         try:
-            plan = _plan(program, target)
+            plan = _plan(program, target, objective)
         except Exception:  # noqa: BLE001 - a call that fails at the limit may raise anything (TypeError, ...)
             if not exhausted():
                 raise
@@ -126,12 +131,12 @@ def auto_schedule(program: Program, target: Target, max_operations: int | None =
     return plan
 
 
-def _plan(program: Program, target: Target) -> Plan:
+def _plan(program: Program, target: Target, objective: str) -> Plan:
     layer = recognise(program)
     if isinstance(layer, str):
         return Plan(None, None, reason=layer)
     try:
-        return _search(program, target, layer)
+        return _search(program, target, layer, objective)
     except (ScheduleError, CapacityError, CodegenError) as err:
         return Plan(None, None, reason=f"no schedule in the search space fits ({err})")
 
@@ -327,10 +332,11 @@ class Space:
         return s, final
 
 
-def _search(program: Program, target: Target, layer: Layer) -> Plan:
+def _search(program: Program, target: Target, layer: Layer, objective: str) -> Plan:
     considered = Considered()
     fitting: list[tuple[Candidate, tuple]] = []
-    bound = Bound(TIE)  # skips what cannot beat the fastest so far (bound.py): the same choice
+    # skips what cannot beat the fastest so far (bound.py): the same choice
+    bound = Bound(bound_tie(objective))
     shapes = None
     # while nothing fits: M blocks and vector bands half as large, until they are one row
     for shrink in range(
@@ -353,13 +359,7 @@ def _search(program: Program, target: Target, layer: Layer) -> Plan:
         raise CapacityError(
             "every staging choice overflows a memory, even with the smallest blocks"
         )
-    # the fastest, unless one within TIE of it moves less DRAM, whose energy dominates (tensorgen/target/
-    # energy.py: 64 pJ per LPDDR4 byte on tg1, under 0.4 pJ per SRAM byte; static energy differs by <= TIE)
-    fastest = min(c.cycles for c, _ in fitting)
-    cand, shape = min(
-        (x for x in fitting if x[0].cycles <= fastest * (1 + TIE)),
-        key=lambda x: (x[0].dram_bytes, x[0].cycles),
-    )
+    cand, shape = choose(fitting, target, objective)
     s, final = space.schedule(cand, shape)
     fused_at = final.loops[final.fused[-1]].name if final.fused else None
     names = {x: loop.name for x, loop in final.loops.items()}
@@ -378,4 +378,13 @@ def _search(program: Program, target: Target, layer: Layer) -> Plan:
             )
         )
     )
-    return Plan(s, cand, considered, layer=layer, fused_at=fused_at, loop_names=names, fold=note)
+    return Plan(
+        s,
+        cand,
+        considered,
+        layer=layer,
+        fused_at=fused_at,
+        loop_names=names,
+        fold=note,
+        objective=objective,
+    )

@@ -21,6 +21,7 @@ from tensorgen.cli.common import (
     bounded_int,
     max_steps_option,
     model_options,
+    objective_option,
     schedule_time_limit_option,
 )
 from tensorgen.cli.models import cmd_compile
@@ -58,6 +59,7 @@ def _emit_parser(sub) -> None:
         help="a schedule file, 'auto' or 'default' (default: the op.yaml's schedule: key)",
     )
     schedule_time_limit_option(e)
+    objective_option(e)
     e.set_defaults(func=cmd_emit)
 
 
@@ -90,6 +92,7 @@ def _check_parser(sub) -> None:
     )
     schedule_time_limit_option(c)
     max_steps_option(c)
+    objective_option(c)
     model_options(c)
     c.add_argument(
         "--input",
@@ -121,6 +124,7 @@ def _compile_parser(sub) -> None:
         action="store_true",
         help="name every fused group: what it keeps on chip, what that saves, why (not) fused",
     )
+    objective_option(m)
     model_options(m)
     m.set_defaults(func=cmd_compile)
 

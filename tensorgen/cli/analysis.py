@@ -7,7 +7,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from tensorgen.cli.common import factory_params
+from tensorgen.cli.common import factory_params, objective_option
 from tensorgen.errors import TensorgenError
 
 
@@ -31,6 +31,7 @@ def cmd_report(args) -> int:
         args.seed,
         record=True,
         quantizer=args.quantizer,
+        objective=args.objective,
     )
     print_table(a)
     for path in write_report(a, out, args.layer):
@@ -76,6 +77,7 @@ def cmd_sweep(args) -> int:
             args.executor,
             args.scheduler,
             progress,
+            args.objective,
         )
     _write_sweep(out, rows, reused, vary, t0)
     return 1 if any(r.get("ok") and not r.get("bit_exact") for r in rows) else 0
@@ -183,7 +185,10 @@ def cmd_compare(args) -> int:
     targets = [_analysis_target(t) for t in args.target]
     out = out_dir(args.output) if args.output else None
     params = factory_params(args.param)
-    a, b = (analyze(args.source, t, params, args.engine, args.seed) for t in targets)
+    a, b = (
+        analyze(args.source, t, params, args.engine, args.seed, objective=args.objective)
+        for t in targets
+    )
     rows, total = compare_rows(a, b)
     print_compare(rows, total, a, b)
     for run in (a, b):
@@ -213,6 +218,7 @@ def analysis_parsers(sub) -> None:
         p.add_argument(
             "--seed", type=int, default=0, help="calibration seed (model) or input seed (op.yaml)"
         )
+        objective_option(p)
 
     rp = sub.add_parser(
         "report", help="per-layer cycles/energy/roofline table, plots and a Perfetto trace"

@@ -129,6 +129,19 @@ def model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def objective_option(p: argparse.ArgumentParser) -> None:
+    from tensorgen.autosched.objective import OBJECTIVES
+
+    p.add_argument(
+        "--objective",
+        default="cycles",
+        choices=OBJECTIVES,
+        help="what the automatic scheduler minimises: cycles (the default; of candidates within "
+        "0.5%% of the fastest, the one that moves the least DRAM) or energy (DRAM traffic and "
+        "leakage: a few %% more cycles can halve a layer's DRAM bytes)",
+    )
+
+
 def max_steps_option(p: argparse.ArgumentParser) -> None:
     """`--max-steps N` of run and check: SimLimits.max_steps, the simulator's one limit object."""
     from tensorgen.mc.verify import SimLimits

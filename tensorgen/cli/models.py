@@ -46,6 +46,7 @@ def compile_model_args(args):
             quantizer=getattr(args, "quantizer", "fx"),
             fuse=getattr(args, "fuse", True),
             overlap=getattr(args, "overlap", True),
+            objective=getattr(args, "objective", "cycles"),
         )
     if getattr(args, "dump_layers", None):
         out = Path(args.dump_layers)

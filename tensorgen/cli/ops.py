@@ -18,7 +18,9 @@ def cmd_emit(args) -> int:
     from tensorgen.driver import compile_file
     from tensorgen.mc.binary import disassemble, encode
 
-    job = compile_file(args.op, args.target, args.schedule, args.schedule_time_limit)
+    job = compile_file(
+        args.op, args.target, args.schedule, args.schedule_time_limit, args.objective
+    )
     binary = job.compiled.binary
     data = encode(binary)
     files = [(args.asm, disassemble(binary).encode())] if args.asm else []
@@ -39,7 +41,9 @@ def cmd_check(args) -> int:
         raise TensorgenError(f"--trials {args.trials}: at least one trial")
     limits = sim_limits(args)
     t0 = time.perf_counter()
-    job = compile_file(args.op, args.target, args.schedule, args.schedule_time_limit)
+    job = compile_file(
+        args.op, args.target, args.schedule, args.schedule_time_limit, args.objective
+    )
     compile_s = time.perf_counter() - t0
     check_work(job.program)  # before the simulator runs: the reference's limits refuse first
     prog, tgt = job.program, job.target
