@@ -403,6 +403,10 @@ def test_requantize_with_multiplier_above_one(engine, eng: str, s_out: float) ->
     xq = np.concatenate([rng.integers(0, 256, (1000, f_in)), rng.integers(127, 130, (1000, f_in))])
     bias = rng.normal(0, 1, f_out).astype(F32)
     acc = (xq - zp_x) @ wq.T
+    if eng != "qnnpack" and not x86_behaviour(eng).exact_products:
+        # without VNNI fbgemm's pair sums saturate at int16 (the activations reach 255 here);
+        # the zero-point term is subtracted afterwards, exactly
+        acc = arith.dot_sat16(xq, wq) - zp_x * wq.sum(axis=1)
     mod = nnq.Linear(f_in, f_out)
     mod.set_weight_bias(w, torch.from_numpy(bias))
     mod.scale, mod.zero_point = s_out, zp_y

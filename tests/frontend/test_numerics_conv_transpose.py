@@ -2,11 +2,13 @@
 `(x - zp_x) * (w - zp_w)` over the transposed convolution, then
 
 - qnnpack: conv's rule, `clamp(RNE(RN((acc + b_q) * M)) + zp)`, b_q and M as for Conv2d;
-- x86: oneDNN's rule (tensorgen/frontend/onednn.py: five float32 roundings, the zero point
-  added before rounding), not fbgemm's (constructed cases where the two disagree);
-- x86 on some layers with different input and output channels: PyTorch's result is not the
-  transposed convolution of its own weights (a canary; tensorgen finds such layers by a probe
-  of PyTorch's kernel and refuses them).
+- x86 where the probe saw convs run on oneDNN (Linux, AVX512-VNNI): oneDNN's rule
+  (tensorgen/frontend/onednn.py: five float32 roundings, the zero point added before rounding),
+  not fbgemm's (constructed cases where the two disagree); elsewhere (AVX2) fbgemm's
+  per-channel rule with the one weight scale on every channel;
+- x86 on oneDNN, on some layers with different input and output channels: PyTorch's result is
+  not the transposed convolution of its own weights (a canary; tensorgen finds such layers by a
+  probe of PyTorch's kernel and refuses them). fbgemm's kernel (AVX2) computes them right.
 
 The accumulator comes from the test's own float64 conv_transpose2d of the integer codes."""
 
@@ -21,6 +23,7 @@ import torch.ao.nn.quantized as nnq
 import torch.nn.functional as F
 
 from tensorgen.frontend import numerics, onednn
+from tensorgen.frontend.probe import x86_behaviour
 from tensorgen.mc import arith
 
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -63,7 +66,17 @@ def rule(engine: str, m, xq: torch.Tensor) -> np.ndarray:
         return arith.requantize(
             acc + b_q, numerics.requant_multiplier(s_in, s_w, m.scale), zp, 0, 255
         )
-    return onednn.requantize_onednn(acc, bias, onednn.onednn_scales(s_in, s_w, m.scale), zp)
+    if on_onednn(m.groups):
+        return onednn.requantize_onednn(acc, bias, onednn.onednn_scales(s_in, s_w, m.scale), zp)
+    p = numerics.fbgemm_requant_params(s_in, s_w, m.scale, per_channel=True)
+    b = bias.reshape(-1, 1, 1)
+    return arith.requantize_fbgemm(acc, b, p.atws, p.inv_atws, p.cm, zp, 0, 255, True)
+
+
+def on_onednn(groups: int) -> bool:
+    """Whether the x86 engine runs a layer of `groups` groups on oneDNN on this CPU (what the
+    probe saw its convs do; without AVX512-VNNI none do)."""
+    return 0 < groups <= x86_behaviour("x86").onednn_groups
 
 
 CONFIGS = [  # cin, cout, kernel, stride, padding, output padding, groups, dilation
@@ -89,9 +102,10 @@ def test_conv_transpose_rule(engine, config):
         total += got.size
 
 
-def test_x86_rule_is_onednns():
+def test_x86_rule_follows_the_probe():
     """A 1x1 layer whose accumulator is `x - zp` over all 256 codes, with scales and a bias at
-    which oneDNN's rule and fbgemm's disagree (found by search): PyTorch takes oneDNN's."""
+    which oneDNN's rule and fbgemm's disagree (found by search): PyTorch takes oneDNN's where the
+    probe saw convs run on oneDNN, fbgemm's elsewhere."""
     old = torch.backends.quantized.engine
     torch.backends.quantized.engine = "x86"
     try:
@@ -114,7 +128,7 @@ def test_x86_rule_is_onednns():
             codes = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 1, -1)
             xq = torch._make_per_tensor_quantized_tensor(codes, s_in, 128)
             got = m(xq).int_repr().numpy().ravel().astype(np.int64)
-            assert np.array_equal(got, one)
+            assert np.array_equal(got, one if on_onednn(1) else fb)
             seen += 1
             if seen == 10:
                 break
@@ -127,13 +141,13 @@ def test_x86_rule_is_onednns():
     "config", [(8, 4, 4, 2, 1, 0, 2, 1), (5, 3, 5, 1, 2, 0, 1, 1), (3, 6, 4, 2, 1, 0, 1, 1)]
 )
 def test_x86_canary(config):
-    """PyTorch's x86 kernel on some layers whose input and output channels differ (grouped 8 to
-    4, stride 1 from 5 to 3, 4x4 stride 2 from 3 to 6; others, like 3x3 stride 2 from 6 to 5,
-    are right) is not the transposed conv of its weights (qnnpack's is): if this starts
-    failing, PyTorch was fixed."""
+    """PyTorch's x86 kernel on oneDNN, on some layers whose input and output channels differ
+    (grouped 8 to 4, stride 1 from 5 to 3, 4x4 stride 2 from 3 to 6; others, like 3x3 stride 2
+    from 6 to 5, are right) is not the transposed conv of its weights (qnnpack's is, and
+    fbgemm's on CPUs without VNNI): if this starts failing there, PyTorch was fixed."""
     old = torch.backends.quantized.engine
     try:
-        for engine, exact in (("qnnpack", True), ("x86", False)):
+        for engine, exact in (("qnnpack", True), ("x86", not on_onednn(config[6]))):
             torch.backends.quantized.engine = engine
             m = layer(*config, seed=3)
             xq = torch.quantize_per_tensor(
