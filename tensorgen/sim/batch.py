@@ -194,7 +194,8 @@ LAYOUT_CACHE_BYTES = 64 << 20
 
 
 def _layout(build: Callable, shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout:
-    key = (build, shape, batch, products.ENABLED, products.MIN_INT_MACS) + tuple(
+    key = (build, shape, batch, products.ENABLED, products.MIN_INT_MACS)
+    key += (products.ONLY_WHERE_FASTER,) + tuple(
         (p.a.shape, p.a.strides, p.a.dtype, p.b.shape, p.b.strides, p.b.dtype, p.a_zp, p.b_zp)
         + (p.term,)
         for p in pieces

@@ -1,0 +1,48 @@
+"""Which exact arithmetic the simulator's products take (`tensorgen.sim.products.integer`):
+torch._int_mm only where it is trusted and, unless a test asks otherwise, faster than
+float32 BLAS; either way the same integers."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tensorgen.sim import batch, products
+
+
+def test_a_slow_int_mm_is_not_taken(monkeypatch) -> None:
+    """An int8 kernel slower than float32 BLAS (as oneDNN's without VNNI): the products stay
+    on float32 -- unless ONLY_WHERE_FASTER is off, as the fast-path tests set it."""
+    torch = pytest.importorskip("torch")
+    real = torch._int_mm
+
+    def slow(a, b):
+        time.sleep(0.002)
+        return real(a, b)
+
+    monkeypatch.setattr(torch, "_int_mm", slow)
+    products._int_mm_pays.cache_clear()
+    try:
+        assert not products._int_mm_pays()
+        assert not products.integer(256, 256, 256)
+        monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+        assert products.integer(256, 256, 256) == (products._int_mm() is not None)
+    finally:
+        products._int_mm_pays.cache_clear()
+
+
+@pytest.mark.parametrize("faster_only", [True, False])
+def test_both_choices_give_the_same_integers(faster_only, monkeypatch) -> None:
+    """A product large enough for torch._int_mm, uint8 with zero points, wrapping int32:
+    int64 arithmetic, whichever arithmetic the choice picks."""
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", faster_only)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (64, 300)).astype(np.uint8)
+    b = rng.integers(-128, 128, (300, 48)).astype(np.int8)
+    acc = rng.integers(-(2**31), 2**31, (64, 48)).astype(np.int32)
+    want = (a.astype(np.int64) - 3) @ (b.astype(np.int64) + 5) + acc
+    batch.reduce_into(acc, [batch.Piece(a, b, 3, -5, 253 * 133)], 1)
+    np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
