@@ -50,8 +50,10 @@ class Scratch:
     def __init__(self) -> None:
         self._buffers: dict[tuple, np.ndarray] = {}
 
-    def get(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        key = (shape, np.dtype(dtype))
+    def get(self, shape: tuple[int, ...], dtype, role: str = "") -> np.ndarray:
+        """The buffer of `shape` and `dtype` for `role` (two buffers one call uses at once
+        have two roles, even where their shapes and dtypes agree)."""
+        key = (shape, np.dtype(dtype), role)
         buf = self._buffers.get(key)
         if buf is None:
             buf = self._buffers[key] = np.empty(shape, dtype)
