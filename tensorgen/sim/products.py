@@ -68,11 +68,14 @@ def exact_product(
     enough to stay exact. With `scratch`, the result is one of its buffers."""
     k = x.shape[-1]
     chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
-    shape = np.broadcast_shapes(x.shape[:-2], w.shape[:-2]) + (x.shape[-2], w.shape[-1])
+    if x.shape[:-2] == w.shape[:-2]:  # np.broadcast_shapes costs ~10 us a call
+        shape = x.shape[:-1] + w.shape[-1:]
+    else:
+        shape = np.broadcast_shapes(x.shape[:-2], w.shape[:-2]) + (x.shape[-2], w.shape[-1])
     if k <= chunk and scratch is not None:
         floats, out = scratch.get(shape, np.float32), scratch.get(shape, np.int32)
         np.matmul(x, w, out=floats)
-        np.copyto(out, floats, casting="unsafe")  # integers below 2**24: exact
+        out[...] = floats  # integers below 2**24: exact
         return out
     if k <= chunk:
         return (x @ w).astype(np.int32)
