@@ -65,34 +65,42 @@ def exact_product(
 ) -> np.ndarray:
     """int32 (wrapped) x @ w of integer-valued float32 matrices (or stacks of them) whose
     elementwise products are at most `term` in magnitude: float32 BLAS over chunks of K short
-    enough to stay exact. With `scratch`, the result is one of its buffers."""
+    enough to stay exact, each chunk's integers cast and added in wrapping int32 in one pass.
+    With `scratch`, the result is one of its buffers (a chunked K too: fresh ones there cost
+    a 3x3 conv's K of 1152 more than its two GEMMs, measured)."""
     k = x.shape[-1]
     chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
     if x.shape[:-2] == w.shape[:-2]:  # np.broadcast_shapes costs ~10 us a call
         shape = x.shape[:-1] + w.shape[-1:]
     else:
         shape = np.broadcast_shapes(x.shape[:-2], w.shape[:-2]) + (x.shape[-2], w.shape[-1])
-    if k <= chunk and scratch is not None:
-        floats, out = scratch.get(shape, np.float32), scratch.get(shape, np.int32)
-        _float_matmul(x, w, floats)
-        out[...] = floats  # integers below 2**24: exact
-        return out
-    if k <= chunk:
-        return (x @ w).astype(np.int32)
-    out = np.zeros(shape, np.int32)
+    scratch = Scratch() if scratch is None else scratch
+    floats, out = scratch.get(shape, np.float32), scratch.get(shape, np.int32)
     for s in range(0, k, chunk):
-        out += (x[..., s : s + chunk] @ w[..., s : s + chunk, :]).astype(np.int32)  # wraps
+        _float_matmul(x[..., s : s + chunk], w[..., s : s + chunk, :], floats)
+        if s == 0:
+            out[...] = floats  # integers below 2**24: exact
+        else:  # cast to int32 (exact) and added wrapping, as the accumulator does
+            np.add(out, floats, out=out, dtype=np.int32, casting="unsafe")
     return out
 
 
+# a single float32 product goes to torch's GEMM with at least this many rows and K: MKL is
+# faster than OpenBLAS there, not on skinny or short ones (M = 16, K = 147, M = 112), measured
+TORCH_MIN_ROWS = 192
+
+
 def _float_matmul(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    """out = x @ w in float32 (integers below 2**24: exact in any order of the sums): a stack
-    of products on torch's batched float32 GEMM when torch is loaded and at one thread (as
-    `simulate` holds it), numpy's BLAS otherwise. numpy multiplies a stack one matrix at a
-    time: a 3x3 conv's (4, 16, 576) @ (4, 576, 230) 1.2 ms on numpy, 0.7 on torch (MKL),
-    measured; on single matrices neither is faster throughout, and numpy's call is cheaper."""
+    """out = x @ w in float32 (integers below 2**24: exact in any order of the sums): on
+    torch's float32 GEMM (MKL) when torch is loaded and at one thread (as `simulate` holds
+    it), for a stack or a product with TORCH_MIN_ROWS rows and K; numpy's BLAS otherwise,
+    whose call is cheaper. numpy multiplies a stack one matrix at a time, and OpenBLAS is
+    slower on these shapes: a 3x3 conv's (4, 16, 576) @ (4, 576, 230) 1.2 ms on numpy, 0.7
+    on torch; matmul_256's (256, 256) @ (256, 112) 1.5 and 0.4; (240, 1023) @ (1023, 49)
+    1.4 and 0.8 (measured, one thread)."""
     torch = sys.modules.get("torch")
-    if out.ndim > 2 and torch is not None and torch.get_num_threads() == 1:
+    big = out.ndim > 2 or min(x.shape[-2:]) >= TORCH_MIN_ROWS
+    if big and torch is not None and torch.get_num_threads() == 1:
         torch.matmul(torch.from_numpy(x), torch.from_numpy(w), out=torch.from_numpy(out))
     else:
         np.matmul(x, w, out=out)

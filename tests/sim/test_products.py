@@ -50,13 +50,19 @@ def test_both_choices_give_the_same_integers(faster_only, monkeypatch) -> None:
 
 @pytest.mark.parametrize("gemm", ["numpy", "torch"])
 @pytest.mark.parametrize(
-    "shape", [((7, 30), (30, 5)), ((3, 7, 30), (3, 30, 5)), ((7, 30), (3, 30, 5))]
+    "shape",
+    [
+        ((7, 30), (30, 5)),
+        ((3, 7, 30), (3, 30, 5)),
+        ((7, 30), (3, 30, 5)),
+        ((200, 200), (200, 9)),  # TORCH_MIN_ROWS: a single product on torch's GEMM too
+    ],
 )
 def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
     """`exact_product` into a kept `Scratch` buffer: the fresh product's integers, for 2-D
     and stacked (broadcast) operands, a second product of other values into the same buffer
-    too, and K beyond one float32-exact chunk; stacks on torch's GEMM (torch at one thread,
-    as in `simulate`) or numpy's."""
+    too, and K beyond one float32-exact chunk (with sums beyond 2**24); stacks and
+    large products on torch's GEMM (torch at one thread, as in `simulate`) or numpy's."""
     torch = pytest.importorskip("torch")
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if gemm == "torch" else 2)
@@ -65,12 +71,14 @@ def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
     try:
         for term in (128 * 128, 1 << 22):  # the second: chunks of K of 3
             for _ in range(2):
-                x = rng.integers(-128, 128, shape[0]).astype(np.float32)
-                w = rng.integers(-128, 128, shape[1]).astype(np.float32)
+                big = 128 if term < 1 << 22 else 2048  # products up to 2**22: sums beyond 2**24
+                x = rng.integers(-big, big, shape[0]).astype(np.float32)
+                w = rng.integers(-big, big, shape[1]).astype(np.float32)
                 want = products.exact_product(x, w, term)
                 got = products.exact_product(x, w, term, scratch)
                 assert got.dtype == np.int32
                 np.testing.assert_array_equal(got, want)
-                np.testing.assert_array_equal(got, (x.astype(np.int64) @ w.astype(np.int64)))
+                exact = x.astype(np.int64) @ w.astype(np.int64)
+                np.testing.assert_array_equal(got, ((exact + 2**31) % 2**32 - 2**31))
     finally:
         torch.set_num_threads(threads)
