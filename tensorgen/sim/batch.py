@@ -194,7 +194,8 @@ LAYOUT_CACHE_BYTES = 64 << 20
 
 
 def _layout(build: Callable, shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout:
-    key = (build, shape, batch, products.ENABLED, products.MIN_INT_MACS) + tuple(
+    key = (build, shape, batch, products.ENABLED, products.MIN_INT_MACS)
+    key += (products.ONLY_WHERE_FASTER,) + tuple(
         (p.a.shape, p.a.strides, p.a.dtype, p.b.shape, p.b.strides, p.b.dtype, p.a_zp, p.b_zp)
         + (p.term,)
         for p in pieces
@@ -240,10 +241,10 @@ def _general(shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout
         # splitting axes: still views
         parts.append((at, at + k, xs.reshape(p.a.shape), None, ws.reshape(p.b.shape), None))
         at += k
-    term = max(p.term for p in pieces)
+    term, scratch = max(p.term for p in pieces), products.Scratch()
     return _Layout(
         tuple(parts),
-        lambda spans: products.product(x, w, term, spans).reshape(shape),
+        lambda spans: products.product(x, w, term, spans, scratch).reshape(shape),
         x.nbytes + w.nbytes,
     )
 
@@ -280,14 +281,14 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
         a = src(p.a)
         parts.append((at, at + k, xs.reshape(a.shape), src, ws.reshape(p.b.shape), None))
         at += k
-    term = max(p.term for p in pieces)
+    term, scratch = max(p.term for p in pieces), products.Scratch()
     xt, wt = x.swapaxes(-1, -2), w.swapaxes(-1, -2)
 
     def product(spans) -> np.ndarray:
         if ints:
             prod = products.product(xt, w, term, spans)
         else:
-            prod = products.product(wt, x, term, spans).swapaxes(-1, -2)
+            prod = products.product(wt, x, term, spans, scratch).swapaxes(-1, -2)
         if merge is not None:
             prod = _unmerged(prod, merge)
         return prod.reshape(shape)
@@ -371,14 +372,14 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
         parts.append((at, at + k, xd, src_a, wd, src_b))
         at += k
     term, w2 = max(p.term for p in pieces), w.reshape(len(w), batch * n)
-    xt = x.T
+    xt, scratch = x.T, products.Scratch()
 
     def product(spans) -> np.ndarray:
         if t and not ints:  # (batch * N, K) @ (K, M)
-            prod = products.product(w2.T, x, term, spans)
+            prod = products.product(w2.T, x, term, spans, scratch)
             prod = prod.reshape(batch, n, m).swapaxes(1, 2)
         else:
-            prod = products.product(xt if t else x, w2, term, spans)
+            prod = products.product(xt if t else x, w2, term, spans, scratch)
             prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
         return prod.reshape(shape)
 
@@ -424,16 +425,16 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
         src_b = functools.partial(_first, axes=tuple(range(p.b.ndim - 1)))
         parts.append((at, at + k, xd, src_a, ws.reshape(p.b.shape[1:]), src_b))
         at += k
-    term = max(p.term for p in pieces)
+    term, scratch = max(p.term for p in pieces), products.Scratch()
     xk = x.reshape(len(x), batch * m) if k_major else x.reshape(batch * m, -1)
 
     def product(spans) -> np.ndarray:
         if k_major and not ints:
-            prod = products.product(w.T, xk, term, spans).T
+            prod = products.product(w.T, xk, term, spans, scratch).T
         elif k_major:
             prod = products.product(xk.T, w, term, spans)
         else:
-            prod = products.product(xk, w, term, spans)
+            prod = products.product(xk, w, term, spans, scratch)
         return prod.reshape(shape)
 
     return _Layout(tuple(parts), product, x.nbytes + w.nbytes)

@@ -13,7 +13,10 @@ every term in wrapping int32.
 and int32 accumulators gives the exact wrapped integers: oneDNN's kernels for CPUs without
 VNNI (ONEDNN_MAX_CPU_ISA=AVX2, measured with torch 2.13) give wrong integers, and then this
 module multiplies in float32 instead (`exact_product`), as it does for small products, where
-the call's overhead outweighs its speed, and when torch is not installed.
+the call's overhead outweighs its speed, and when torch is not installed. Nor is it used
+where it is slower than float32 BLAS (`_int_mm_pays`): oneDNN's exact kernels for CPUs
+without VNNI run int8 products at a fraction of float32's speed (an AVX2 EPYC, torch 2.13:
+256^3 in 22 ms, float32 BLAS in 1 ms, measured), and both give the same integers.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import time
 
 import numpy as np
 
@@ -30,26 +34,85 @@ FLOAT32_EXACT = 1 << 24
 MIN_INT_MACS = 1 << 16
 # tests set this to False to take the float32 path whatever the probe says
 ENABLED = True
+# tests set this to False to take torch._int_mm where it is exact but slower than float32
+ONLY_WHERE_FASTER = True
+# the product both arithmetics are timed on (`_int_mm_pays`): a few ms where int8 is slow
+SPEED_PROBE_SHAPE = (128, 128, 128)
 
 
-def exact_product(x: np.ndarray, w: np.ndarray, term: int) -> np.ndarray:
+class Scratch:
+    """The result buffers of one gather layout's float32 products (`batch._Layout`), kept
+    from one call to the next: a fresh multi-megabyte result, and its int32 cast, cost a
+    page fault per 4 KiB each call (pw_16to96_112's one (96, 16) @ (16, 12544): 4.5 ms with
+    both fresh, 1.7 ms for the multiply alone, measured). Its owner uses each result before
+    the next product."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, np.ndarray] = {}
+
+    def get(self, shape: tuple[int, ...], dtype, role: str = "") -> np.ndarray:
+        """The buffer of `shape` and `dtype` for `role` (two buffers one call uses at once
+        have two roles, even where their shapes and dtypes agree)."""
+        key = (shape, np.dtype(dtype), role)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = np.empty(shape, dtype)
+        return buf
+
+
+def exact_product(
+    x: np.ndarray, w: np.ndarray, term: int, scratch: Scratch | None = None
+) -> np.ndarray:
     """int32 (wrapped) x @ w of integer-valued float32 matrices (or stacks of them) whose
     elementwise products are at most `term` in magnitude: float32 BLAS over chunks of K short
-    enough to stay exact."""
+    enough to stay exact, each chunk's integers cast and added in wrapping int32 in one pass.
+    With `scratch`, the result is one of its buffers (a chunked K too: fresh ones there cost
+    a 3x3 conv's K of 1152 more than its two GEMMs, measured)."""
     k = x.shape[-1]
     chunk = max(1, (FLOAT32_EXACT - 1) // max(term, 1))
-    if k <= chunk:
-        return (x @ w).astype(np.int32)
-    out = np.zeros(x.shape[:-1] + w.shape[-1:], np.int32)
+    if x.shape[:-2] == w.shape[:-2]:  # np.broadcast_shapes costs ~10 us a call
+        shape = x.shape[:-1] + w.shape[-1:]
+    else:
+        shape = np.broadcast_shapes(x.shape[:-2], w.shape[:-2]) + (x.shape[-2], w.shape[-1])
+    scratch = Scratch() if scratch is None else scratch
+    floats, out = scratch.get(shape, np.float32), scratch.get(shape, np.int32)
     for s in range(0, k, chunk):
-        out += (x[..., s : s + chunk] @ w[..., s : s + chunk, :]).astype(np.int32)  # wraps
+        _float_matmul(x[..., s : s + chunk], w[..., s : s + chunk, :], floats)
+        if s == 0:
+            out[...] = floats  # integers below 2**24: exact
+        else:  # cast to int32 (exact) and added wrapping, as the accumulator does
+            np.add(out, floats, out=out, dtype=np.int32, casting="unsafe")
     return out
+
+
+# a single float32 product goes to torch's GEMM with at least this many rows and K: MKL is
+# faster than OpenBLAS there, not on skinny or short ones (M = 16, K = 147, M = 112), measured
+TORCH_MIN_ROWS = 192
+
+
+def _float_matmul(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    """out = x @ w in float32 (integers below 2**24: exact in any order of the sums): on
+    torch's float32 GEMM (MKL) when torch is loaded and at one thread (as `simulate` holds
+    it), for a stack or a product with TORCH_MIN_ROWS rows and K; numpy's BLAS otherwise,
+    whose call is cheaper. numpy multiplies a stack one matrix at a time, and OpenBLAS is
+    slower on these shapes: a 3x3 conv's (4, 16, 576) @ (4, 576, 230) 1.2 ms on numpy, 0.7
+    on torch; matmul_256's (256, 256) @ (256, 112) 1.5 and 0.4; (240, 1023) @ (1023, 49)
+    1.4 and 0.8 (measured, one thread)."""
+    torch = sys.modules.get("torch")
+    big = out.ndim > 2 or min(x.shape[-2:]) >= TORCH_MIN_ROWS
+    if big and torch is not None and torch.get_num_threads() == 1:
+        torch.matmul(torch.from_numpy(x), torch.from_numpy(w), out=torch.from_numpy(out))
+    else:
+        np.matmul(x, w, out=out)
 
 
 def integer(m: int, k: int, n: int) -> bool:
     """Whether an (m, k) @ (k, n) product of int8/uint8 operands runs on `torch._int_mm`:
     gather its operands as int8 (`fill`) and multiply them with `product`."""
-    return ENABLED and m * k * n >= MIN_INT_MACS and min(m, k, n) > 0 and _int_mm() is not None
+    if not ENABLED or m * k * n < MIN_INT_MACS or min(m, k, n) <= 0:
+        return False
+    # the timing first: its few ms spare the exactness probe's seconds where int8 is slow
+    return (not ONLY_WHERE_FASTER or _int_mm_pays()) and _int_mm() is not None
 
 
 def buffer(shape: tuple[int, ...], integral: bool) -> np.ndarray:
@@ -75,12 +138,14 @@ def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
     return _wrap(-zp)
 
 
-def product(x: np.ndarray, w: np.ndarray, term: int, spans) -> np.ndarray:
+def product(
+    x: np.ndarray, w: np.ndarray, term: int, spans, scratch: Scratch | None = None
+) -> np.ndarray:
     """int32 (wrapped) (x - zp) @ (w - zp) of (stacks of) gathered operands: float32 ones
-    (`exact_product`, zero points already subtracted) or int8 ones with `spans`, one
-    (k_lo, k_hi, da, db) per stretch of K gathered by `fill`."""
+    (`exact_product`, zero points already subtracted, the result in `scratch` if given) or
+    int8 ones with `spans`, one (k_lo, k_hi, da, db) per stretch of K gathered by `fill`."""
     if x.dtype == np.float32:
-        return exact_product(x, w, term)
+        return exact_product(x, w, term, scratch)
     mm = _int_mm()
     torch = _torch()
     threads = torch.get_num_threads()
@@ -211,6 +276,40 @@ def _int_mm():
     except (ImportError, AttributeError):
         return None
     return mm if _probe(torch, mm) else None
+
+
+@functools.lru_cache(maxsize=1)
+def _int_mm_pays() -> bool:
+    """Whether `torch._int_mm` multiplies int8 faster than numpy's float32 BLAS does the
+    same integers, at one thread (the best of a few runs of each): which of the two exact
+    arithmetics `integer` picks (if the probe trusts it), a choice that changes no value and
+    no counter. False without torch or its `_int_mm`."""
+    try:
+        torch = _torch()
+        mm = torch._int_mm
+    except (ImportError, AttributeError):
+        return False
+    m, k, n = SPEED_PROBE_SHAPE
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    fa, fb = a.astype(np.float32), b.astype(np.float32)
+    with one_thread():
+        ints = _best(lambda: mm(ta, tb).numpy())
+        floats = _best(lambda: (fa @ fb).astype(np.int32))
+    return ints < floats
+
+
+def _best(call, runs: int = 3) -> float:
+    """The least wall time of `runs` calls after one untimed (warm-up) call."""
+    call()
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _probe(torch, mm) -> bool:

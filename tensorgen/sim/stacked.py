@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.mc.operands import Box, View
-from tensorgen.sim import blocks, taps
+from tensorgen.sim import blocks, products, taps
 from tensorgen.sim.batch import (
     MAX_BATCH_ELEMENTS,
     Decoded,
@@ -72,6 +72,7 @@ class Plan:
         self.effects, self.hulls, self.written, self.count = effects, hulls, written, count
         self.chunk = chunk  # iterations computed together (bounded memory)
         self.taps = taps.runs_of(effects)  # first effect -> (last + 1, taps) of a tap run
+        self.scratch = products.Scratch()  # the tap runs' buffers, kept from run to run
 
     def run(self, machine, binary) -> None:
         for c in range(0, self.count, self.chunk):

@@ -53,7 +53,7 @@ def run_chunk(plan: Plan, machine, binary, k: int, first: int) -> None:
             continue  # computed with the tap run it belongs to
         if i in plan.taps:
             end, t = plan.taps[i]
-            if taps.run_stacked(plan.effects[i:end], t, array, locate, k):
+            if taps.run_stacked(plan.effects[i:end], t, array, locate, k, plan.scratch):
                 skip = end
                 continue
         _effect(e, array, machine, binary, k, first)

@@ -70,26 +70,38 @@ def bound(taps: Taps, weights) -> bool:
     return total * SOURCES[np.dtype(taps.dtype)] < INT32_EXACT
 
 
-def tap_sum(taps: Taps, buf: np.ndarray, first: int, count: int, lead: int, weights):
-    """sum_t weights[t] * (tap t's view) as a fresh int32 array (count, *shape): rows
-    `lead` bytes apart in `buf` from byte `first` (row 0's `low`); `weights` each an
-    integer array broadcastable to (count, *shape) that passes `bound`. None (nothing
-    computed) when the span leaves `buf` or this path is off."""
+def tap_sum(taps: Taps, buf: np.ndarray, first: int, count: int, lead: int, weights, scratch=None):
+    """sum_t weights[t] * (tap t's view) as an int32 array (count, *shape): rows `lead` bytes
+    apart in `buf` from byte `first` (row 0's `low`); `weights` each an integer array
+    broadcastable to (count, *shape) that passes `bound`. None (nothing computed) when the
+    span leaves `buf` or this path is off. With `scratch` (a `products.Scratch`), the cast
+    and the sum are its kept buffers, used before the next call: fresh ones cost a page
+    fault per 4 KiB each call. The first tap is a multiply into the sum, not an add into
+    zeros: a pass over the sum fewer."""
     last = first + (count - 1) * lead + taps.span - 1
     if not ENABLED or first < 0 or lead < 0 or last >= buf.nbytes or not buf.flags.c_contiguous:
         return None
     torch = _torch()
     raw = np.ndarray((count, taps.span), taps.dtype, buffer=buf, offset=first, strides=(lead, 1))
-    x = torch.from_numpy(raw.astype(np.int32))  # the one cast of every tap's bytes
-    acc = torch.zeros((count, *taps.shape), dtype=torch.int32)
     size, strides = (count, *taps.shape), (taps.span, *taps.strides)
+    if scratch is None:
+        cast, acc = raw.astype(np.int32), torch.empty(size, dtype=torch.int32)
+    else:
+        cast = scratch.get(raw.shape, np.int32, "cast")
+        acc = torch.from_numpy(scratch.get(size, np.int32, "sum"))
+        np.copyto(cast, raw)
+    x = torch.from_numpy(cast)  # the one cast of every tap's bytes
     scalar = all(np.size(w) == 1 for w in weights)
-    for off, w in zip(taps.offsets, weights, strict=True):
+    for i, (off, w) in enumerate(zip(taps.offsets, weights, strict=True)):
         view = x.as_strided(size, strides, off)
-        if scalar:  # one weight for every row: a Python integer, no tensor to make
-            acc.add_(view, alpha=int(np.ravel(w)[0]))
+        # one weight for every row: a Python integer, no tensor to make
+        w = int(np.ravel(w)[0]) if scalar else torch.from_numpy(np.ascontiguousarray(w, np.int32))
+        if i == 0:
+            torch.mul(view, w, out=acc)
+        elif scalar:
+            acc.add_(view, alpha=w)
         else:
-            acc.addcmul_(view, torch.from_numpy(np.ascontiguousarray(w, np.int32)))
+            acc.addcmul_(view, w)
     return acc.numpy()
 
 
@@ -143,10 +155,10 @@ def _tap_like(e, first) -> bool:
     )
 
 
-def run_stacked(effects, t: Taps, array, locate, k: int) -> bool:
+def run_stacked(effects, t: Taps, array, locate, k: int, scratch=None) -> bool:
     """The run's values for the `k` stacked iterations of a `stacked.Plan` (`array`, `locate`:
-    its operands' arrays and buffers); False (nothing written) to compute it effect by
-    effect."""
+    its operands' arrays and buffers; `scratch`: its kept buffers, `tap_sum`); False (nothing
+    written) to compute it effect by effect."""
     buf, first, lead = locate(effects[0].refs[1], t.low)
     weights = [
         np.int64(e.imm).astype(np.int32) if e.refs[2] is None else compact(array(e.refs[2]))
@@ -154,7 +166,7 @@ def run_stacked(effects, t: Taps, array, locate, k: int) -> bool:
     ]  # an immediate wrapped, as `stacked_run._vector`'s; a weight view with its broadcast axes cut
     if not bound(t, weights):
         return False
-    out = tap_sum(t, buf, first, k, lead, weights)
+    out = tap_sum(t, buf, first, k, lead, weights, scratch)
     if out is None:
         return False
     dst = array(effects[0].refs[0], True)

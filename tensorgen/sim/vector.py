@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorgen.sim import taps
+from tensorgen.sim import products, taps
 from tensorgen.sim.batch import MAX_BATCH_ELEMENTS, Decoded, Nest, VectorOp
 from tensorgen.sim.runs import MAX_PLANS, Access, RunParts, Segment, _spans, count_segments
 
@@ -74,6 +74,8 @@ class VectorRuns:
         self.forms: dict = known.setdefault("forms", {})
         self.plans: dict = known.setdefault("plans", {})
         self.ops: dict = known.setdefault("ops", {})
+        # the tap sums' buffers (`taps.tap_sum`), kept from run to run of the binary
+        self.scratch = known.setdefault("scratch", products.Scratch())
 
     def op(self, pc: int) -> VectorOp | None:
         if pc not in self.ops:
@@ -230,7 +232,8 @@ class VectorRuns:
         ]
         if not taps.bound(t, weights):
             return False
-        out = taps.tap_sum(t, mem[ops[0].a.mem], t.low, 1, 0, [w[None] for w in weights])
+        weights = [w[None] for w in weights]
+        out = taps.tap_sum(t, mem[ops[0].a.mem], t.low, 1, 0, weights, self.scratch)
         if out is None:
             return False
         if ops[0].mnemonic == "VMAC":

@@ -36,13 +36,15 @@ ARITHS = ["float32", "int_mm"]
 @contextlib.contextmanager
 def arithmetic(name: str):
     """Products on float32 BLAS, or on torch._int_mm whatever their size (the random
-    programs' tiles are far below `products.MIN_INT_MACS`)."""
-    saved = products.ENABLED, products.MIN_INT_MACS
+    programs' tiles are far below `products.MIN_INT_MACS`) and its speed (slower than
+    float32 on CPUs without VNNI, where the products would not take it)."""
+    saved = products.ENABLED, products.MIN_INT_MACS, products.ONLY_WHERE_FASTER
     products.ENABLED, products.MIN_INT_MACS = name == "int_mm", 0
+    products.ONLY_WHERE_FASTER = False
     try:
         yield
     finally:
-        products.ENABLED, products.MIN_INT_MACS = saved
+        products.ENABLED, products.MIN_INT_MACS, products.ONLY_WHERE_FASTER = saved
 
 
 @dataclass(frozen=True)

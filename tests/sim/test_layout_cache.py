@@ -26,6 +26,7 @@ def _want(acc, a, b, a_zp, b_zp, accumulate, nb):
 def test_a_layout_used_again_computes_the_new_values(path, ints, monkeypatch) -> None:
     monkeypatch.setattr(products, "ENABLED", ints)
     monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)  # int_mm even where slower
     rng = np.random.default_rng(3)
     nb, m, k, n = (3 if path.startswith("shared") else 0), 6, 20, 5
     lead = (nb,) if nb else ()

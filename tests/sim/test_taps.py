@@ -14,7 +14,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tensorgen.mc.binary import assemble
-from tensorgen.sim import taps
+from tensorgen.sim import products, taps
 from tensorgen.target import ISA_DIR, target_from_dict
 
 DTYPES = {"int8": (-128, 128), "uint8": (0, 256)}
@@ -60,6 +60,13 @@ def test_tap_sum_is_the_int64_sum(run, seed: int) -> None:
         return
     event("summed")
     got = taps.tap_sum(t, buf, first, count, lead, weights)
+    # into kept buffers (a plan's), twice -- the second time over other bytes: the same sums
+    scratch, other = products.Scratch(), buf.copy()
+    other[first:] = rng.integers(0, 256, len(other) - first)
+    kept_other = taps.tap_sum(t, other, first, count, lead, weights, scratch).copy()
+    kept = taps.tap_sum(t, buf, first, count, lead, weights, scratch)
+    np.testing.assert_array_equal(kept, got)
+    np.testing.assert_array_equal(kept_other, taps.tap_sum(t, other, first, count, lead, weights))
     want = np.zeros((count, *shape), np.int64)
     for b, w in zip(bases, weights, strict=True):
         view = np.ndarray(

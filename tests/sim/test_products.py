@@ -1,0 +1,84 @@
+"""Which exact arithmetic the simulator's products take (`tensorgen.sim.products.integer`):
+torch._int_mm only where it is trusted and, unless a test asks otherwise, faster than
+float32 BLAS; either way the same integers."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tensorgen.sim import batch, products
+
+
+def test_a_slow_int_mm_is_not_taken(monkeypatch) -> None:
+    """An int8 kernel slower than float32 BLAS (as oneDNN's without VNNI): the products stay
+    on float32 -- unless ONLY_WHERE_FASTER is off, as the fast-path tests set it."""
+    torch = pytest.importorskip("torch")
+    real = torch._int_mm
+
+    def slow(a, b):
+        time.sleep(0.002)
+        return real(a, b)
+
+    monkeypatch.setattr(torch, "_int_mm", slow)
+    products._int_mm_pays.cache_clear()
+    try:
+        assert not products._int_mm_pays()
+        assert not products.integer(256, 256, 256)
+        monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+        assert products.integer(256, 256, 256) == (products._int_mm() is not None)
+    finally:
+        products._int_mm_pays.cache_clear()
+
+
+@pytest.mark.parametrize("faster_only", [True, False])
+def test_both_choices_give_the_same_integers(faster_only, monkeypatch) -> None:
+    """A product large enough for torch._int_mm, uint8 with zero points, wrapping int32:
+    int64 arithmetic, whichever arithmetic the choice picks."""
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", faster_only)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (64, 300)).astype(np.uint8)
+    b = rng.integers(-128, 128, (300, 48)).astype(np.int8)
+    acc = rng.integers(-(2**31), 2**31, (64, 48)).astype(np.int32)
+    want = (a.astype(np.int64) - 3) @ (b.astype(np.int64) + 5) + acc
+    batch.reduce_into(acc, [batch.Piece(a, b, 3, -5, 253 * 133)], 1)
+    np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
+
+
+@pytest.mark.parametrize("gemm", ["numpy", "torch"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ((7, 30), (30, 5)),
+        ((3, 7, 30), (3, 30, 5)),
+        ((7, 30), (3, 30, 5)),
+        ((200, 200), (200, 9)),  # TORCH_MIN_ROWS: a single product on torch's GEMM too
+    ],
+)
+def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
+    """`exact_product` into a kept `Scratch` buffer: the fresh product's integers, for 2-D
+    and stacked (broadcast) operands, a second product of other values into the same buffer
+    too, and K beyond one float32-exact chunk (with sums beyond 2**24); stacks and
+    large products on torch's GEMM (torch at one thread, as in `simulate`) or numpy's."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if gemm == "torch" else 2)
+    rng = np.random.default_rng(2)
+    scratch = products.Scratch()
+    try:
+        for term in (128 * 128, 1 << 22):  # the second: chunks of K of 3
+            for _ in range(2):
+                big = 128 if term < 1 << 22 else 2048  # products up to 2**22: sums beyond 2**24
+                x = rng.integers(-big, big, shape[0]).astype(np.float32)
+                w = rng.integers(-big, big, shape[1]).astype(np.float32)
+                want = products.exact_product(x, w, term)
+                got = products.exact_product(x, w, term, scratch)
+                assert got.dtype == np.int32
+                np.testing.assert_array_equal(got, want)
+                exact = x.astype(np.int64) @ w.astype(np.int64)
+                np.testing.assert_array_equal(got, ((exact + 2**31) % 2**32 - 2**31))
+    finally:
+        torch.set_num_threads(threads)
