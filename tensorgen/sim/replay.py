@@ -499,7 +499,9 @@ def access_patterns(sim) -> dict:
 def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:
     """The loop's iterations, stepped, and replayed from the first steady one on."""
     count, body = len(sigs), sim.binary.code[pc].arg("body")
-    c, previous, failed = 0, None, set()
+    # the state before the first iteration too: when the first leaves it as it found it
+    # (shifted), every later one is a copy of it, and only one iteration need be stepped
+    c, previous, failed = 0, state_key(sim, f.active, moving), set()
     idle = len(f.active) < len(sim.queue_time)
     while c < count:
         before = _counters(sim)
