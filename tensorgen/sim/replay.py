@@ -504,6 +504,11 @@ def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:
     c, previous, failed = 0, state_key(sim, f.active, moving), set()
     idle = len(f.active) < len(sim.queue_time)
     while c < count:
+        if sigs[c] in failed and (c + 1 == count or sigs[c + 1] in failed):
+            # neither replayed after it nor compared with the next: stepped, no state kept
+            sim._block(pc + 1, pc + 1 + body, counters + (c,))
+            c, previous = c + 1, None
+            continue
         before = _counters(sim)
         marks = _record_marks(sim)
         snap = snapshot(sim) if idle else None
