@@ -354,7 +354,7 @@ class Simulator:
         ):  # LOOPB and IF nests are only bounded up front
             raise SimulatorError(step_limit_message(None, self.limits))
         q = self.queues[pc]
-        tokens = self._await(pc, ins, q, counters)
+        tokens = self._await(pc, ins, q, counters) if ins.wait else 0
         start = max(self.queue_time[q], tokens)
         cost = self.costs[pc]
         m.touched = []
