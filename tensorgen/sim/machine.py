@@ -77,6 +77,9 @@ class Simulator:
         self.fields, self.queues, self.costs = known.fields, known.queues, known.costs
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = known.nests
         self.vectorize_loops = vectorize_loops
+        # per pc: a SYNC, stepped without the memory-access bookkeeping (`_sync`), unless every
+        # instruction is stepped (the reference)
+        self.syncs = known.syncs if vectorize_loops else [False] * len(binary.code)
         # (cycle its streaming began, rows) of the last instruction on EX if it was a MATMUL: with
         # two weight buffers the next MATMUL's weights load while it streams (isa.matmul_fill)
         self.streaming: tuple[int, int] | None = None
@@ -175,6 +178,7 @@ class Simulator:
 
     def _block(self, start: int, end: int, counters: tuple[int, ...]) -> None:
         code = self.binary.code
+        syncs = self.syncs
         pc = start
         while pc < end:
             if not counters and pc in self.mark_pcs:
@@ -226,6 +230,9 @@ class Simulator:
                     for c in range(lo, hi + 1):
                         self._block(pc + 1, pc + 1 + body, counters + (c,))
                 pc += 1 + body
+            elif syncs[pc]:
+                self._sync(pc, ins, counters)
+                pc += 1
             else:
                 self._step(pc, ins, counters)
                 pc += 1
@@ -338,11 +345,7 @@ class Simulator:
         counters: tuple[int, ...],
         nest: list[tuple[int, int]] | None = None,
     ) -> None:
-        if (
-            nest is None and self.vectorize_loops and self.static.syncs[pc]
-        ):  # stepping: the reference
-            self._sync(pc, ins, counters)
-            return
+        # a SYNC is `_sync`'s (`_block` sends it there), unless every instruction is stepped
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
         reps = math.prod(n for _, n in nest) if nest else 1
@@ -351,7 +354,7 @@ class Simulator:
         ):  # LOOPB and IF nests are only bounded up front
             raise SimulatorError(step_limit_message(None, self.limits))
         q = self.queues[pc]
-        tokens = self._await(pc, ins, q, counters)
+        tokens = self._await(pc, ins, q, counters) if ins.wait else 0
         start = max(self.queue_time[q], tokens)
         cost = self.costs[pc]
         m.touched = []
@@ -518,34 +521,29 @@ class Simulator:
         # Each queue's accesses end in nondecreasing time, so scanning another queue's list from
         # its newest entry stops at the first access that ended before this one starts.
         store = ins.mnemonic == "STORE"
-        touched = [
-            (mem, lo, hi, write if write is not None else store)
-            for mem, lo, hi, write in self.machine.touched
-        ]
-        # each queue's horizon, the earliest time of the other queues: the smallest time, or
-        # the second smallest for the queue that holds the smallest
-        q1 = None  # computed once a queue has accesses to check
+        touched = self.machine.touched
+        qt = self.queue_time
         for other, accesses in self.inflight.items():
             if other == q or not accesses:
                 continue
-            if q1 is None:
-                qt = self.queue_time
-                (t1, q1), (t2, _) = sorted(zip(qt.values(), qt, strict=True))[:2]
-            horizon = t2 if other == q1 else t1
-            if accesses[0].end <= horizon:  # no other queue can start that early again
+            # its horizon: the earliest time of the other queues (no other queue can start
+            # earlier again), which every access that ended by then is forgotten at
+            horizon = min(v for k, v in qt.items() if k != other)
+            if accesses[0].end <= horizon:
                 del accesses[: bisect.bisect_right(accesses, horizon, key=_end)]
             if not accesses or accesses[-1].end <= start:
                 continue  # all ended before this one starts: `hazard` would find none
-            for mem, lo, hi, is_write in touched:
-                a = hazard(accesses, mem, lo, hi, is_write, start)
+            for mem, lo, hi, write in touched:
+                a = hazard(accesses, mem, lo, hi, store if write is None else write, start)
                 if a is not None:
                     raise SimulatorError(
                         f"hazard: instruction {pc} ({ins.mnemonic} on {q}) touches {mem}[{lo}, {hi}) at cycle "
                         f"{start} while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} "
                         f"it (until cycle {a.end}) and no token orders them"
                     )
-        mine = self.inflight.setdefault(q, [])
-        mine += [Access(mem, lo, hi, end, q, w, pc) for mem, lo, hi, w in touched]
+        self.inflight[q] += [
+            Access(mem, lo, hi, end, q, store if w is None else w, pc) for mem, lo, hi, w in touched
+        ]
 
 
 def _touch(machine: Machine, fields, pattern) -> None:

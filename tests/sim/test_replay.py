@@ -466,3 +466,59 @@ def test_matmuls_each_stored_are_one_product(nest: str, nb: int, monkeypatch, ou
     chained.clear()
     assert outcome(assemble(text), inputs, TARGETS[2], True) == fast
     assert chained and all(after == before for before, after in chained)
+
+
+def _biased(ordered: bool, n: int = 8) -> str:
+    """A loop adding bias row L0 (loaded whole before it, read at addresses moving with L0 by
+    a VADD) to row L0 of X, then a LOAD over the biases after the loop. `ordered`: each
+    iteration ends with LD waiting for EX, so that LOAD follows every read of the loop;
+    otherwise LD prefetches the next row and that LOAD races the last VADD."""
+    row = "[1x16:16,1]"
+    load_x = f"LOAD dst=spad:int32@1024{row} src=X(L0,0)[1x16] signal=EX"
+    body = [
+        load_x if ordered else load_x + " wait=EX",
+        f"VADD dst=acc:int32@0{row} a=spad:int32@0+64*L0{row} b=spad:int32@1024{row} imm=0 wait=LD,ST",
+        "SYNC queue=1 signal=LD,ST",
+        f"STORE dst=C(L0,0)[1x16] src=acc:int32@0{row} wait=EX",
+        "SYNC queue=2 signal=EX",
+    ]
+    if ordered:
+        body.append("SYNC queue=0 wait=EX")
+    reload = f"LOAD dst=spad:int32@0[{n}x16:16,1] src=X(0,0)[{n}x16]"
+    lines = [
+        f"LOAD dst=spad:int32@0[{n}x16:16,1] src=B(0,0)[{n}x16] signal=EX",
+        "SYNC queue=1 wait=LD",
+        *([] if ordered else ["SYNC queue=1 signal=LD"]),
+        "SYNC queue=2 signal=EX",
+        f"LOOP count={n} body={len(body)}",
+        *body,
+        reload,
+        *([] if ordered else ["SYNC queue=0 wait=EX"]),
+        "SYNC queue=1 wait=ST",
+    ]
+    head = f""".target tiny {TARGETS[2].hash.hex()}
+.dram {3 * n * 64}
+.tensor X int32 {n}x16 input dram=0 pad=0
+.tensor B int32 {n}x16 input dram={n * 64} pad=0
+.tensor C int32 {n}x16 output dram={2 * n * 64} pad=0
+"""
+    return head + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_moving_sources_a_later_load_overwrites_are_replayed_when_it_follows_them(
+    ordered: bool, monkeypatch, outcome
+) -> None:
+    """A VADD's bias row moves with the loop and a LOAD after the loop overwrites the biases:
+    replayed when every iteration ends with LD waiting for EX (that LOAD then starts after
+    every read of the loop, replayed ones too: `replay.moving_ok`), stepped when LD runs ahead
+    (the race, if any, reported as stepping finds it); either way stepping's outcome."""
+    taken = _counting(monkeypatch)
+    binary = assemble(_biased(ordered))
+    rng = np.random.default_rng(7)
+    inputs = {n: rng.integers(-1000, 1000, (8, 16)).astype(np.int32) for n in ("X", "B")}
+    fast = outcome(binary, inputs, TARGETS[2], True)
+    assert fast == outcome(binary, inputs, TARGETS[2], False)
+    assert (True in taken) == ordered
+    if ordered:
+        np.testing.assert_array_equal(np.array(fast[0]["C"]), inputs["X"] + inputs["B"])
