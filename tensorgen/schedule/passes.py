@@ -10,6 +10,7 @@ import itertools
 import math
 import operator
 from collections import Counter
+from collections.abc import Callable
 from functools import lru_cache
 
 
@@ -49,17 +50,17 @@ def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
 
     def points(b: str, loops: tuple) -> int:
         if (b, loops) not in distinct:
-            distinct[(b, loops)] = len({tuple(at[x] for x in loops) for at in values[b]})
+            distinct[(b, loops)] = len(set(map(_values_of(loops), values[b])))
         return distinct[(b, loops)]
 
     for k, loop in enumerate(order):
         if loop not in base:
             continue
         mine = base[loop]
-        around = [x for x in order[:k] if base.get(x) == mine]
+        around = _values_of([x for x in order[:k] if base.get(x) == mine])
         groups: dict[tuple, set[int]] = {}
         for at in values[mine]:
-            groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
+            groups.setdefault(around(at), set()).add(at[loop])
         others = math.prod(
             points(b, tuple(x for x in order[:k] if base.get(x) == b))
             for b in {base[x] for x in order[:k] if x in base} - {mine}
@@ -69,6 +70,15 @@ def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
             counted[trips] = counted.get(trips, 0) + others
         out[loop] = tuple(sorted(counted.items()))
     return out
+
+
+def _values_of(loops) -> Callable[[dict], object]:
+    """A point's values of `loops`, as a key that two points share exactly when those values
+    are equal (one loop: the value itself): what _loop_passes groups and counts points by,
+    read by operator.itemgetter rather than a generator per point (most of its time)."""
+    if not loops:
+        return lambda at: ()
+    return operator.itemgetter(*loops)
 
 
 def loop_passes(extents: dict[str, int], blocks, order) -> dict[str, tuple[tuple[int, int], ...]]:

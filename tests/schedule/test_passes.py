@@ -4,10 +4,17 @@ iteration compute less, by smaller blocks of the band or fewer iterations inside
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
-from tensorgen.schedule.passes import _profiles, _split_values, loop_passes, pass_kinds
+from tensorgen.schedule.passes import (
+    _loop_passes,
+    _profiles,
+    _split_values,
+    loop_passes,
+    pass_kinds,
+)
 
 
 def test_band_blocks_shrink_in_the_last_iteration_of_a_ragged_split() -> None:
@@ -69,3 +76,38 @@ def test_profiles_by_position_equal_profiles_by_name_in_order() -> None:
                 args = (values[b], loops, depth, d, last, shrink)
                 fast, slow = _profiles(*args), _profiles_by_name(*args)
                 assert list(fast.items()) == list(slow.items())
+
+
+def _loop_passes_by_name(extents: tuple, blocks: tuple, order: tuple) -> dict:
+    """schedule.passes._loop_passes as it read a point's loops by name, with a generator per
+    point: the oracle of its fast path."""
+    base, values, _ = _split_values(extents, blocks)
+    out = {}
+    for k, loop in enumerate(order):
+        if loop not in base:
+            continue
+        mine = base[loop]
+        around = [x for x in order[:k] if base.get(x) == mine]
+        groups: dict[tuple, set[int]] = {}
+        for at in values[mine]:
+            groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
+        others = math.prod(
+            len({tuple(at[x] for x in order[:k] if base.get(x) == b) for at in values[b]})
+            for b in {base[x] for x in order[:k] if x in base} - {mine}
+        )
+        counted: dict[int, int] = {}
+        for trips in map(len, groups.values()):
+            counted[trips] = counted.get(trips, 0) + others
+        out[loop] = tuple(sorted(counted.items()))
+    return out
+
+
+def test_loop_passes_by_position_equal_loop_passes_by_name() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        extents = tuple((i, rng.randint(1, 30)) for i in ("h", "w", "k"))
+        blocks = tuple((i, rng.randint(1, 10)) for i, _ in extents if rng.random() < 0.7)
+        base, _, splits = _split_values(extents, blocks)
+        names = [x for x in base if x not in {n for n, _ in splits}]
+        order = tuple(rng.sample(names, len(names)))
+        assert _loop_passes(extents, blocks, order) == _loop_passes_by_name(extents, blocks, order)
