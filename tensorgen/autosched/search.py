@@ -35,7 +35,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import islpy as isl
@@ -185,6 +185,9 @@ class Space:
     folds: dict[tuple[str, ...], KFold] = field(
         default_factory=dict
     )  # band -> the reduction indices it folds into K
+    # (blocks, order, band) -> the unchecked skeleton its probe was built on, which `schedule`
+    # forks instead of building it again (a fifth of the search's skeletons were such rebuilds)
+    skeletons: dict[tuple, Skeleton] = field(default_factory=dict, repr=False, compare=False)
 
     def fold(self, band) -> KFold | None:
         return self.folds.get(tuple(band))
@@ -280,6 +283,7 @@ class Space:
         program, target, layer = self.program, self.target, self.layer
         tensors = layer.tensors()
         sk = build_skeleton(program, target, layer, blocks_f, order, band, checked=False)
+        self.skeletons[_nest_key(blocks_f, order, band)] = sk
         fold = self.fold(band)
         probe = probe_nest(
             program,
@@ -305,9 +309,13 @@ class Space:
         blocks_f, _, m_loops, band = shape
         layer = self.layer
         stmt = layer.contraction
-        final = build_skeleton(
-            self.program, self.target, layer, blocks_f, cand.order, band, checked=False
-        )
+        final = self.skeletons.get(_nest_key(blocks_f, cand.order, band))
+        if final is None:
+            final = build_skeleton(
+                self.program, self.target, layer, blocks_f, cand.order, band, checked=False
+            )
+        else:  # the probe's, whose schedule only queries read: staged on a fork of it
+            final = replace(final, schedule=final.schedule.fork())
         s = final.schedule
         s.check()
         fold = self.fold(band)
@@ -330,6 +338,11 @@ class Space:
         else:
             s.vectorize(*(final.loops[x] for x in band))
         return s, final
+
+
+def _nest_key(blocks, order, band) -> tuple:
+    """A loop nest of one Space by what build_skeleton builds it from."""
+    return tuple(map(tuple, blocks)), tuple(order), tuple(band)
 
 
 def _search(program: Program, target: Target, layer: Layer, objective: str) -> Plan:

@@ -77,6 +77,15 @@ class Schedule:
         self.trace: list[Step] = []
         self._state: State = st.original(program)
 
+    def fork(self) -> Schedule:
+        """A copy whose primitives leave this schedule as it is: the state is a frozen value,
+        shared; the trace is copied. (The search stages its winner on a fork of the skeleton it
+        probed rather than rebuilding that skeleton.)"""
+        copy = Schedule.__new__(Schedule)
+        copy.__dict__.update(self.__dict__)
+        copy.trace = list(self.trace)
+        return copy
+
     # -- what the lowering and the search read ----------------------------------------------
     @property
     def state(self) -> State:

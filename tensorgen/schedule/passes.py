@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections import Counter
+from collections.abc import Callable
 from functools import lru_cache
 
 
@@ -48,17 +50,17 @@ def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
 
     def points(b: str, loops: tuple) -> int:
         if (b, loops) not in distinct:
-            distinct[(b, loops)] = len({tuple(at[x] for x in loops) for at in values[b]})
+            distinct[(b, loops)] = len(set(map(_values_of(loops), values[b])))
         return distinct[(b, loops)]
 
     for k, loop in enumerate(order):
         if loop not in base:
             continue
         mine = base[loop]
-        around = [x for x in order[:k] if base.get(x) == mine]
+        around = _values_of([x for x in order[:k] if base.get(x) == mine])
         groups: dict[tuple, set[int]] = {}
         for at in values[mine]:
-            groups.setdefault(tuple(at[x] for x in around), set()).add(at[loop])
+            groups.setdefault(around(at), set()).add(at[loop])
         others = math.prod(
             points(b, tuple(x for x in order[:k] if base.get(x) == b))
             for b in {base[x] for x in order[:k] if x in base} - {mine}
@@ -68,6 +70,15 @@ def _loop_passes(extents: tuple, blocks: tuple, order: tuple) -> dict:
             counted[trips] = counted.get(trips, 0) + others
         out[loop] = tuple(sorted(counted.items()))
     return out
+
+
+def _values_of(loops) -> Callable[[dict], object]:
+    """A point's values of `loops`, as a key that two points share exactly when those values
+    are equal (one loop: the value itself): what _loop_passes groups and counts points by,
+    read by operator.itemgetter rather than a generator per point (most of its time)."""
+    if not loops:
+        return lambda at: ()
+    return operator.itemgetter(*loops)
 
 
 def loop_passes(extents: dict[str, int], blocks, order) -> dict[str, tuple[tuple[int, int], ...]]:
@@ -82,14 +93,24 @@ def _profiles(base_values: list, loops: list, depth: dict, d: int, last: dict, s
     """Of one base index, whose loops of the nest are `loops`: per distinct value of those
     outside the loop at depth `d`, what runs in each iteration of that loop (its value if the
     loop is of this index, else None) -> Counter of (the loops at their last iteration that
-    shrink the band -> distinct values of the loops inside); those values counted by profile."""
-    points = {tuple(at[x] for x in loops) for at in base_values}
+    shrink the band -> distinct values of the loops inside); those values counted by profile.
+    A point's loops are read by position, worked out once (a dict per point, and generators
+    over the loops per point, took most of the search's pass_kinds); the points, prefixes and
+    frozensets are built in the same order as reading them by name would, so every Counter is
+    filled in the same order and the float sums over them add up alike."""
+    if len(loops) == 1:
+        (only,) = loops
+        points = {(at[only],) for at in base_values}
+    else:
+        points = set(map(operator.itemgetter(*loops), base_values))
+    outer = [k for k, x in enumerate(loops) if depth[x] < d]
+    here = next((k for k, x in enumerate(loops) if depth[x] == d), None)
+    lows = [(k, x, last[x]) for k, x in enumerate(loops) if x in shrink]
     by_prefix: dict[tuple, Counter] = {}
     for p in points:
-        at = dict(zip(loops, p, strict=True))
-        prefix = tuple(at[x] for x in loops if depth[x] < d)
-        mine = next((at[x] for x in loops if depth[x] == d), None)
-        low = frozenset(x for x in loops if x in shrink and at[x] == last[x])
+        prefix = tuple([p[k] for k in outer])
+        mine = None if here is None else p[here]
+        low = frozenset([x for k, x, end in lows if p[k] == end])
         by_prefix.setdefault(prefix, Counter())[(mine, low)] += 1
     return Counter(tuple(sorted(c.items(), key=repr)) for c in by_prefix.values())
 

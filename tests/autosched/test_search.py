@@ -3,14 +3,18 @@ explanations that replay, and a clear fallback."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
-from tensorgen.autosched.search import MAX_CANDIDATES, auto_schedule
+from tensorgen.autosched.layer import recognise
+from tensorgen.autosched.search import MAX_CANDIDATES, Space, _nest_key, auto_schedule
 from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.driver import Job, compile_auto, compile_default, random_inputs, run_and_compare
 from tensorgen.errors import CapacityError
+from tensorgen.mc.binary import encode
+from tensorgen.schedule.cost import cost_product
 from tensorgen.schedule.files import render, replay
 from tensorgen.spec.loader import load_program, parse_program
 from tensorgen.target import load_target
@@ -219,3 +223,31 @@ def test_programs_that_are_not_layers_fall_back_with_the_reason(text: str, reaso
         Job(program, load_target("tg1"), result.compiled), random_inputs(program, 1)
     )
     assert cmp.exact
+
+
+@pytest.mark.parametrize(("name", "target_name"), [("conv1x1", "tg1"), ("matmul_odd", "tiny")])
+def test_schedule_on_the_probed_skeleton_equals_a_rebuilt_one(name: str, target_name: str) -> None:
+    # Space.schedule stages a candidate on a fork of the skeleton its probe built: the same
+    # schedule (trace, maps, stages) and the same binary as on a skeleton built afresh, and the
+    # probed skeleton's own schedule is left as it was
+    program = load_program(ROOT / "examples" / f"{name}.yaml")
+    target = load_target(target_name)
+    space = Space.of(program, target, recognise(program))
+    for shape, order in list(space.nests())[:6]:
+        probed = space.probed(shape, order)
+        fitting = [c for c in cost_product(*probed) if c.cycles != math.inf]
+        if not fitting:
+            continue
+        cand = min(fitting, key=lambda c: c.cycles)
+        probed_sk = space.skeletons[_nest_key(shape[0], order, shape[3])]
+        before = (list(probed_sk.schedule.trace), probed_sk.schedule.state)
+        forked, _ = space.schedule(cand, shape)
+        assert (list(probed_sk.schedule.trace), probed_sk.schedule.state) == before
+        space.skeletons.clear()
+        rebuilt, _ = space.schedule(cand, shape)
+        assert forked.trace == rebuilt.trace
+        assert str(forked.union_map()) == str(rebuilt.union_map())
+        assert forked.stages == rebuilt.stages
+        a = compile_scheduled(program, target, forked)
+        b = compile_scheduled(program, target, rebuilt)
+        assert encode(a.binary) == encode(b.binary)
