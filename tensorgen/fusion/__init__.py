@@ -32,6 +32,7 @@ from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.fusion.groups import Group, _Uses, fusion_groups
+from tensorgen.fusion.kept import copy_elements, keep, kept_extra_macs
 from tensorgen.fusion.program import FusionError, Merged, fused_schedule, merge
 from tensorgen.fusion.recompute import band_rows, extra_macs, recompute
 from tensorgen.fusion.tiled import BAND, Tile, TileError, check_capacity, row_halo
@@ -320,22 +321,23 @@ BAND_SHARE = 0.5
 
 def _tile(run: _Run, group: Group, merged: Merged, trace, halo: list[str]) -> tuple[Merged, Tile]:
     """How `merged` runs per band of its last layer's rows: its producers moved into that
-    layer's row loop, or, if that layer reads a halo (rows two bands read), recomputing the
-    halo per band (`halo[0]` says so and what it costs)."""
+    layer's row loop, or, if that layer reads a halo (rows two bands read), the halo kept from
+    the band before (kept.py) or recomputed per band (recompute.py), whichever costs fewer
+    cycles before lowering (`halo[0]` says which and what each costs)."""
     last = len(merged.offsets) - 1
     why = row_halo(merged.program, merged.intermediates)
     if why is None:
         return merged, Tile(last, merged.whole)
-    halo[0] = f"; {why} (a halo): recomputed per band"
+    halo[0] = f"; {why} (a halo)"
     merged, rows, how = _recomputed(run, group, merged, trace)
-    halo[0] += f", {how}"
+    halo[0] += how
     return merged, Tile(last, merged.whole, rows)
 
 
 def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged, int, str]:
-    """`merged` rewritten to run per band, its producers recomputing their halos (recompute.py),
-    with the band's rows and what they cost; refused (TileError) before anything is lowered if
-    the MACs run again take more cycles than the DRAM bytes fusing saves."""
+    """`merged` rewritten to run per band, its producers' halos kept (kept.py) or recomputed
+    (recompute.py), with the band's rows and what they cost; refused (TileError) before
+    anything is lowered if the cycles the halo costs exceed what the DRAM bytes saved pay for."""
     target, first = run.target, merged.offsets[-1]
     room = int(BAND_SHARE * target.spad.bytes)
     saved = group.saved_dram_bytes // target.dram_bytes_per_cycle
@@ -346,10 +348,37 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
         extra = extra_macs(merged.program, program, first)
         spent = extra // target.peak_macs_per_cycle
         how = f"{rows} rows a band, {extra} MACs again ({spent} cycles; the DRAM saved {saved})"
+        kept = _kept(run, merged, rows, spent) if KEEP_HALOS is not False else None
+        if kept is not None:
+            return kept[0], rows, f": kept per band, {kept[1]}; recomputed: {how}"
         if spent * RECOMPUTE_MARGIN > saved:
             at_least = "" if exact else "at least "
             raise TileError(f"{at_least}{how}: the recomputed rows cost more than they save")
-    return replace(merged, program=verify_program(program)), rows, how
+    return replace(merged, program=verify_program(program)), rows, f": recomputed per band, {how}"
+
+
+# whether a group per band keeps its halos from the band before (kept.py): None where that
+# costs fewer cycles than recomputing them (the cost model picks), True always, False never
+KEEP_HALOS: bool | None = None
+
+
+def _kept(run: _Run, merged: Merged, rows: int, recomputed: int) -> tuple[Merged, str] | None:
+    """`merged` run per band of `rows` with its halos kept (kept.py) and what that costs, if it
+    costs fewer cycles than recomputing them (`recomputed`): the MACs it runs beyond the layers'
+    (its tile layer's rows above the image) and its copies' elements (twice the carried rows a
+    band: in and out) on the vector unit; None if not, or if the rewrite refuses."""
+    try:
+        program, offsets = keep(merged.program, merged.offsets, rows)
+    except TileError:
+        return None
+    target = run.target
+    extra = kept_extra_macs(merged.program, program)
+    moved = sum(copy_elements(program, name) for name in program.meta["copies"])
+    spent = extra // target.peak_macs_per_cycle + moved // target.lanes
+    how = f"{extra} MACs more, {moved} elements copied ({spent} cycles)"
+    if spent > recomputed and KEEP_HALOS is None:
+        return None
+    return replace(merged, program=verify_program(program), offsets=offsets), how
 
 
 def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple]:
@@ -366,7 +395,12 @@ def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple
         height = program.statements[-1].extent(program.statements[-1].lhs.index[2].bare())
         if start < 0 or step * (bands - 1) + start + count > height:
             continue  # its rows clipped at the image's edges: not one program in every band
-        banded = merged.program.statements[merged.offsets[i] : ends[i]]
+        copies = set(merged.program.meta.get("copies", ()))  # kept halos' (kept.py): no layer's
+        banded = [
+            st
+            for st in merged.program.statements[merged.offsets[i] : ends[i]]
+            if st.name not in copies
+        ]
         statements = []
         for st, new in zip(program.statements, banded, strict=True):
             h = st.lhs.index[2].bare()

@@ -236,6 +236,9 @@ def fused_schedule(
     for tensor, layout in layouts.items():
         if tensor not in banded:
             fused.stage(tensor, None, "spad", layout=layout)
+    carries = merged.program.meta.get("carries", {})
+    for carry, tensor in carries.items():  # kept halos (kept.py): in the layout of their band's
+        fused.stage(carry, None, "spad", layout=layouts.get(tensor))
     deferred: list[tuple[str, Loop, str, bool]] = []
     written = {st.lhs.tensor for st in merged.program.statements}
     for i, (program, trace) in enumerate(alone):
@@ -247,6 +250,7 @@ def fused_schedule(
         # the layer's rows shared with the others' (each layer's split made a row for all):
         # isl's AST of the group, its checks and the next layer's steps see a few dimensions
         fused.pack()
+    _vectorize_copies(fused)
     if tile is not None:  # the layers before the tile layer run per band of its rows
         moved = [f"S{k}" for k in range(merged.offsets[tile.layer])]
         if tile.rows is not None:  # a band's buffers in the layout their readers chose
@@ -259,6 +263,20 @@ def fused_schedule(
         band = tile_group(fused, tile, f"S{merged.offsets[tile.layer]}", moved, layouts)
         restage(fused, band, deferred)
     return fused  # compile_scheduled's verify_schedule checks it against the dependences
+
+
+def _vectorize_copies(fused: Schedule) -> None:
+    """The copies of kept halos (kept.py; in no layer's trace) as vector instructions: each
+    one's loops inside the band (channels, carried rows, columns) one vector."""
+    shared = set(fused.program.shared_names)
+    for name in fused.program.meta.get("copies", ()):
+        own = [lp for lp in fused.loops(name) if lp.name not in shared]
+        if own:
+            fused.vectorize(*own[-COPY_VECTOR_DIMS:])
+
+
+# how many of a copy's innermost loops one vector instruction runs
+COPY_VECTOR_DIMS = 3
 
 
 def _replay(

@@ -1,0 +1,161 @@
+"""Band fusion with kept halos: a group run per band of its last layer's rows (as recompute.py)
+whose producers compute, per band, only the rows no band before computed, the rows two bands
+read (the halo) carried from one band to the next on chip instead of computed again.
+
+The rewrite is recompute.py's (a shared outermost loop `band`, one buffer per band of every
+tensor a producer writes, the tile layer as there), with two changes:
+- each producer of a halo tensor T runs, per band, the last rows of its window (the `count`
+  rows its readers read there, `step` more each band): its `step` new rows, and before them
+  the rows of the first band's carry that lie inside the image (`again`: a 3x3 consumer's row
+  0, which no band before computed), computed in every band so that every band runs the same
+  rows (the buffers' origins stay affine: a first band of other rows would not be);
+- a carry tensor H_T (role none, `count - step - again` rows, no band dimension, staged whole
+  in its band buffer's layout) takes the other rows over: a copy-out after the producer,
+  `H_T[u] = T[band, .., step*band + start + step + u, ..]`, and a copy-in, `T[band, .., step*
+  band + start + u, ..] = H_T[u]` from the second band on, both clipped to the image. They
+  carry a dependence band -> band+1 (isl accepts the schedule in band order only); fused_schedule
+  runs each as one vector instruction a band.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tensorgen.fusion.recompute import _instances, _moved, _row, _Span, recompute
+from tensorgen.fusion.tiled import BAND, TileError
+from tensorgen.ir import poly
+from tensorgen.ir.core import Access, Affine, Program, Read, Statement
+
+
+def keep(program: Program, offsets: tuple[int, ...], rows: int) -> tuple[Program, tuple]:
+    """`program` (a group's merged program, its layers from `offsets` on) run per band of `rows`
+    output rows of its last layer, its producers' halos kept from the band before (see the
+    module's docstring); with the layers' new offsets (the copies lie between the layers)."""
+    banded = recompute(program, offsets, rows)  # what it refuses, a kept halo refuses too
+    ends = (*offsets[1:], len(program.statements))
+    layers = [program.statements[a:b] for a, b in zip(offsets, ends, strict=True)]
+    layer_of = {st.name: i for i, layer in enumerate(layers) for st in layer}
+    readers: dict[str, set[int]] = {}
+    for st in program.statements:
+        for acc in st.reads:
+            readers.setdefault(acc.tensor, set()).add(layer_of[st.name])
+    last = len(layers) - 1
+    written = {st.lhs.tensor: layer_of[st.name] for st in program.statements[: offsets[-1]]}
+    local = {t for t, i in written.items() if readers.get(t, set()) <= {i}}
+    spans = {i: _Span(*sp) for i, sp in enumerate(banded.meta["band_spans"])}
+    bands = dict(banded.shared_loops)[BAND]
+    carried, runs = {}, dict(spans)
+    for i in range(last):
+        sp = spans[i]
+        # the rows the first band carries inside the image: computed again in every band
+        again = max(0, sp.start + sp.count - sp.step)
+        if sp.count - sp.step - again > 0:
+            carried.update({t: sp for t, j in written.items() if j == i and t not in local})
+            runs[i] = _Span(sp.step, sp.start + sp.count - sp.step - again, sp.step + again)
+    if not carried:
+        raise TileError(f"kept halo: bands of {rows} rows carry no row a band before computed")
+    statements, new_offsets = [], []
+    for i, layer in enumerate(layers):
+        new_offsets.append(len(statements))
+        if i == last:
+            statements += banded.statements[offsets[-1] :]
+            break
+        statements += [_kept_statement(st, written, local, runs[i], bands) for st in layer]
+        for t in sorted(t for t in carried if written[t] == i):
+            statements += _copies(program, t, spans[i], runs[i], bands)
+    statements = [replace(st, name=f"S{k}") for k, st in enumerate(statements)]
+    copies = tuple(st.name for st in statements if st.text.startswith("carry "))
+    tensors = []
+    for t in banded.tensors:
+        if t.name in local:  # the rows its layer runs per band
+            t = replace(t, shape=(*t.shape[:3], runs[written[t.name]].count, *t.shape[4:]))
+        tensors.append(t)
+    for t in sorted(carried):
+        src, sp = program.tensor(t), runs[written[t]]
+        k = spans[written[t]].count - sp.count
+        tensors.append(replace(src, name=f"H_{t}", shape=(*src.shape[:2], k, *src.shape[3:])))
+    out = replace(
+        banded,
+        tensors=tuple(tensors),
+        statements=tuple(statements),
+        meta={
+            **banded.meta,
+            "band_runs": tuple((sp.step, sp.start, sp.count) for _, sp in sorted(runs.items())),
+            "carries": {f"H_{t}": t for t in sorted(carried)},
+            "copies": copies,
+        },
+    )
+    return out, tuple(new_offsets)
+
+
+def _kept_statement(st: Statement, written, local, span: _Span, bands: int) -> Statement:
+    """`st` run per band over `span`'s rows (recompute's `_moved`), clipped to the image's rows:
+    a statement writing a band-local accumulator clipped below only (its blocks of rows start
+    with the band's: rows above the image computed from the pad, never stored)."""
+    h = _row(st)
+    g = f"{h} + {span.step}*{BAND} + {span.start}"
+    last = dict(zip(st.indices, st.bounds, strict=True))[h][1]
+    clip = f"{g} <= {last}" if st.lhs.tensor in local else f"0 <= {g} <= {last}"
+    return _moved(st, written, local, span, bands, clip)
+
+
+def _copies(program: Program, tensor: str, span: _Span, run: _Span, bands: int) -> list:
+    """The copy-in (the carried rows of `tensor`'s window `span` into this band's buffer, from
+    the second band on) and the copy-out (the rows the next band carries, out of this band's
+    buffer), clipped to the image; `run`: the rows the producer computes per band."""
+    t = program.tensor(tensor)
+    n, c, height, width = t.shape
+    k = run.start - span.start  # the window's rows before those the producer computes
+    carry = f"H_{tensor}"
+    box = {"n": (0, n - 1), "c": (0, c - 1), "u": (0, k - 1), "w": (0, width - 1)}
+
+    def band_row(const: int) -> Affine:
+        return Affine.of({BAND: span.step, "u": 1}, span.start + const)
+
+    def rows_at(const: int) -> str:
+        return f"0 <= u + {span.step}*{BAND} + {span.start + const} <= {height - 1}"
+
+    here = (Affine.of({BAND: 1}), Affine.of({"n": 1}), Affine.of({"c": 1}))
+    cols = (Affine.of({"w": 1}),)
+    carry_at = (Affine.of({"n": 1}), Affine.of({"c": 1}), Affine.of({"u": 1}), *cols)
+    indices = (BAND, "n", "c", "u", "w")
+    bounds = ((0, bands - 1), *(box[i] for i in indices[1:]))
+    copy_in = Statement(
+        "copy_in",
+        Access(tensor, (*here, band_row(0), *cols)),
+        "=",
+        Read(Access(carry, carry_at)),
+        indices,
+        bounds,
+        f"{BAND} >= 1 and {rows_at(0)}",
+        f"carry {carry} into {tensor}",
+    )
+    copy_out = Statement(
+        "copy_out",
+        Access(carry, carry_at),
+        "=",
+        Read(Access(tensor, (*here, band_row(span.step), *cols))),
+        indices,
+        bounds,
+        f"{BAND} <= {bands - 2} and {rows_at(span.step)}",
+        f"carry {tensor} into {carry}",
+    )
+    return [copy_in, copy_out]
+
+
+def copy_elements(kept: Program, name: str) -> int:
+    """The elements the copy statement `name` of `kept` moves over all bands (isl's count)."""
+    st = next(s for s in kept.statements if s.name == name)
+    return int(poly.domain(st).count_val().to_python())
+
+
+def kept_extra_macs(program: Program, kept: Program) -> int:
+    """The MACs (instances of `+=` statements) `kept` (keep's rewrite of `program`) runs beyond
+    `program`'s: the rows above the image its band-local accumulators compute."""
+    extra = 0
+    old = [st for st in program.statements if st.op == "+="]
+    new = [st for st in kept.statements if st.op == "+="]
+    for a, b in zip(old, new, strict=True):
+        extra += _instances(b, _row(a)) - math.prod(hi - lo + 1 for lo, hi in a.bounds)
+    return extra
