@@ -257,13 +257,17 @@ def _fused_unit(
         return None, f"{halo[0]}; refused before lowering: {err}"
     except TensorgenError as err:
         run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
-        return None, f"; {err}"
+        return None, f"{halo[0]}; {err}"
     bindings = {}
     for k, j in enumerate(idx):
         for port, buf in singles[j].bindings.items():
             tensor = merged.names[k][port]
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
+    for aliases in ("firsts", "steadies"):  # kept.py's ports of the first band and the others
+        for tensor, alias in merged.program.meta.get(aliases, {}).items():
+            if tensor in bindings:
+                bindings[alias] = bindings[tensor]
     binary = decode(encode(compiled.binary))
     try:
         cost = _cost(binary, target)
@@ -298,7 +302,11 @@ def _compile_group(run: _Run, merged: Merged, alone: list, tile: Tile | None):
 
     def lower(schedules):
         sched = fused_schedule(merged, schedules, run.target, tile)
-        check_capacity(sched, run.target, merged.offsets, merged.whole)  # before lowering
+        # a kept halo's producer (kept.py): its first band's buffers are not live with the
+        # other bands', counted as another layer's
+        steady = merged.program.meta.get("steady", {}).values()
+        offsets = tuple(sorted({*merged.offsets, *steady}))
+        check_capacity(sched, run.target, offsets, merged.whole)  # before lowering
         return compile_scheduled(merged.program, run.target, sched)
 
     for schedules in tries[:-1]:
@@ -348,9 +356,15 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
         extra = extra_macs(merged.program, program, first)
         spent = extra // target.peak_macs_per_cycle
         how = f"{rows} rows a band, {extra} MACs again ({spent} cycles; the DRAM saved {saved})"
-        kept = _kept(run, merged, rows, spent) if KEEP_HALOS is not False else None
+        if KEEP_HALOS is not False and not exact:
+            continue  # a kept halo costs (nearly) no MACs again: weighed at the exact rows
+        kept = None
+        if KEEP_HALOS is not False:
+            kept = _kept(run, merged, (trace, room - _weights(merged)), spent, saved)
+        if kept is not None and kept[0] is not None:
+            return kept[0], kept[2], f": kept per band, {kept[1]}; recomputed: {how}"
         if kept is not None:
-            return kept[0], rows, f": kept per band, {kept[1]}; recomputed: {how}"
+            how = f"{how}; not kept: {kept[1]}"
         if spent * RECOMPUTE_MARGIN > saved:
             at_least = "" if exact else "at least "
             raise TileError(f"{at_least}{how}: the recomputed rows cost more than they save")
@@ -362,23 +376,41 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
 KEEP_HALOS: bool | None = None
 
 
-def _kept(run: _Run, merged: Merged, rows: int, recomputed: int) -> tuple[Merged, str] | None:
-    """`merged` run per band of `rows` with its halos kept (kept.py) and what that costs, if it
-    costs fewer cycles than recomputing them (`recomputed`): the MACs it runs beyond the layers'
-    (its tile layer's rows above the image) and its copies' elements (twice the carried rows a
-    band: in and out) on the vector unit; None if not, or if the rewrite refuses."""
+def _kept(
+    run: _Run, merged: Merged, band: tuple, recomputed: int, saved: int
+) -> tuple[Merged | None, str, int]:
+    """`merged` run per band with its halos kept (kept.py), what that costs and the band's rows
+    (band_rows for `band`: the tile layer's trace, and the room left beside the weights its
+    producers hold whole, read in the first band and the others), if it costs fewer cycles than
+    recomputing them (`recomputed`): the MACs it runs beyond the layers' (its first band's row
+    above the image) and its copies' elements (the carried rows a band, in and out) on the
+    vector unit; None (and why) if not, or if that is more than the DRAM cycles `saved` pay for
+    (as for recomputed halos), or if the rewrite refuses."""
     try:
+        rows = band_rows(merged.program, merged.offsets, band[0], merged.whole, band[1])
         program, offsets = keep(merged.program, merged.offsets, rows)
-    except TileError:
-        return None
+    except TileError as err:
+        return None, f"{err} (beside {_weights(merged)} B of weights)", 0
     target = run.target
     extra = kept_extra_macs(merged.program, program)
     moved = sum(copy_elements(program, name) for name in program.meta["copies"])
     spent = extra // target.peak_macs_per_cycle + moved // target.lanes
-    how = f"{extra} MACs more, {moved} elements copied ({spent} cycles)"
-    if spent > recomputed and KEEP_HALOS is None:
-        return None
-    return replace(merged, program=verify_program(program), offsets=offsets), how
+    how = f"{rows} rows a band, {extra} MACs more, {moved} elements copied ({spent} cycles)"
+    if KEEP_HALOS is None and (spent > recomputed or spent * RECOMPUTE_MARGIN > saved):
+        return None, f"{how}: costs more", rows
+    return replace(merged, program=verify_program(program), offsets=offsets), how, rows
+
+
+def _weights(merged: Merged) -> int:
+    """The bytes of the inputs a group's producers read at no row (their weights and biases)."""
+    seen = {}
+    for st in merged.program.statements[: merged.offsets[-1]]:
+        for acc in st.reads:
+            t = merged.program.tensor(acc.tensor)
+            rowless = len(acc.index) != 4 or not acc.index[2].names
+            if t.role == "input" and t.name not in merged.whole and not acc.table and rowless:
+                seen[t.name] = t.nbytes
+    return sum(seen.values())
 
 
 def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple]:
@@ -395,12 +427,10 @@ def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple
         height = program.statements[-1].extent(program.statements[-1].lhs.index[2].bare())
         if start < 0 or step * (bands - 1) + start + count > height:
             continue  # its rows clipped at the image's edges: not one program in every band
-        copies = set(merged.program.meta.get("copies", ()))  # kept halos' (kept.py): no layer's
-        banded = [
-            st
-            for st in merged.program.statements[merged.offsets[i] : ends[i]]
-            if st.name not in copies
-        ]
+        # a kept halo's producer (kept.py): its statements from the second band on, no copy
+        copies = set(merged.program.meta.get("copies", ()))
+        steady = merged.program.meta.get("steady", {}).get(i, merged.offsets[i])
+        banded = [st for st in merged.program.statements[steady : ends[i]] if st.name not in copies]
         statements = []
         for st, new in zip(program.statements, banded, strict=True):
             h = st.lhs.index[2].bare()

@@ -3,18 +3,26 @@ whose producers compute, per band, only the rows no band before computed, the ro
 read (the halo) carried from one band to the next on chip instead of computed again.
 
 The rewrite is recompute.py's (a shared outermost loop `band`, one buffer per band of every
-tensor a producer writes, the tile layer as there), with two changes:
-- each producer of a halo tensor T runs, per band, the last rows of its window (the `count`
-  rows its readers read there, `step` more each band): its `step` new rows, and before them
-  the rows of the first band's carry that lie inside the image (`again`: a 3x3 consumer's row
-  0, which no band before computed), computed in every band so that every band runs the same
-  rows (the buffers' origins stay affine: a first band of other rows would not be);
-- a carry tensor H_T (role none, `count - step - again` rows, no band dimension, staged whole
-  in its band buffer's layout) takes the other rows over: a copy-out after the producer,
-  `H_T[u] = T[band, .., step*band + start + step + u, ..]`, and a copy-in, `T[band, .., step*
-  band + start + u, ..] = H_T[u]` from the second band on, both clipped to the image. They
-  carry a dependence band -> band+1 (isl accepts the schedule in band order only); fused_schedule
-  runs each as one vector instruction a band.
+tensor a producer writes, the tile layer as there), with three changes:
+- each producer of a halo tensor T runs twice: in the first band its whole window (the `count`
+  rows its readers read there, as recomputed), from the second on its last `step` rows only,
+  the rows no band before computed. Each of the two has statements of its own (the first
+  band peeled: one domain each, every buffer's origin one affine function of the band), its
+  own accumulators, and its own port of each activation it reads (bound to the same value;
+  the first band's staged whole: its box is that band's, loaded once); an input another layer
+  reads too (a residual block's input) gets a port of its own from the second band on as well;
+  the weights both read are staged whole;
+- a carry tensor H_T (role none, `count - step` rows, no band dimension, staged whole in its
+  band buffer's layout) takes the other rows over: a copy-out after the producer, `H_T[u] =
+  T[band, .., step*band + start + step + u, ..]`, and a copy-in, `T[band, .., step*band +
+  start + u, ..] = H_T[u]` from the second band on, both clipped to the image. They carry a
+  dependence band -> band+1 (isl accepts the schedule in band order only); fused_schedule runs
+  each as vector instructions of its innermost loops;
+- nothing is computed twice but the first band's rows above the image (its accumulator's
+  block of rows starts with the window's, as recomputed halos' first band).
+The price: the copies on the vector unit, a second port's DMAs of an activation the first
+band reads (its buffer, and the other bands' buffer loaded in the first band too), and the
+weights held whole.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from tensorgen.fusion.recompute import _instances, _moved, _row, _Span, recompute
+from tensorgen.fusion.recompute import _expr, _instances, _moved, _row, _Span, recompute
 from tensorgen.fusion.tiled import BAND, TileError
 from tensorgen.ir import poly
 from tensorgen.ir.core import Access, Affine, Program, Read, Statement
@@ -31,7 +39,8 @@ from tensorgen.ir.core import Access, Affine, Program, Read, Statement
 def keep(program: Program, offsets: tuple[int, ...], rows: int) -> tuple[Program, tuple]:
     """`program` (a group's merged program, its layers from `offsets` on) run per band of `rows`
     output rows of its last layer, its producers' halos kept from the band before (see the
-    module's docstring); with the layers' new offsets (the copies lie between the layers)."""
+    module's docstring); with the layers' new offsets (each one's first band's statements
+    first; its other bands' from `meta["steady"][i]` on; the copies after them)."""
     banded = recompute(program, offsets, rows)  # what it refuses, a kept halo refuses too
     ends = (*offsets[1:], len(program.statements))
     layers = [program.statements[a:b] for a, b in zip(offsets, ends, strict=True)]
@@ -48,27 +57,64 @@ def keep(program: Program, offsets: tuple[int, ...], rows: int) -> tuple[Program
     carried, runs = {}, dict(spans)
     for i in range(last):
         sp = spans[i]
-        # the rows the first band carries inside the image: computed again in every band
-        again = max(0, sp.start + sp.count - sp.step)
-        if sp.count - sp.step - again > 0:
+        if sp.count > sp.step and bands > 1:  # from the second band on: the last `step` rows
             carried.update({t: sp for t, j in written.items() if j == i and t not in local})
-            runs[i] = _Span(sp.step, sp.start + sp.count - sp.step - again, sp.step + again)
+            runs[i] = _Span(sp.step, sp.start + sp.count - sp.step, sp.step)
     if not carried:
         raise TileError(f"kept halo: bands of {rows} rows carry no row a band before computed")
-    statements, new_offsets = [], []
+    # the first band's statements have accumulators of their own (of the window's rows) and
+    # input ports of their own (bound to the same values): staged by the layer's schedule, the
+    # first band's footprints start elsewhere (not one affine origin with the other bands')
+    firsts = {}
+    for st in program.statements[: offsets[-1]]:
+        if runs[layer_of[st.name]] != spans[layer_of[st.name]]:
+            h = _row(st)
+            for acc in [st.lhs, *st.reads]:
+                rows = len(acc.index) == 4 and acc.index[2].coef(h) != 0  # not a weight
+                if acc.tensor in local or (program.tensor(acc.tensor).role == "input" and rows):
+                    firsts[acc.tensor] = f"{acc.tensor}_first"
+    # an input another layer reads too (a residual block's input) is read from the second band
+    # on through a port of its own as well: the other layer's footprint in the first band (no
+    # halo columns) and the producer's in the others would have no one origin
+    steadies = {
+        t: f"{t}_steady"
+        for t in firsts
+        if t not in local
+        and any(
+            t in {a.tensor for a in st.reads}
+            for st in program.statements
+            if runs[layer_of[st.name]] == spans[layer_of[st.name]]
+        )
+    }
+    statements, new_offsets, steady = [], [], {}
     for i, layer in enumerate(layers):
         new_offsets.append(len(statements))
         if i == last:
             statements += banded.statements[offsets[-1] :]
             break
-        statements += [_kept_statement(st, written, local, runs[i], bands) for st in layer]
+        if runs[i] != spans[i]:
+            for st in layer:
+                first = _kept_statement(st, written, local, spans[i], bands, f"{BAND} <= 0")
+                statements.append(_renamed(first, firsts))
+            steady[i] = len(statements)
+        statements += [
+            _renamed(
+                _kept_statement(st, written, local, runs[i], bands, f"{BAND} >= 1" * (i in steady)),
+                steadies if i in steady else {},
+            )
+            for st in layer
+        ]
         for t in sorted(t for t in carried if written[t] == i):
             statements += _copies(program, t, spans[i], runs[i], bands)
     statements = [replace(st, name=f"S{k}") for k, st in enumerate(statements)]
     copies = tuple(st.name for st in statements if st.text.startswith("carry "))
     tensors = []
     for t in banded.tensors:
-        if t.name in local:  # the rows its layer runs per band
+        if t.name in firsts:
+            tensors.append(replace(t, name=firsts[t.name]))
+        if t.name in steadies:
+            tensors.append(replace(t, name=steadies[t.name]))
+        if t.name in local and t.name in firsts:  # the rows its layer runs per band
             t = replace(t, shape=(*t.shape[:3], runs[written[t.name]].count, *t.shape[4:]))
         tensors.append(t)
     for t in sorted(carried):
@@ -84,12 +130,26 @@ def keep(program: Program, offsets: tuple[int, ...], rows: int) -> tuple[Program
             "band_runs": tuple((sp.step, sp.start, sp.count) for _, sp in sorted(runs.items())),
             "carries": {f"H_{t}": t for t in sorted(carried)},
             "copies": copies,
+            "steady": steady,  # layer -> its statements' offset from the second band on
+            "firsts": firsts,  # an accumulator or input -> the first band's
+            "steadies": steadies,  # an input other layers read too -> the other bands' port
         },
     )
     return out, tuple(new_offsets)
 
 
-def _kept_statement(st: Statement, written, local, span: _Span, bands: int) -> Statement:
+def _renamed(st: Statement, names: dict[str, str]) -> Statement:
+    """`st` with the tensors `names` maps renamed."""
+
+    def access(acc: Access) -> Access:
+        return replace(acc, tensor=names.get(acc.tensor, acc.tensor))
+
+    return replace(st, lhs=access(st.lhs), rhs=_expr(st.rhs, access))
+
+
+def _kept_statement(
+    st: Statement, written, local, span: _Span, bands: int, which: str = ""
+) -> Statement:
     """`st` run per band over `span`'s rows (recompute's `_moved`), clipped to the image's rows:
     a statement writing a band-local accumulator clipped below only (its blocks of rows start
     with the band's: rows above the image computed from the pad, never stored)."""
@@ -97,7 +157,7 @@ def _kept_statement(st: Statement, written, local, span: _Span, bands: int) -> S
     g = f"{h} + {span.step}*{BAND} + {span.start}"
     last = dict(zip(st.indices, st.bounds, strict=True))[h][1]
     clip = f"{g} <= {last}" if st.lhs.tensor in local else f"0 <= {g} <= {last}"
-    return _moved(st, written, local, span, bands, clip)
+    return _moved(st, written, local, span, bands, " and ".join(w for w in (which, clip) if w))
 
 
 def _copies(program: Program, tensor: str, span: _Span, run: _Span, bands: int) -> list:
@@ -152,10 +212,9 @@ def copy_elements(kept: Program, name: str) -> int:
 
 def kept_extra_macs(program: Program, kept: Program) -> int:
     """The MACs (instances of `+=` statements) `kept` (keep's rewrite of `program`) runs beyond
-    `program`'s: the rows above the image its band-local accumulators compute."""
-    extra = 0
-    old = [st for st in program.statements if st.op == "+="]
-    new = [st for st in kept.statements if st.op == "+="]
-    for a, b in zip(old, new, strict=True):
-        extra += _instances(b, _row(a)) - math.prod(hi - lo + 1 for lo, hi in a.bounds)
-    return extra
+    `program`'s: its first band's row above the image (as recomputed halos' first band)."""
+    # a banded statement's rows: its lhs's (N, C, H, W after the band) next to last index
+    new = sum(_instances(st, st.lhs.index[-2].bare()) for st in kept.statements if st.op == "+=")
+    return new - sum(
+        math.prod(hi - lo + 1 for lo, hi in st.bounds) for st in program.statements if st.op == "+="
+    )
