@@ -264,10 +264,7 @@ def _fused_unit(
             tensor = merged.names[k][port]
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
-    for aliases in ("firsts", "steadies"):  # kept.py's ports of the first band and the others
-        for tensor, alias in merged.program.meta.get(aliases, {}).items():
-            if tensor in bindings:
-                bindings[alias] = bindings[tensor]
+    _bind_aliases(merged.program.meta, bindings)
     binary = decode(encode(compiled.binary))
     try:
         cost = _cost(binary, target)
@@ -290,6 +287,14 @@ def _fused_unit(
         return None, f"{said}: costs more"
     run.added[tuple(idx)] = (more, alone[1] - cost[1])
     return Unit(idx, binary, bindings, compiled.macs, "fused"), said
+
+
+def _bind_aliases(meta: dict, bindings: dict[str, str]) -> None:
+    """kept.py's ports of the first band and of the others bound where their tensor is."""
+    for aliases in ("firsts", "steadies"):
+        for tensor, alias in meta.get(aliases, {}).items():
+            if tensor in bindings:
+                bindings[alias] = bindings[tensor]
 
 
 def _compile_group(run: _Run, merged: Merged, alone: list, tile: Tile | None):

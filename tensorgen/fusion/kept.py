@@ -28,7 +28,7 @@ weights held whole.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tensorgen.fusion.recompute import _expr, _instances, _moved, _row, _Span, recompute
 from tensorgen.fusion.tiled import BAND, TileError
@@ -36,11 +36,58 @@ from tensorgen.ir import poly
 from tensorgen.ir.core import Access, Affine, Program, Read, Statement
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What keep's rewrite is made of: recompute's rewrite (`banded`), the layers' statements,
+    the tensors the producers write (by layer; `local`: only their own layer reads them), each
+    layer's window per band (`spans`) and the rows it runs from the second band on (`runs`),
+    and the halo tensors carried (their windows)."""
+
+    program: Program
+    offsets: tuple[int, ...]
+    banded: Program
+    layers: list
+    layer_of: dict[str, int]
+    written: dict[str, int]
+    local: set[str]
+    spans: dict[int, _Span]
+    runs: dict[int, _Span]
+    carried: dict[str, _Span]
+
+    @property
+    def bands(self) -> int:
+        return dict(self.banded.shared_loops)[BAND]
+
+
 def keep(program: Program, offsets: tuple[int, ...], rows: int) -> tuple[Program, tuple]:
     """`program` (a group's merged program, its layers from `offsets` on) run per band of `rows`
     output rows of its last layer, its producers' halos kept from the band before (see the
     module's docstring); with the layers' new offsets (each one's first band's statements
     first; its other bands' from `meta["steady"][i]` on; the copies after them)."""
+    plan = _plan(program, offsets, rows)
+    firsts, steadies = _aliases(plan)
+    statements, new_offsets, steady = _statements(plan, firsts, steadies)
+    copies = tuple(st.name for st in statements if st.text.startswith("carry "))
+    out = replace(
+        plan.banded,
+        tensors=_tensors(plan, firsts, steadies),
+        statements=tuple(statements),
+        meta={
+            **plan.banded.meta,
+            "band_runs": tuple(
+                (sp.step, sp.start, sp.count) for _, sp in sorted(plan.runs.items())
+            ),
+            "carries": {f"H_{t}": t for t in sorted(plan.carried)},
+            "copies": copies,
+            "steady": steady,  # layer -> its statements' offset from the second band on
+            "firsts": firsts,  # an accumulator or input -> the first band's
+            "steadies": steadies,  # an input other layers read too -> the other bands' port
+        },
+    )
+    return out, tuple(new_offsets)
+
+
+def _plan(program: Program, offsets: tuple[int, ...], rows: int) -> _Plan:
     banded = recompute(program, offsets, rows)  # what it refuses, a kept halo refuses too
     ends = (*offsets[1:], len(program.statements))
     layers = [program.statements[a:b] for a, b in zip(offsets, ends, strict=True)]
@@ -49,93 +96,88 @@ def keep(program: Program, offsets: tuple[int, ...], rows: int) -> tuple[Program
     for st in program.statements:
         for acc in st.reads:
             readers.setdefault(acc.tensor, set()).add(layer_of[st.name])
-    last = len(layers) - 1
     written = {st.lhs.tensor: layer_of[st.name] for st in program.statements[: offsets[-1]]}
     local = {t for t, i in written.items() if readers.get(t, set()) <= {i}}
     spans = {i: _Span(*sp) for i, sp in enumerate(banded.meta["band_spans"])}
-    bands = dict(banded.shared_loops)[BAND]
     carried, runs = {}, dict(spans)
-    for i in range(last):
+    for i in range(len(layers) - 1):
         sp = spans[i]
-        if sp.count > sp.step and bands > 1:  # from the second band on: the last `step` rows
+        if sp.count > sp.step and dict(banded.shared_loops)[BAND] > 1:
             carried.update({t: sp for t, j in written.items() if j == i and t not in local})
-            runs[i] = _Span(sp.step, sp.start + sp.count - sp.step, sp.step)
+            runs[i] = _Span(sp.step, sp.start + sp.count - sp.step, sp.step)  # the last `step`
     if not carried:
         raise TileError(f"kept halo: bands of {rows} rows carry no row a band before computed")
-    # the first band's statements have accumulators of their own (of the window's rows) and
-    # input ports of their own (bound to the same values): staged by the layer's schedule, the
-    # first band's footprints start elsewhere (not one affine origin with the other bands')
+    return _Plan(program, offsets, banded, layers, layer_of, written, local, spans, runs, carried)
+
+
+def _aliases(plan: _Plan) -> tuple[dict[str, str], dict[str, str]]:
+    """The first band's statements have accumulators of their own (of the window's rows) and
+    ports of their own of the activations they read (bound to the same values): staged by the
+    layer's schedule, the first band's footprints start elsewhere (not one affine origin with
+    the other bands'). An input another layer reads too (a residual block's input) is read from
+    the second band on through a port of its own as well: the other layer's footprint in the
+    first band (no halo columns) and the producer's in the others would have no one origin."""
+    program, layer_of, local = plan.program, plan.layer_of, plan.local
+
+    def peeled(st) -> bool:
+        return plan.runs[layer_of[st.name]] != plan.spans[layer_of[st.name]]
+
     firsts = {}
-    for st in program.statements[: offsets[-1]]:
-        if runs[layer_of[st.name]] != spans[layer_of[st.name]]:
+    for st in program.statements[: plan.offsets[-1]]:
+        if peeled(st):
             h = _row(st)
             for acc in [st.lhs, *st.reads]:
                 rows = len(acc.index) == 4 and acc.index[2].coef(h) != 0  # not a weight
                 if acc.tensor in local or (program.tensor(acc.tensor).role == "input" and rows):
                     firsts[acc.tensor] = f"{acc.tensor}_first"
-    # an input another layer reads too (a residual block's input) is read from the second band
-    # on through a port of its own as well: the other layer's footprint in the first band (no
-    # halo columns) and the producer's in the others would have no one origin
-    steadies = {
-        t: f"{t}_steady"
-        for t in firsts
-        if t not in local
-        and any(
-            t in {a.tensor for a in st.reads}
-            for st in program.statements
-            if runs[layer_of[st.name]] == spans[layer_of[st.name]]
-        )
-    }
+    others = {a.tensor for st in program.statements if not peeled(st) for a in st.reads}
+    steadies = {t: f"{t}_steady" for t in firsts if t not in local and t in others}
+    return firsts, steadies
+
+
+def _statements(plan: _Plan, firsts: dict, steadies: dict) -> tuple[list, list, dict]:
+    """The rewritten statements (named by their place), the layers' offsets, and where each
+    peeled layer's statements from the second band on start."""
     statements, new_offsets, steady = [], [], {}
-    for i, layer in enumerate(layers):
+    written, local, bands, last = plan.written, plan.local, plan.bands, len(plan.layers) - 1
+    for i, layer in enumerate(plan.layers):
         new_offsets.append(len(statements))
         if i == last:
-            statements += banded.statements[offsets[-1] :]
+            statements += plan.banded.statements[plan.offsets[-1] :]
             break
-        if runs[i] != spans[i]:
+        if plan.runs[i] != plan.spans[i]:
             for st in layer:
-                first = _kept_statement(st, written, local, spans[i], bands, f"{BAND} <= 0")
+                first = _kept_statement(st, written, local, plan.spans[i], bands, f"{BAND} <= 0")
                 statements.append(_renamed(first, firsts))
             steady[i] = len(statements)
-        statements += [
-            _renamed(
-                _kept_statement(st, written, local, runs[i], bands, f"{BAND} >= 1" * (i in steady)),
-                steadies if i in steady else {},
-            )
-            for st in layer
-        ]
-        for t in sorted(t for t in carried if written[t] == i):
-            statements += _copies(program, t, spans[i], runs[i], bands)
+        which = f"{BAND} >= 1" if i in steady else ""
+        for st in layer:
+            st = _kept_statement(st, written, local, plan.runs[i], bands, which)
+            statements.append(_renamed(st, steadies if i in steady else {}))
+        for t in sorted(t for t in plan.carried if written[t] == i):
+            statements += _copies(plan.program, t, plan.spans[i], plan.runs[i], bands)
     statements = [replace(st, name=f"S{k}") for k, st in enumerate(statements)]
-    copies = tuple(st.name for st in statements if st.text.startswith("carry "))
+    return statements, new_offsets, steady
+
+
+def _tensors(plan: _Plan, firsts: dict, steadies: dict) -> tuple:
+    """recompute's tensors, the aliases' and the carries'; an accumulator of the other bands
+    holds the rows its layer runs there."""
     tensors = []
-    for t in banded.tensors:
+    for t in plan.banded.tensors:
         if t.name in firsts:
             tensors.append(replace(t, name=firsts[t.name]))
         if t.name in steadies:
             tensors.append(replace(t, name=steadies[t.name]))
-        if t.name in local and t.name in firsts:  # the rows its layer runs per band
-            t = replace(t, shape=(*t.shape[:3], runs[written[t.name]].count, *t.shape[4:]))
+        if t.name in plan.local and t.name in firsts:
+            count = plan.runs[plan.written[t.name]].count
+            t = replace(t, shape=(*t.shape[:3], count, *t.shape[4:]))
         tensors.append(t)
-    for t in sorted(carried):
-        src, sp = program.tensor(t), runs[written[t]]
-        k = spans[written[t]].count - sp.count
+    for t in sorted(plan.carried):
+        src, sp = plan.program.tensor(t), plan.runs[plan.written[t]]
+        k = plan.spans[plan.written[t]].count - sp.count
         tensors.append(replace(src, name=f"H_{t}", shape=(*src.shape[:2], k, *src.shape[3:])))
-    out = replace(
-        banded,
-        tensors=tuple(tensors),
-        statements=tuple(statements),
-        meta={
-            **banded.meta,
-            "band_runs": tuple((sp.step, sp.start, sp.count) for _, sp in sorted(runs.items())),
-            "carries": {f"H_{t}": t for t in sorted(carried)},
-            "copies": copies,
-            "steady": steady,  # layer -> its statements' offset from the second band on
-            "firsts": firsts,  # an accumulator or input -> the first band's
-            "steadies": steadies,  # an input other layers read too -> the other bands' port
-        },
-    )
-    return out, tuple(new_offsets)
+    return tuple(tensors)
 
 
 def _renamed(st: Statement, names: dict[str, str]) -> Statement:
