@@ -18,8 +18,8 @@ tensor a producer writes, the tile layer as there), with three changes:
   start + u, ..] = H_T[u]` from the second band on, both clipped to the image. They carry a
   dependence band -> band+1 (isl accepts the schedule in band order only); fused_schedule runs
   each as vector instructions of its innermost loops;
-- nothing is computed twice but the first band's rows above the image (its accumulator's
-  block of rows starts with the window's, as recomputed halos' first band).
+- no row is computed twice, none above the image (the first band's rows numbered from the
+  image's first: its blocks' origins are those of one band).
 The price: the copies on the vector unit, a second port's DMAs of an activation the first
 band reads (its buffer, and the other bands' buffer loaded in the first band too), and the
 weights held whole.
@@ -147,7 +147,8 @@ def _statements(plan: _Plan, firsts: dict, steadies: dict) -> tuple[list, list, 
             break
         if plan.runs[i] != plan.spans[i]:
             for st in layer:
-                first = _kept_statement(st, written, local, plan.spans[i], bands, f"{BAND} <= 0")
+                span = _first_band(plan.spans[i])
+                first = _kept_statement(st, written, local, span, bands, f"{BAND} <= 0")
                 statements.append(_renamed(first, firsts))
             steady[i] = len(statements)
         which = f"{BAND} >= 1" if i in steady else ""
@@ -160,12 +161,24 @@ def _statements(plan: _Plan, firsts: dict, steadies: dict) -> tuple[list, list, 
     return statements, new_offsets, steady
 
 
+def _first_band(span: _Span) -> _Span:
+    """The rows of the window `span` inside the image in the first band (its rows numbered
+    from the image's first: no row above it computed, its blocks' origins those of one band)."""
+    lo = max(span.start, 0)
+    return _Span(span.step, lo, span.count - (lo - span.start))
+
+
 def _tensors(plan: _Plan, firsts: dict, steadies: dict) -> tuple:
     """recompute's tensors, the aliases' and the carries'; an accumulator of the other bands
     holds the rows its layer runs there."""
     tensors = []
     for t in plan.banded.tensors:
-        if t.name in firsts:
+        if t.name in firsts and t.name in plan.local:  # the first band's rows
+            count = _first_band(plan.spans[plan.written[t.name]]).count
+            tensors.append(
+                replace(t, name=firsts[t.name], shape=(*t.shape[:3], count, *t.shape[4:]))
+            )
+        elif t.name in firsts:
             tensors.append(replace(t, name=firsts[t.name]))
         if t.name in steadies:
             tensors.append(replace(t, name=steadies[t.name]))
