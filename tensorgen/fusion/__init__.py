@@ -361,8 +361,15 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
         extra = extra_macs(merged.program, program, first)
         spent = extra // target.peak_macs_per_cycle
         how = f"{rows} rows a band, {extra} MACs again ({spent} cycles; the DRAM saved {saved})"
-        if KEEP_HALOS is not False and not exact:
-            continue  # a kept halo costs (nearly) no MACs again: weighed at the exact rows
+        if not exact:  # at least as many rows as the exact: fewer MACs again, fewer copies
+            if spent * RECOMPUTE_MARGIN <= saved:
+                continue
+            if KEEP_HALOS is not False:
+                copied = _copied(merged, rows, target)
+                if KEEP_HALOS is True or copied * RECOMPUTE_MARGIN <= saved:
+                    continue  # kept may pay: weighed at the exact rows
+                how = f"{how}; not kept: at least {copied} cycles of copies"
+            raise TileError(f"at least {how}: the recomputed rows cost more than they save")
         kept = None
         if KEEP_HALOS is not False:
             kept = _kept(run, merged, (trace, room - _weights(merged)), spent, saved)
@@ -371,8 +378,7 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
         if kept is not None:
             how = f"{how}; not kept: {kept[1]}"
         if spent * RECOMPUTE_MARGIN > saved:
-            at_least = "" if exact else "at least "
-            raise TileError(f"{at_least}{how}: the recomputed rows cost more than they save")
+            raise TileError(f"{how}: the recomputed rows cost more than they save")
     return replace(merged, program=verify_program(program)), rows, f": recomputed per band, {how}"
 
 
@@ -404,6 +410,16 @@ def _kept(
     if KEEP_HALOS is None and (spent > recomputed or spent * RECOMPUTE_MARGIN > saved):
         return None, f"{how}: costs more", rows
     return replace(merged, program=verify_program(program), offsets=offsets), how, rows
+
+
+def _copied(merged: Merged, rows: int, target: Target) -> int:
+    """The cycles the copies of a kept halo take on the vector unit with bands of `rows` (0 if
+    the rewrite refuses: no cheaper bound then)."""
+    try:
+        program, _ = keep(merged.program, merged.offsets, rows)
+    except TileError:
+        return 0
+    return sum(copy_elements(program, name) for name in program.meta["copies"]) // target.lanes
 
 
 def _weights(merged: Merged) -> int:
