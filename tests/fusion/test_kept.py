@@ -1,8 +1,8 @@
 """Band fusion with kept halos (tensorgen/fusion/kept.py): a pair whose activation does not fit
 the scratchpad whole runs per band, the producer computing per band only the rows no band
-before computed (and the one the first band needs inside the image again), the other halo row
-carried on chip from the band before; bit-exact, fewer MACs than recomputing the halo, the
-activation never in DRAM, and the choice said in the fusion notes (`--explain`)."""
+before computed (its first band peeled: its whole window), the halo rows carried on chip from
+the band before; bit-exact, fewer MACs than recomputing the halo, the activation never in
+DRAM, and the choice said in the fusion notes (`--explain`)."""
 
 from __future__ import annotations
 
