@@ -272,8 +272,9 @@ def fused_schedule(
 
 
 def _vectorize_copies(fused: Schedule) -> None:
-    """The copies of kept halos (kept.py; in no layer's trace) as vector instructions: each
-    one's loops inside the band (channels, carried rows, columns) one vector."""
+    """The copies of kept halos (kept.py; in no layer's trace) as vector instructions: one per
+    channel, its carried rows and columns one vector (all channels at once would need vector
+    temporaries the scratchpad has no room for beside a band's buffers)."""
     shared = set(fused.program.shared_names)
     for name in fused.program.meta.get("copies", ()):
         own = [lp for lp in fused.loops(name) if lp.name not in shared]
@@ -326,7 +327,9 @@ def _replay(
     """Layer i's trace replayed on the fused schedule; with `deferred` (a layer moved into a
     band), its stagings at a loop over rows are kept there (tensor, loop, memory, double) for
     `restage`: that loop has one iteration per band, where no buffer can be placed; with
-    `written` too, only those of tensors not in it (the group's inputs)."""
+    `written` too, only those of tensors not in it (the group's inputs). `offset` and `rename`:
+    where the layer's statements start and its tensors' names, if not the layer's own (a kept
+    halo's producer runs twice: _copies_of)."""
     rename = merged.names[i] if rename is None else rename
     offset = merged.offsets[i] if offset is None else offset
     stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
