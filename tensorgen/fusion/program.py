@@ -273,8 +273,7 @@ def fused_schedule(
 
 def _vectorize_copies(fused: Schedule) -> None:
     """The copies of kept halos (kept.py; in no layer's trace) as vector instructions: one per
-    channel, its carried rows and columns one vector (all channels at once would need vector
-    temporaries the scratchpad has no room for beside a band's buffers)."""
+    channel, its carried rows and columns one vector."""
     shared = set(fused.program.shared_names)
     for name in fused.program.meta.get("copies", ()):
         own = [lp for lp in fused.loops(name) if lp.name not in shared]
