@@ -232,7 +232,7 @@ def fused_schedule(
     # group's dependences): the lowering's verify_schedule checks every band once
     # a kept halo's producer (kept.py) runs its statements twice (the first band, the others):
     # the inputs both read (its weights) staged whole, not by its schedule at a loop of one
-    merged = replace(merged, shared=merged.shared | _read_twice(merged))
+    merged = replace(merged, shared=merged.shared | _read_twice(merged, alone))
     fused = Schedule(merged.program, None, checked=False, bands=False)
     banded = tile.banded if tile is not None else frozenset()
     layouts = _layouts(merged, alone)
@@ -296,13 +296,25 @@ def _copies_of(merged: Merged, i: int) -> list[tuple[int, dict[str, str]]]:
     return [(merged.offsets[i], first), (meta["steady"][i], steady)]
 
 
-def _read_twice(merged: Merged) -> frozenset[str]:
+def _own_layout(merged: Merged, alone: list, tensor: str):
+    """The layout the first layer that stages `tensor` gives it (None: the tensor's own)."""
+    for i, (_, trace) in enumerate(alone):
+        for step in trace:
+            if step.primitive == "stage" and merged.names[i].get(step.args[0]) == tensor:
+                layout = dict(step.kwargs).get("layout")
+                return None if layout is None else tuple(layout)
+    return None
+
+
+def _read_twice(merged: Merged, alone: list) -> frozenset[str]:
     """The inputs of a kept halo's producers (kept.py) that both their copies read, and those
-    only the first band reads (staged whole, their box is the first band's: loaded once)."""
+    only the first band reads (staged whole, their box is the first band's: loaded once)
+    unless their layer stages them in a layout of its own (a stem's input channels-last for its
+    MAC array's K: staged as the layer does, per band, its box loaded in every band)."""
     meta, out = merged.program.meta, set()
     aliased = set(meta.get("firsts", {}))
-    for t, first in meta.get("firsts", {}).items():  # the first band's inputs: loaded once
-        if merged.program.tensor(t).role == "input":
+    for t, first in meta.get("firsts", {}).items():
+        if merged.program.tensor(t).role == "input" and _own_layout(merged, alone, t) is None:
             out.add(first)
     for i in meta.get("steady", {}):
         for t in merged.names[i].values():
