@@ -102,3 +102,29 @@ def test_the_rewrite_computes_each_row_once() -> None:
     pixels = 16 * 8  # channels x columns
     assert extra_macs(program, recomputed, 2) == 3 * pixels * 16
     assert kept_extra_macs(program, kept) == 0  # every row once
+
+
+class _Stem(torch.nn.Module):
+    """ResNet's stem: a 7x7 conv of stride 2 (its input staged channels-last) -> a 3x3 max pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 64, 7, stride=2, padding=3)
+        self.relu = torch.nn.ReLU()
+        self.b = torch.nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x):
+        return self.b(self.relu(self.a(x)))
+
+
+def test_a_stem_keeps_its_halo_with_its_input_in_its_own_layout(monkeypatch) -> None:
+    # at 112 its 64x56x56 activation (200,704 B) is over 3/4 of the scratchpad: per band
+    torch.manual_seed(0)
+    model, example = _Stem().eval(), (torch.randn(1, 3, 112, 112),)
+    kept, unit, note = _compiled(monkeypatch, model, example, True)
+    assert "(a halo): kept per band" in note and "0 MACs more" in note, note
+    assert unit.macs == 64 * 3 * 7 * 7 * 56 * 56  # the conv's MACs, none again
+    fused, alone = (int(n) for n in re.findall(r"(\d+) DRAM B", note))
+    assert unit.dram_bytes == fused < alone, note
+    cmp, _ = check_model(kept, (example[0] * 1.5,))
+    assert cmp.exact, cmp.message
