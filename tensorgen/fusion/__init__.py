@@ -32,6 +32,7 @@ from tensorgen.codegen.scheduled import compile_scheduled
 from tensorgen.errors import TensorgenError
 from tensorgen.frontend.fx import Graph
 from tensorgen.fusion.groups import Group, _Uses, fusion_groups
+from tensorgen.fusion.kept import copy_elements, keep, kept_extra_macs
 from tensorgen.fusion.program import FusionError, Merged, fused_schedule, merge
 from tensorgen.fusion.recompute import band_rows, extra_macs, recompute
 from tensorgen.fusion.tiled import BAND, Tile, TileError, check_capacity, row_halo
@@ -256,13 +257,14 @@ def _fused_unit(
         return None, f"{halo[0]}; refused before lowering: {err}"
     except TensorgenError as err:
         run.blamed = None if merged is None else _blame(str(err), merged, idx[0])
-        return None, f"; {err}"
+        return None, f"{halo[0]}; {err}"
     bindings = {}
     for k, j in enumerate(idx):
         for port, buf in singles[j].bindings.items():
             tensor = merged.names[k][port]
             if tensor not in merged.intermediates:
                 bindings[tensor] = buf
+    _bind_aliases(merged.program.meta, bindings)
     binary = decode(encode(compiled.binary))
     try:
         cost = _cost(binary, target)
@@ -287,6 +289,14 @@ def _fused_unit(
     return Unit(idx, binary, bindings, compiled.macs, "fused"), said
 
 
+def _bind_aliases(meta: dict, bindings: dict[str, str]) -> None:
+    """kept.py's ports of the first band and of the others bound where their tensor is."""
+    for aliases in ("firsts", "steadies"):
+        for tensor, alias in meta.get(aliases, {}).items():
+            if tensor in bindings:
+                bindings[alias] = bindings[tensor]
+
+
 def _compile_group(run: _Run, merged: Merged, alone: list, tile: Tile | None):
     """The merged program compiled with the layers' schedules replayed on it: per band, the
     schedules searched for one band first, if they differ and lower, else the image's."""
@@ -297,7 +307,11 @@ def _compile_group(run: _Run, merged: Merged, alone: list, tile: Tile | None):
 
     def lower(schedules):
         sched = fused_schedule(merged, schedules, run.target, tile)
-        check_capacity(sched, run.target, merged.offsets, merged.whole)  # before lowering
+        # a kept halo's producer (kept.py): its first band's buffers are not live with the
+        # other bands', counted as another layer's
+        steady = merged.program.meta.get("steady", {}).values()
+        offsets = tuple(sorted({*merged.offsets, *steady}))
+        check_capacity(sched, run.target, offsets, merged.whole)  # before lowering
         return compile_scheduled(merged.program, run.target, sched)
 
     for schedules in tries[:-1]:
@@ -320,22 +334,23 @@ BAND_SHARE = 0.5
 
 def _tile(run: _Run, group: Group, merged: Merged, trace, halo: list[str]) -> tuple[Merged, Tile]:
     """How `merged` runs per band of its last layer's rows: its producers moved into that
-    layer's row loop, or, if that layer reads a halo (rows two bands read), recomputing the
-    halo per band (`halo[0]` says so and what it costs)."""
+    layer's row loop, or, if that layer reads a halo (rows two bands read), the halo kept from
+    the band before (kept.py) or recomputed per band (recompute.py), whichever costs fewer
+    cycles before lowering (`halo[0]` says which and what each costs)."""
     last = len(merged.offsets) - 1
     why = row_halo(merged.program, merged.intermediates)
     if why is None:
         return merged, Tile(last, merged.whole)
-    halo[0] = f"; {why} (a halo): recomputed per band"
+    halo[0] = f"; {why} (a halo)"
     merged, rows, how = _recomputed(run, group, merged, trace)
-    halo[0] += f", {how}"
+    halo[0] += how
     return merged, Tile(last, merged.whole, rows)
 
 
 def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged, int, str]:
-    """`merged` rewritten to run per band, its producers recomputing their halos (recompute.py),
-    with the band's rows and what they cost; refused (TileError) before anything is lowered if
-    the MACs run again take more cycles than the DRAM bytes fusing saves."""
+    """`merged` rewritten to run per band, its producers' halos kept (kept.py) or recomputed
+    (recompute.py), with the band's rows and what they cost; refused (TileError) before
+    anything is lowered if the cycles the halo costs exceed what the DRAM bytes saved pay for."""
     target, first = run.target, merged.offsets[-1]
     room = int(BAND_SHARE * target.spad.bytes)
     saved = group.saved_dram_bytes // target.dram_bytes_per_cycle
@@ -346,10 +361,77 @@ def _recomputed(run: _Run, group: Group, merged: Merged, trace) -> tuple[Merged,
         extra = extra_macs(merged.program, program, first)
         spent = extra // target.peak_macs_per_cycle
         how = f"{rows} rows a band, {extra} MACs again ({spent} cycles; the DRAM saved {saved})"
+        if not exact:  # at least as many rows as the exact: fewer MACs again, fewer copies
+            if spent * RECOMPUTE_MARGIN <= saved:
+                continue
+            if KEEP_HALOS is not False:
+                copied = _copied(merged, rows, target)
+                if KEEP_HALOS is True or copied * RECOMPUTE_MARGIN <= saved:
+                    continue  # kept may pay: weighed at the exact rows
+                how = f"{how}; not kept: at least {copied} cycles of copies"
+            raise TileError(f"at least {how}: the recomputed rows cost more than they save")
+        kept = None
+        if KEEP_HALOS is not False:
+            kept = _kept(run, merged, (trace, room - _weights(merged)), spent, saved)
+        if kept is not None and kept[0] is not None:
+            return kept[0], kept[2], f": kept per band, {kept[1]}; recomputed: {how}"
+        if kept is not None:
+            how = f"{how}; not kept: {kept[1]}"
         if spent * RECOMPUTE_MARGIN > saved:
-            at_least = "" if exact else "at least "
-            raise TileError(f"{at_least}{how}: the recomputed rows cost more than they save")
-    return replace(merged, program=verify_program(program)), rows, how
+            raise TileError(f"{how}: the recomputed rows cost more than they save")
+    return replace(merged, program=verify_program(program)), rows, f": recomputed per band, {how}"
+
+
+# whether a group per band keeps its halos from the band before (kept.py): None where that
+# costs fewer cycles than recomputing them (the cost model picks), True always, False never
+KEEP_HALOS: bool | None = None
+
+
+def _kept(
+    run: _Run, merged: Merged, band: tuple, recomputed: int, saved: int
+) -> tuple[Merged | None, str, int]:
+    """`merged` run per band with its halos kept (kept.py), what that costs and the band's rows
+    (band_rows for `band`: the tile layer's trace, and the room left beside the weights its
+    producers hold whole, read in the first band and the others), if it costs fewer cycles than
+    recomputing them (`recomputed`): the MACs it runs beyond the layers' (its first band's row
+    above the image) and its copies' elements (the carried rows a band, in and out) on the
+    vector unit; None (and why) if not, or if that is more than the DRAM cycles `saved` pay for
+    (as for recomputed halos), or if the rewrite refuses."""
+    try:
+        rows = band_rows(merged.program, merged.offsets, band[0], merged.whole, band[1])
+        program, offsets = keep(merged.program, merged.offsets, rows)
+    except TileError as err:
+        return None, f"{err} (beside {_weights(merged)} B of weights)", 0
+    target = run.target
+    extra = kept_extra_macs(merged.program, program)
+    moved = sum(copy_elements(program, name) for name in program.meta["copies"])
+    spent = extra // target.peak_macs_per_cycle + moved // target.lanes
+    how = f"{rows} rows a band, {extra} MACs more, {moved} elements copied ({spent} cycles)"
+    if KEEP_HALOS is None and (spent > recomputed or spent * RECOMPUTE_MARGIN > saved):
+        return None, f"{how}: costs more", rows
+    return replace(merged, program=verify_program(program), offsets=offsets), how, rows
+
+
+def _copied(merged: Merged, rows: int, target: Target) -> int:
+    """The cycles the copies of a kept halo take on the vector unit with bands of `rows` (0 if
+    the rewrite refuses: no cheaper bound then)."""
+    try:
+        program, _ = keep(merged.program, merged.offsets, rows)
+    except TileError:
+        return 0
+    return sum(copy_elements(program, name) for name in program.meta["copies"]) // target.lanes
+
+
+def _weights(merged: Merged) -> int:
+    """The bytes of the inputs a group's producers read at no row (their weights and biases)."""
+    seen = {}
+    for st in merged.program.statements[: merged.offsets[-1]]:
+        for acc in st.reads:
+            t = merged.program.tensor(acc.tensor)
+            rowless = len(acc.index) != 4 or not acc.index[2].names
+            if t.role == "input" and t.name not in merged.whole and not acc.table and rowless:
+                seen[t.name] = t.nbytes
+    return sum(seen.values())
 
 
 def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple]:
@@ -366,7 +448,10 @@ def _band_schedules(run: _Run, merged: Merged, alone: list[tuple]) -> list[tuple
         height = program.statements[-1].extent(program.statements[-1].lhs.index[2].bare())
         if start < 0 or step * (bands - 1) + start + count > height:
             continue  # its rows clipped at the image's edges: not one program in every band
-        banded = merged.program.statements[merged.offsets[i] : ends[i]]
+        # a kept halo's producer (kept.py): its statements from the second band on, no copy
+        copies = set(merged.program.meta.get("copies", ()))
+        steady = merged.program.meta.get("steady", {}).get(i, merged.offsets[i])
+        banded = [st for st in merged.program.statements[steady : ends[i]] if st.name not in copies]
         statements = []
         for st, new in zip(program.statements, banded, strict=True):
             h = st.lhs.index[2].bare()

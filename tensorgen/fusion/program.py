@@ -230,12 +230,18 @@ def fused_schedule(
     # staged box of the whole group: quadratic in its layers); the lowering's buffer plan
     # checks the real capacities once. Nor the parallel check of each band (over the whole
     # group's dependences): the lowering's verify_schedule checks every band once
+    # a kept halo's producer (kept.py) runs its statements twice (the first band, the others):
+    # the inputs both read (its weights) staged whole, not by its schedule at a loop of one
+    merged = replace(merged, shared=merged.shared | _read_twice(merged, alone))
     fused = Schedule(merged.program, None, checked=False, bands=False)
     banded = tile.banded if tile is not None else frozenset()
     layouts = _layouts(merged, alone)
     for tensor, layout in layouts.items():
         if tensor not in banded:
             fused.stage(tensor, None, "spad", layout=layout)
+    carries = merged.program.meta.get("carries", {})
+    for carry, tensor in carries.items():  # kept halos (kept.py): in the layout of their band's
+        fused.stage(carry, None, "spad", layout=layouts.get(tensor))
     deferred: list[tuple[str, Loop, str, bool]] = []
     written = {st.lhs.tensor for st in merged.program.statements}
     for i, (program, trace) in enumerate(alone):
@@ -243,10 +249,14 @@ def fused_schedule(
         # a layer that runs per band already (recompute.py) keeps its blocks of rows: only its
         # inputs move to the band loop, their rows loaded once per band, not once per block
         inputs = written if tile is not None and tile.rows is not None else None
-        _replay(fused, merged, i, program, trace, deferred if moved else None, inputs)
-        # the layer's rows shared with the others' (each layer's split made a row for all):
-        # isl's AST of the group, its checks and the next layer's steps see a few dimensions
-        fused.pack()
+        for at, rename in _copies_of(merged, i):  # a kept halo's first band: its own statements
+            _replay(
+                fused, merged, i, program, trace, deferred if moved else None, inputs, at, rename
+            )
+            # the layer's rows shared with the others' (each layer's split made a row for all):
+            # isl's AST of the group, its checks and the next layer's steps see a few dimensions
+            fused.pack()
+    _vectorize_copies(fused)
     if tile is not None:  # the layers before the tile layer run per band of its rows
         moved = [f"S{k}" for k in range(merged.offsets[tile.layer])]
         if tile.rows is not None:  # a band's buffers in the layout their readers chose
@@ -261,14 +271,78 @@ def fused_schedule(
     return fused  # compile_scheduled's verify_schedule checks it against the dependences
 
 
+def _vectorize_copies(fused: Schedule) -> None:
+    """The copies of kept halos (kept.py; in no layer's trace) as vector instructions: one per
+    channel, its carried rows and columns one vector."""
+    shared = set(fused.program.shared_names)
+    for name in fused.program.meta.get("copies", ()):
+        own = [lp for lp in fused.loops(name) if lp.name not in shared]
+        if own:
+            fused.vectorize(*own[-COPY_VECTOR_DIMS:])
+
+
+# how many of a copy's innermost loops one vector instruction runs
+COPY_VECTOR_DIMS = 2
+
+
+def _copies_of(merged: Merged, i: int) -> list[tuple[int, dict[str, str]]]:
+    """Where layer i's statements start in the merged program and its tensors there: once, or
+    (a kept halo's producer, kept.py) its first band's and then its other bands'."""
+    meta = merged.program.meta
+    if i not in meta.get("steady", {}):
+        return [(merged.offsets[i], merged.names[i])]
+    first = {port: meta["firsts"].get(t, t) for port, t in merged.names[i].items()}
+    steady = {port: meta["steadies"].get(t, t) for port, t in merged.names[i].items()}
+    return [(merged.offsets[i], first), (meta["steady"][i], steady)]
+
+
+def _own_layout(merged: Merged, alone: list, tensor: str):
+    """The layout the first layer that stages `tensor` gives it (None: the tensor's own)."""
+    for i, (_, trace) in enumerate(alone):
+        for step in trace:
+            if step.primitive == "stage" and merged.names[i].get(step.args[0]) == tensor:
+                layout = dict(step.kwargs).get("layout")
+                return None if layout is None else tuple(layout)
+    return None
+
+
+def _read_twice(merged: Merged, alone: list) -> frozenset[str]:
+    """The inputs of a kept halo's producers (kept.py) that both their copies read, and those
+    only the first band reads (staged whole, their box is the first band's: loaded once)
+    unless their layer stages them in a layout of its own (a stem's input channels-last for its
+    MAC array's K: staged as the layer does, per band, its box loaded in every band)."""
+    meta, out = merged.program.meta, set()
+    aliased = set(meta.get("firsts", {}))
+    for t, first in meta.get("firsts", {}).items():
+        if merged.program.tensor(t).role == "input" and _own_layout(merged, alone, t) is None:
+            out.add(first)
+    for i in meta.get("steady", {}):
+        for t in merged.names[i].values():
+            role = merged.program.tensor(t).role
+            if t not in aliased and t not in merged.whole and role == "input":
+                out.add(t)
+    return frozenset(out)
+
+
 def _replay(
-    fused: Schedule, merged: Merged, i: int, program: Program, trace, deferred, written=None
+    fused: Schedule,
+    merged: Merged,
+    i: int,
+    program: Program,
+    trace,
+    deferred,
+    written=None,
+    offset: int | None = None,
+    rename: dict[str, str] | None = None,
 ) -> None:
     """Layer i's trace replayed on the fused schedule; with `deferred` (a layer moved into a
     band), its stagings at a loop over rows are kept there (tensor, loop, memory, double) for
     `restage`: that loop has one iteration per band, where no buffer can be placed; with
-    `written` too, only those of tensors not in it (the group's inputs)."""
-    rename, offset = merged.names[i], merged.offsets[i]
+    `written` too, only those of tensors not in it (the group's inputs). `offset` and `rename`:
+    where the layer's statements start and its tensors' names, if not the layer's own (a kept
+    halo's producer runs twice: _copies_of)."""
+    rename = merged.names[i] if rename is None else rename
+    offset = merged.offsets[i] if offset is None else offset
     stmt = {s.name: f"S{offset + k}" for k, s in enumerate(program.statements)}
     start, made_by = _mirror(program, tuple(trace))
     handles = {}

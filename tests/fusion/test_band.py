@@ -79,6 +79,7 @@ def test_a_band_that_costs_cycles_the_model_cannot_spare_is_not_fused(monkeypatc
 
 def test_a_halo_is_recomputed_per_band(monkeypatch) -> None:
     monkeypatch.setattr(fusion, "TILE_LAYERS", 2)  # the pair, not with the dequantize after it
+    monkeypatch.setattr(fusion, "KEEP_HALOS", False)  # recomputed, not kept (test_kept.py)
     cm, example, lowered = _compile(monkeypatch, 3, 10**9)
     note = next(n for n in cm.fusion_notes if "per band a -> b:" in n)
     # the 3x3 reads rows of the 1x1's above and below its own: two bands read them, each

@@ -50,6 +50,7 @@ def test_an_expand_and_depthwise_pair_is_fused_per_band_with_its_halo_recomputed
     monkeypatch.setattr(fusion, "BAND_SHARE", share)
     monkeypatch.setattr(fusion, "BAND_SLACK", 10**9)
     monkeypatch.setattr(fusion, "TILE_LAYERS", 2)
+    monkeypatch.setattr(fusion, "KEEP_HALOS", False)  # recomputed (kept: test_kept.py)
     torch.manual_seed(0)
     model, example = _Expand(stride).eval(), (torch.randn(1, 16, SIZE, SIZE),)
     cm = compile_model(model, example, TG1, fuse=True)
