@@ -14,9 +14,9 @@ are stepped for their timing only, and one plan computes the values of all of th
 stepped ones too, once the loop is timed: the timing never reads a value.
 
 Only loops whose on-chip operands do not move with the loop's counter are replayed (DRAM
-accesses are checked as whole tensors, so their boxes may move), except sources read on EX
-(of a MATMUL, a VMUL/VMAC or an elementwise instruction) that no LOAD during or after the loop
-may write (no hazard can ever involve them, so their addresses are left out of the state), whose inner control flow does not read the counter
+accesses are checked as whole tensors, so their boxes may move), except MATMUL/VMUL/VMAC
+sources that no LOAD during or after the loop may write (no hazard can ever involve them, so
+their addresses are left out of the state), whose inner control flow does not read the counter
 (top-level IFs may: their outcomes are evaluated per iteration), and only while the step and
 iteration limits are not reached: stepping then reports them. A queue the loop does not use
 keeps its time; its later instructions may still meet any access or DMA of the loop, so the
@@ -62,7 +62,7 @@ def form(sim, pc: int, depth: int) -> Form | None:
             active.add(i.queue)
         for name, value in i.args:
             if isinstance(value, View) and _moves(value.base, depth):
-                if not _read_on_ex(sim, q, name, value):
+                if i.mnemonic not in ("MATMUL", "VMUL", "VMAC") or name not in ("a", "b"):
                     return None
                 moving.append((q, name))
             if name in ("cond", "lower", "upper") and any(_moves(a, depth) for a, _ in value.terms):
@@ -77,40 +77,11 @@ def form(sim, pc: int, depth: int) -> Form | None:
     return Form(tuple(ifs), tuple(moving), frozenset(active))
 
 
-def _read_on_ex(sim, pc: int, name: str, view: View) -> bool:
-    """Whether field `name` (`view`) of instruction `pc` is only read, on EX: a MATMUL's or
-    VMUL/VMAC's source, or a source of an elementwise instruction (its semantics' accesses,
-    `state.access_pattern`, never write it). On-chip memory is written from another queue
-    only by LOADs, so such a read meets no access of another queue that no LOAD makes."""
-    ins = sim.binary.code[pc]
-    if ins.mnemonic in ("MATMUL", "VMUL", "VMAC"):
-        return name in ("a", "b")
-    if ins.mnemonic not in stacked.ELEMENTWISE or ins.queue != "EX":
-        return False
-    patterns = access_patterns(sim)
-    if pc not in patterns:
-        patterns[pc] = access_pattern(ins)
-    pattern = patterns[pc]
-    return pattern is not None and all(not w for v, w in pattern if v is view)
-
-
-@dataclass(frozen=True)
-class Hull:
-    """The bytes the moving operands read over the whole loop, per memory (`moving_hull`),
-    and whether a LOAD after the loop (or in a loop around it) may write some of them."""
-
-    bytes: dict
-    later: bool
-
-
-NO_HULL = Hull({}, False)  # of a loop without moving operands
-
-
-def moving_hull(sim, pc: int, counters: tuple[int, ...], f: Form) -> Hull | None:
-    """The moving operands' `Hull`, if no LOAD of the loop's body can write it (`moving_ok`
-    checks the LOADs in flight when the loop is replayed, and that a LOAD after it cannot
-    meet the reads of its replayed iterations); None otherwise. (Only LOADs write on-chip
-    memory on another queue than EX's, and STOREs write DRAM.)"""
+def moving_hull(sim, pc: int, counters: tuple[int, ...], f: Form) -> dict | None:
+    """The bytes the moving operands read over the whole loop, per memory, if no LOAD that
+    may run during or after the loop can write them (`moving_ok` checks the LOADs in flight
+    when the loop is replayed); None otherwise. (Only LOADs write on-chip memory on another
+    queue than EX's, and STOREs write DRAM.)"""
     code = sim.binary.code
     enclosing = _enclosing(sim)
     hull: dict[str, tuple[int, int]] = {}
@@ -122,7 +93,6 @@ def moving_hull(sim, pc: int, counters: tuple[int, ...], f: Form) -> Hull | None
         lo, hi = hull.get(view.mem, r)
         hull[view.mem] = (min(lo, r[0]), max(hi, r[1]))
     outer = [(e[0], e[1]) for e in enclosing[pc]]
-    after, later = pc + 1 + code[pc].arg("body"), False
     for q, ins in enumerate(code):
         if ins.mnemonic != "LOAD" or not (q > pc or any(a < q < b for a, b in outer)):
             continue
@@ -132,39 +102,16 @@ def moving_hull(sim, pc: int, counters: tuple[int, ...], f: Form) -> Hull | None
         r = _view_range(view, _intervals(code, enclosing[q], ()))
         lo, hi = hull[view.mem]
         if r is None or (r[0] < hi and lo < r[1]):
-            if q < after:
-                return None  # the body's own LOADs: they may meet a replayed read
-            later = True
-    return Hull(hull, later)
+            return None
+    return hull
 
 
-def moving_ok(sim, hull: Hull, moving, active) -> bool:
-    """No LOAD in flight writes the moving operands' bytes, and, if a LOAD after the loop may
-    write them, every moving read in flight ends by the time LD is free: a later LOAD then
-    starts after every read of the replayed iterations (whose addresses the state left out),
-    as it does after the copies of those reads, LD's time moving with them (LD runs in the
-    loop, `active`), so none of them can meet it."""
-    if any(
-        a.write
-        and a.mem in hull.bytes
-        and a.lo < hull.bytes[a.mem][1]
-        and hull.bytes[a.mem][0] < a.hi
+def moving_ok(sim, hull: dict) -> bool:
+    """No LOAD in flight writes the moving operands' bytes."""
+    return not any(
+        a.write and a.mem in hull and a.lo < hull[a.mem][1] and hull[a.mem][0] < a.hi
         for a in sim.inflight["LD"]
-    ):
-        return False
-    if not hull.later:
-        return True
-    if "LD" not in active:
-        return False
-    ld = sim.queue_time["LD"]
-    return all(a.end <= ld for a in sim.inflight["EX"] if _of(a, moving))
-
-
-def _of(a: Access, moving) -> bool:
-    """Whether access `a` (or a part of its run) is of an instruction in `moving`."""
-    if a.parts is None:
-        return a.pc in moving
-    return any(s.pc in moving for s in a.parts.segments)
+    )
 
 
 def _intervals(code, loops, fixed: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -415,7 +362,7 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
     ins = sim.binary.code[pc]
     count, body = ins.arg("count"), ins.arg("body")
     moving = frozenset(q for q, _ in f.moving)
-    hull = NO_HULL
+    hull = {}
     if moving:  # a pure function of the binary (it scans the code): kept across runs
         hulls = sim.static.runs.setdefault("hulls", {})
         key = (pc, counters)
@@ -499,16 +446,9 @@ def access_patterns(sim) -> dict:
 def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:
     """The loop's iterations, stepped, and replayed from the first steady one on."""
     count, body = len(sigs), sim.binary.code[pc].arg("body")
-    # the state before the first iteration too: when the first leaves it as it found it
-    # (shifted), every later one is a copy of it, and only one iteration need be stepped
-    c, previous, failed = 0, state_key(sim, f.active, moving), set()
+    c, previous, failed = 0, None, set()
     idle = len(f.active) < len(sim.queue_time)
     while c < count:
-        if sigs[c] in failed and (c + 1 == count or sigs[c + 1] in failed):
-            # neither replayed after it nor compared with the next: stepped, no state kept
-            sim._block(pc + 1, pc + 1 + body, counters + (c,))
-            c, previous = c + 1, None
-            continue
         before = _counters(sim)
         marks = _record_marks(sim)
         snap = snapshot(sim) if idle else None
@@ -520,9 +460,7 @@ def _iterations(sim, pc, counters, f: Form, sigs, moving, hull) -> None:
             while e < count and sigs[e] == sigs[c - 1]:
                 e += 1
             d = t - previous[1]
-            if e > c and moving_ok(
-                sim, hull, moving, f.active
-            ):  # else: a LOAD in flight, tried again later
+            if e > c and moving_ok(sim, hull):  # else: a LOAD in flight, tried again later
                 if _replay(sim, pc, counters, c, e, (before, marks, snap), d, f.active):
                     c, previous = e, None
                     continue
