@@ -158,31 +158,64 @@ def dram_order(boxes, k: int, binary) -> list[tuple[int, int]] | None:
     program order; None if no order does. Stepping runs effect i of iteration a before
     effect j > i of iteration b when a <= b, after it otherwise: boxes of one tensor that meet
     (one of them stored) only for a <= b put i first, only for a > b put j first; a STORE
-    meeting itself in another iteration, or both cases at once, have no order."""
+    meeting itself in another iteration, or both cases at once, have no order.
+
+    Every pair of one tensor's boxes is met for all iterations at once (numpy, a row of boxes
+    against the later ones), not pair by pair: a default schedule's loop holds hundreds of
+    boxes of one tensor."""
     if k > 2048:
         return None
-    cs, edges = np.arange(k), []
-    for x, (i, kind_i, bi) in enumerate(boxes):
-        for j, kind_j, bj in boxes[x:]:
-            if bi[0] != bj[0] or (kind_i == "load" and kind_j == "load"):
-                continue
-            meet = np.ones((k, k), dtype=bool)
-            for d, n in enumerate(binary.tensors[bi[0]].shape):
-                lo_i = np.clip(bi[1][d] + bi[2][d] * cs, 0, n)
-                hi_i = np.clip(bi[1][d] + bi[2][d] * cs + bi[3][d], 0, n)
-                lo_j = np.clip(bj[1][d] + bj[2][d] * cs, 0, n)
-                hi_j = np.clip(bj[1][d] + bj[2][d] * cs + bj[3][d], 0, n)
-                meet &= (lo_i[:, None] < hi_j[None, :]) & (lo_j[None, :] < hi_i[:, None])
-            later = np.tril(meet, -1).any()  # i's iteration after j's
-            if i == j:
-                if later or np.triu(meet, 1).any():
-                    return None
-                continue
-            if later and np.triu(meet).any():
+    groups: dict[int, list[int]] = {}
+    for x, (_, _, box) in enumerate(boxes):
+        groups.setdefault(box[0], []).append(x)
+    found = []  # (x, y, later, earlier-or-same, earlier, meet) per pair of boxes, then ordered
+    for tensor, xs in groups.items():
+        found += _meets(boxes, xs, k, binary.tensors[tensor].shape)
+    edges = []
+    for x, y, later, upto, ahead, meet in sorted(found):
+        i, j = boxes[x][0], boxes[y][0]
+        if i == j:
+            if later or ahead:
                 return None
-            if meet.any():
-                edges.append((j, i) if later else (i, j))
+        elif later and upto:
+            return None
+        elif meet:
+            edges.append((j, i) if later else (i, j))
     return edges
+
+
+def _meets(boxes, xs: list[int], k: int, shape) -> list[tuple]:
+    """For `dram_order`: per pair x <= y of the boxes `xs` of one tensor (not both loads):
+    whether y's iteration b meets x's iteration a for some a > b, a <= b, a < b, any."""
+    cs = np.arange(k)
+    lo = np.empty((len(xs), len(shape), k), np.int64)
+    hi = np.empty_like(lo)
+    for r, x in enumerate(xs):
+        box = boxes[x][2]
+        for d, n in enumerate(shape):
+            lo[r, d] = np.clip(box[1][d] + box[2][d] * cs, 0, n)
+            hi[r, d] = np.clip(box[1][d] + box[2][d] * cs + box[3][d], 0, n)
+    load = np.array([boxes[x][1] == "load" for x in xs])
+    below, above = cs[:, None] > cs[None, :], cs[:, None] < cs[None, :]
+    width = max(1, (1 << 22) // (k * k))  # boxes per block of columns: a few MB of booleans
+    out = []
+    for r, x in enumerate(xs):
+        for c0 in range(r, len(xs), width):
+            cols = np.arange(c0, min(c0 + width, len(xs)))
+            cols = cols[~(load[r] & load[cols])]
+            if not len(cols):
+                continue
+            meet = np.ones((len(cols), k, k), bool)
+            for d in range(len(shape)):
+                meet &= (lo[r, d][None, :, None] < hi[cols, d][:, None, :]) & (
+                    lo[cols, d][:, None, :] < hi[r, d][None, :, None]
+                )
+            later = (meet & below).any((1, 2))
+            ahead = (meet & above).any((1, 2))
+            same = meet[:, cs, cs].any(1)
+            for c, lt, ah, sm in zip(cols.tolist(), later, ahead, same, strict=True):
+                out.append((x, xs[c], bool(lt), bool(ah or sm), bool(ah), bool(lt or ah or sm)))
+    return out
 
 
 def meetings(accesses, modes) -> list[tuple[int, int, bool]]:
