@@ -8,7 +8,9 @@ iterations at once (`tensorgen.sim.replay`; all its iterations' values at once, 
 them, when its body allows it); a LOAD or STORE as a copy decoded once (`state.Transfer`); a
 SYNC is stepped without the memory-access bookkeeping. `vectorize_loops=False` steps every
 instruction instead, with the same values, counters, trace events and errors;
-BLAS runs on one thread meanwhile. Timing follows per-queue timelines (LD, EX, ST)
+BLAS runs on one thread meanwhile. `values=False` computes no value at all (the fast paths
+record what they touch without computing, as a replayed loop's timed iterations do) for the
+same counters, marks, trace and errors: nothing in the timing reads a value. Timing follows per-queue timelines (LD, EX, ST)
 that honour dependency tokens, with DRAM bandwidth shared by all DMAs in
 flight. Every access is bounds-checked, and an access that overlaps an
 in-flight access of another queue without a token between them is reported
@@ -32,9 +34,9 @@ from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message
 from tensorgen.sim import products, replay
-from tensorgen.sim.results import Mark, Recorder, SimResult, Stats
+from tensorgen.sim.results import Mark, NoOutputs, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
-from tensorgen.sim.state import Machine
+from tensorgen.sim.state import Machine, access_pattern
 from tensorgen.sim.static import static
 from tensorgen.sim.vector import VectorRuns
 from tensorgen.target import Target
@@ -57,6 +59,7 @@ class Simulator:
         vectorize_loops: bool = True,
         limits: SimLimits | None = None,
         record: bool = False,
+        values: bool = True,
     ) -> None:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
@@ -64,8 +67,13 @@ class Simulator:
         self.static = known
         self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
         self.binary, self.target = binary, target
-        spare, known.spare = known.spare, None  # taken: a second live Simulator maps its own
-        self.machine = Machine(binary, target, spare)
+        # a values-free run (`values` False) touches few pages of fresh (lazily zeroed) memories:
+        # it leaves the spare ones to a run that computes
+        spare = None
+        if values:
+            spare, known.spare = known.spare, None  # taken: a second live Simulator maps its own
+        self.values = values
+        self.machine = Machine(binary, target, spare, values)
         self.machine.decoded = known.decoded
         self.stats = Stats()
         self.queue_time = {q: 0 for q in isa.QUEUES}
@@ -88,49 +96,8 @@ class Simulator:
         self.vector_runs = VectorRuns(self)  # and of VMUL/VMAC (a depthwise tap loop)
         self.replays: dict[tuple[int, int], replay.Form | None] = known.replays  # (replay)
 
-    def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
-        dram = self.machine.mem["dram"]
-        for t in self.binary.tensors:
-            region = np.ndarray(t.shape, np.dtype(t.dtype), buffer=dram, offset=t.dram_offset)
-            if t.role == "const":
-                region[...] = np.frombuffer(
-                    self.binary.constants,
-                    np.dtype(t.dtype),
-                    t.const_bytes // region.itemsize,
-                    t.const_offset,
-                ).reshape(t.shape)
-            elif t.role in ("input", "inout"):
-                if t.name not in inputs:
-                    raise SimulatorError(
-                        f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})"
-                    )
-                value = np.asarray(inputs[t.name])
-                if tuple(value.shape) != tuple(t.shape):
-                    raise SimulatorError(
-                        f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}"
-                    )
-                if np.dtype(t.dtype).kind == "f":
-                    if value.dtype != np.float32:
-                        raise SimulatorError(
-                            f"input '{t.name}' has dtype {value.dtype}; expected float32"
-                        )
-                elif value.dtype != region.dtype:  # of the tensor's dtype: in its range
-                    if not np.issubdtype(value.dtype, np.integer):
-                        raise SimulatorError(
-                            f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})"
-                        )
-                    info = np.iinfo(np.dtype(t.dtype))
-                    if value.size and (value.min() < info.min or value.max() > info.max):
-                        raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
-                region[...] = value  # in range: the cast is exact
-        unknown = set(inputs) - {
-            t.name for t in self.binary.tensors if t.role in ("input", "inout")
-        }
-        if unknown:
-            raise SimulatorError(f"unknown input tensor(s): {', '.join(sorted(unknown))}")
-
     def run(self, inputs: dict[str, np.ndarray], marks: tuple[int, ...] = ()) -> SimResult:
-        self._set_inputs(inputs)
+        self.machine.set_inputs(inputs)
         self.mark_pcs, self.marks = set(marks), []
         # float overflow in a crafted scale: wrong, not a warning; entered once, not per
         # instruction (it cost ~20 us an instruction)
@@ -153,6 +120,8 @@ class Simulator:
             known = self.static.energy = (key, self.target, energy_breakdown(self.target, s))
         s.energy_breakdown = dict(known[2])
         s.energy_pj = sum(s.energy_breakdown.values())
+        if not self.values:
+            return SimResult(NoOutputs(), s, self.marks, self.recorder)
         outputs = {}
         for t in self.binary.tensors:
             if t.role in ("output", "inout"):
@@ -492,13 +461,19 @@ class Simulator:
         # The verifier checks what can be known statically; operands whose shapes do not fit
         # the instruction's semantics (a crafted binary) end here, named, not in a traceback.
         if not self.machine.values:  # stepped for its timing: only what it touches
-            pattern = replay.access_patterns(self).get(pc)
-            if pattern is None or semantics is not ins.defn.execute:  # `replay.whole_plan`'s
+            patterns = replay.access_patterns(self)
+            if not self.values and pc not in patterns:
+                patterns[pc] = access_pattern(ins)
+            pattern = patterns.get(pc)
+            if pattern is not None and semantics is ins.defn.execute:
+                semantics = functools.partial(_touch, pattern=pattern)
+            elif self.values:  # `replay.whole_plan` admits only instructions with a pattern
                 raise SimulatorError(
                     f"instruction {pc} ({ins.mnemonic}): internal error: its semantics were "
                     "to run in a loop stepped for its timing only"
                 )
-            semantics = functools.partial(_touch, pattern=pattern)
+            # else a values-free run: the semantics run on whatever the memories hold, for
+            # what they touch and the errors they raise (neither depends on the values)
         try:
             semantics(self.machine, self.fields[pc])  # under `run`'s np.errstate
         except (ValueError, IndexError, TypeError, KeyError) as err:
@@ -562,19 +537,28 @@ def simulate(
     marks: tuple[int, ...] = (),
     limits: SimLimits | None = None,
     record: bool = False,
+    values: bool = True,
 ) -> SimResult:
     """Run `binary`; `vectorize_loops=False` executes every loop iteration on its own (for testing
     that the vectorised path computes the same values and counters). `marks`: top-level
     instruction indices (or the code length, for the end) at which to record the counters, e.g.
     the boundaries of a model's layers. The binary is verified against the target first
     (`tensorgen.mc.verify.verify_binary`), within `limits`. `record`: keep a `Recorder` (traces,
-    timelines)."""
+    timelines).
+
+    `values=False`: a values-free run, for callers that want only counters: it computes no
+    value (no product, vector operation, requantization or copy of data, where the simulator
+    knows what an instruction touches without computing it) and returns the same stats,
+    marks, trace and errors as the run that computes them -- the timing never reads a value,
+    and bounds and hazards follow the addresses only. Its `outputs` are a `NoOutputs`, which
+    raises when read. `inputs` are checked as ever; a dict of zeros will do."""
     with _blas().limit(limits=1, user_api="blas"), products.one_thread():  # restored on return
-        sim = Simulator(binary, target, vectorize_loops, limits, record)
+        sim = Simulator(binary, target, vectorize_loops, limits, record, values)
         result = sim.run(inputs, marks)
-    # nothing refers to its memories any more (the outputs are copies): the next run of this
-    # binary zeroes them instead of mapping fresh pages
-    sim.static.spare = sim.machine.mem
+    if values:
+        # nothing refers to its memories any more (the outputs are copies): the next run of
+        # this binary zeroes them instead of mapping fresh pages
+        sim.static.spare = sim.machine.mem
     return result
 
 

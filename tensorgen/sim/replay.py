@@ -11,7 +11,8 @@ iteration's, and the state after k of them is the state shifted k times. Their v
 computed at once (`tensorgen.sim.stacked`). When every instruction of the body has a fast
 path that records what it touches without computing (`whole_plan`), the stepped iterations
 are stepped for their timing only, and one plan computes the values of all of them, the
-stepped ones too, once the loop is timed: the timing never reads a value.
+stepped ones too, once the loop is timed: the timing never reads a value. A values-free run
+(`machine.simulate(values=False)`) steps and replays every loop so, and computes nothing.
 
 Only loops whose on-chip operands do not move with the loop's counter are replayed (DRAM
 accesses are checked as whole tensors, so their boxes may move), except MATMUL/VMUL/VMAC
@@ -104,6 +105,12 @@ def moving_hull(sim, pc: int, counters: tuple[int, ...], f: Form) -> dict | None
         if r is None or (r[0] < hi and lo < r[1]):
             return None
     return hull
+
+
+def _inside(sim, hull: dict) -> bool:
+    """The moving operands' bytes over the whole loop lie inside their memories."""
+    mem = sim.machine.mem
+    return all(lo >= 0 and hi <= mem[m].size for m, (lo, hi) in hull.items())
 
 
 def moving_ok(sim, hull: dict) -> bool:
@@ -371,6 +378,11 @@ def run_loop(sim, pc: int, counters: tuple[int, ...], f: Form) -> None:
             hull = moving_hull(sim, pc, counters, f)
             if len(hulls) < MAX_PLANS:
                 hulls[key] = hull
+        if not sim.values and hull is not None and not _inside(sim, hull):
+            # a moving source may leave its memory at some iteration: with values, the plan
+            # of the replayed ones declines (its bounds checks) and stepping reports it;
+            # values-free, no plan is made, so stepping every iteration does
+            hull = None
     sigs = signatures(sim, f, counters, count)
     whole = whole_plan(sim, pc, counters, sigs)
     if whole is not None:
@@ -491,7 +503,7 @@ def _replay(sim, pc, counters, c0, c1, stepped, d, active) -> bool:
     if sim.iterations + inc[-1] * k > lim.max_iterations:
         return False
     p = None
-    if sim.machine.values:  # else `whole_plan`'s computes them, once all are timed
+    if sim.machine.values:  # else `whole_plan`'s computes them, or the run computes none
         at = counters + (c0,)
         key = (pc, at, k)
         if key not in sim.static.plans:  # a pure function of the binary: kept across runs

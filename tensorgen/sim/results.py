@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tensorgen.errors import SimulatorError
 from tensorgen.mc import isa
 
 
@@ -71,9 +73,32 @@ class Recorder:
     channel: list[tuple[int, int]] = field(default_factory=list)
 
 
+class NoOutputs(Mapping):
+    """The outputs of a values-free run (`simulate(values=False)`), which computes none: any
+    look at them raises, so that a caller that wants values cannot read zeros unawares."""
+
+    def _fail(self):
+        raise SimulatorError(
+            "this run computed no values (simulate(..., values=False)): its outputs are "
+            "unknown; simulate with values=True to read them"
+        )
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        self._fail()
+
+    def __iter__(self):
+        self._fail()
+
+    def __len__(self) -> int:
+        self._fail()
+
+    def __repr__(self) -> str:
+        return "NoOutputs()"
+
+
 @dataclass
 class SimResult:
-    outputs: dict[str, np.ndarray]
+    outputs: Mapping[str, np.ndarray]  # a `NoOutputs` of a values-free run
     stats: Stats
     marks: list[Mark] = field(default_factory=list)
     recorder: Recorder | None = None

@@ -122,6 +122,26 @@ def access_pattern(ins) -> tuple[tuple[View, bool], ...] | None:
     return tuple(state.accesses)
 
 
+def _check_input(t, value: np.ndarray, dtype: np.dtype) -> None:
+    """Input `value` fits tensor `t` (of `dtype` in the DRAM): its shape, and a dtype whose
+    values the tensor's holds (float32 for a float tensor, integers in its range)."""
+    if tuple(value.shape) != tuple(t.shape):
+        raise SimulatorError(
+            f"input '{t.name}' has shape {list(value.shape)}, expected {list(t.shape)}"
+        )
+    if dtype.kind == "f":
+        if value.dtype != np.float32:
+            raise SimulatorError(f"input '{t.name}' has dtype {value.dtype}; expected float32")
+    elif value.dtype != dtype:
+        if not np.issubdtype(value.dtype, np.integer):
+            raise SimulatorError(
+                f"input '{t.name}' has dtype {value.dtype}; expected integers ({t.dtype})"
+            )
+        info = np.iinfo(dtype)
+        if value.size and (value.min() < info.min or value.max() > info.max):
+            raise SimulatorError(f"input '{t.name}' has values outside {t.dtype}")
+
+
 def _unset(binary: Binary) -> list[tuple[int, int]]:
     """The DRAM byte ranges that `Simulator._set_inputs` does not write: all but the input,
     inout and constant tensors, which it writes whole before anything runs."""
@@ -143,10 +163,13 @@ def _unset(binary: Binary) -> list[tuple[int, int]]:
 class Machine:
     """Implements `isa.MachineState` for the instruction semantics."""
 
-    def __init__(self, binary: Binary, target: Target, spare: dict | None = None) -> None:
+    def __init__(
+        self, binary: Binary, target: Target, spare: dict | None = None, values: bool = True
+    ) -> None:
         """`spare`: the memories of an earlier run of the same binary on the same target,
         zeroed and used again (their pages are mapped already: a fresh DRAM image of
-        megabytes costs a page fault per 4 KiB on first touch)."""
+        megabytes costs a page fault per 4 KiB on first touch). `values`: False for a
+        values-free run (`machine.simulate(values=False)`), which computes none."""
         self.binary, self.target = binary, target
         sizes = {"spad": target.spad.bytes, "acc": target.acc.bytes, "dram": binary.dram_bytes}
         if spare is not None and all(spare[m].size == n for m, n in sizes.items()):
@@ -158,15 +181,45 @@ class Machine:
         else:
             self.mem = {m: np.zeros(n, np.uint8) for m, n in sizes.items()}
         self.counters: tuple[int, ...] = ()
-        # False while a replayed loop's iterations are stepped for their timing only: the fast
-        # paths then record what they touch but compute nothing (`replay.run_loop`)
-        self.values = True
+        # False while a replayed loop's iterations are stepped for their timing only, and
+        # throughout a values-free run: the fast paths then record what they touch but compute
+        # nothing (`replay.run_loop`)
+        self.values = values
         self.loop: list[tuple[int, int]] = []  # (level, count) of a nest run as one numpy call
         self.pc = 0
         self.touched: list[tuple[str, int, int, bool]] = []
         self.decoded: dict[int, Decoded] = {}
         self._tensors: dict[int, tuple] = {}  # `_tensor`'s, by tensor index
         self._box_dtypes: dict[int, np.dtype] = {}  # `load_box`'s, by tensor index
+
+    def set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
+        """Check `inputs` against the binary's tensor table (every error a run raises for
+        them) and, while the machine computes values, write them and the constants into the
+        DRAM; a values-free run (`values` False) needs neither."""
+        dram = self.mem["dram"]
+        for t in self.binary.tensors:
+            region = np.ndarray(t.shape, np.dtype(t.dtype), buffer=dram, offset=t.dram_offset)
+            if t.role == "const" and self.values:
+                region[...] = np.frombuffer(
+                    self.binary.constants,
+                    np.dtype(t.dtype),
+                    t.const_bytes // region.itemsize,
+                    t.const_offset,
+                ).reshape(t.shape)
+            elif t.role in ("input", "inout"):
+                if t.name not in inputs:
+                    raise SimulatorError(
+                        f"missing input tensor '{t.name}' ({t.dtype}, shape {list(t.shape)})"
+                    )
+                value = np.asarray(inputs[t.name])
+                _check_input(t, value, region.dtype)
+                if self.values:
+                    region[...] = value  # in range (`_check_input`): the cast is exact
+        unknown = set(inputs) - {
+            t.name for t in self.binary.tensors if t.role in ("input", "inout")
+        }
+        if unknown:
+            raise SimulatorError(f"unknown input tensor(s): {', '.join(sorted(unknown))}")
 
     # -- MachineState ---------------------------------------------------------------------
     def _ndarray(self, view: View) -> np.ndarray:
