@@ -111,10 +111,11 @@ FALLBACK_STEPS = 30_000
 
 
 def _measured_cycles(compiled: Compiled, zeros: dict[str, np.ndarray], target: Target) -> float:
-    """Simulated cycles, or infinity past FALLBACK_STEPS (then the fewest instructions win)."""
+    """Simulated cycles, or infinity past FALLBACK_STEPS (then the fewest instructions win);
+    values-free (`simulate(values=False)`): the cycles do not depend on them."""
     try:
         limits = SimLimits(max_steps=FALLBACK_STEPS)
-        return simulate(compiled.binary, zeros, target, limits=limits).stats.cycles
+        return simulate(compiled.binary, zeros, target, limits=limits, values=False).stats.cycles
     except (SimulatorError, BinaryError):  # BinaryError: over the limit, known before it runs
         return math.inf
 

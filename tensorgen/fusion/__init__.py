@@ -512,9 +512,9 @@ def _cost(binary: Binary, target: Target) -> tuple[int, int, float]:
 
 
 def _stats(binary: Binary, target: Target):
-    """The simulator's counters for one unit alone, on zeros (none of them depends on the
-    values)."""
+    """The simulator's counters for one unit alone, values-free (none of them depends on the
+    values: `simulate(values=False)`), its inputs zeros."""
     zeros = {
         t.name: np.zeros(t.shape, np.dtype(t.dtype)) for t in binary.tensors if t.role == "input"
     }
-    return simulate(binary, zeros, target).stats
+    return simulate(binary, zeros, target, values=False).stats
