@@ -142,12 +142,7 @@ def _report(cm: CompiledModel, units: list[Unit]) -> None:
     # the binary as compile_model holds it, not its .tgb bytes decoded again as run_model
     # simulates them: a Binary is a value that encode and decode carry over whole (equal after
     # the round trip, tested), and the round trip of a model's weights took 0.2 s of ResNet-18's
-    feed = {
-        name: x.detach().numpy().astype(np.float32)
-        for name, x in zip(cm.input_names, cm.example_inputs, strict=False)
-    }
-    marks = tuple(end for _, end in cm.linked.layer_ranges)
-    result = simulate(cm.binary, feed, cm.target, marks=marks, values=False)
+    _, result = run_model(cm, cm.example_inputs, cm.binary, values=False)
     before = Mark(0, 0, 0, 0)
     for unit, mark in zip(units, result.marks, strict=False):
         layers = [graph.layers[j] for j in unit.layers]
@@ -316,17 +311,23 @@ def reference_outputs(cm: CompiledModel, inputs: tuple[torch.Tensor, ...]) -> li
 
 
 def run_model(
-    cm: CompiledModel, inputs: tuple[torch.Tensor, ...], binary: Binary | None = None
-) -> tuple[list[np.ndarray], SimResult]:
+    cm: CompiledModel,
+    inputs: tuple[torch.Tensor, ...],
+    binary: Binary | None = None,
+    values: bool = True,
+) -> tuple[list[np.ndarray] | None, SimResult]:
     """The model's outputs and the simulator's result on `inputs`: of `binary`, by default the
-    model's binary as its .tgb bytes decode (what a file of it runs)."""
+    model's binary as its .tgb bytes decode (what a file of it runs). `values=False`: a
+    values-free run (`simulate(values=False)`), its counters and marks only, outputs None."""
     feed = {
         name: x.detach().numpy().astype(np.float32)
         for name, x in zip(cm.input_names, inputs, strict=False)
     }
     marks = tuple(end for _, end in cm.linked.layer_ranges)
     binary = decode(encode(cm.binary)) if binary is None else binary
-    result = simulate(binary, feed, cm.target, marks=marks)
+    result = simulate(binary, feed, cm.target, marks=marks, values=values)
+    if not values:
+        return None, result
     return [result.outputs[name] for name in cm.output_names], result
 
 
