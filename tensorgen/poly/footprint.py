@@ -149,12 +149,16 @@ def _bounds(alone: isl.Set) -> _Bounds | None:
     set's text: a probe's footprints ask for the same few (a tile's channels, its rows) in
     many images, and isl's dim_min and dim_max took most of the search (ResNet-18's 1,774
     dimensions have 1,209 distinct sets, and of one dimension isl bounds them 3x faster).
-    Most of them bound the dimension by one constraint each way (`_read_bounds`, 4x faster)."""
+    Most of them bound the dimension by unit constraints: one each way (`_read_bounds`), or
+    a tile clipped to its tensor (`_clipped_bounds`), whose bounds take a fraction of isl's."""
     key = str(alone)
     hit = _BOUNDS.get(key, _UNKNOWN)
     if hit is not _UNKNOWN:
         return hit
-    bounds = _read_bounds(alone)
+    unit = _unit_constraints(alone)
+    bounds = _UNKNOWN if unit is None else _read_bounds(alone, *unit)
+    if bounds is _UNKNOWN and unit is not None:
+        bounds = _clipped_bounds(alone, unit[1])
     if bounds is _UNKNOWN:
         bounds = _isl_bounds(alone)
     if len(_BOUNDS) >= BOUNDS_CACHE:
@@ -163,17 +167,14 @@ def _bounds(alone: isl.Set) -> _Bounds | None:
     return bounds
 
 
-def _read_bounds(alone: isl.Set):
-    """_bounds read off the constraints of a nonempty set of one basic set without existential
-    variables whose dimension x has one lower bound `x >= f(p) + a` and one upper bound
-    `x <= f(p) + b` (or one equality `x = f(p) + a`), unit in x and with the same affine f of
-    the parameters: then x ranges over b - a + 1 values at every point of the parameters where
-    the set is nonempty, from f(p) + a, which is what isl's dim_min and dim_max give, as long as
-    no other constraint relates a parameter of f to another one (d2 = d1: isl may write f in
-    terms of either). Any other set: _UNKNOWN (isl decides)."""
+def _unit_constraints(alone: isl.Set) -> tuple[list, list, list] | None:
+    """The constraints of a set of one basic set without existential variables, if each one
+    on its dimension x is unit in x: (lower bounds, upper bounds, the constraints without x),
+    a bound as (k, {parameter index: coefficient}) for `x >= g(p) + k` or `x <= g(p) + k` (an
+    equality is both); None for any other set."""
     bsets = alone.get_basic_sets()
     if len(bsets) != 1 or bsets[0].dim(isl.dim_type.div):
-        return _UNKNOWN
+        return None
     t, n_par = isl.dim_type, alone.dim(isl.dim_type.param)
     lows, highs, others = [], [], []
     for c in bsets[0].get_constraints():
@@ -182,7 +183,7 @@ def _read_bounds(alone: isl.Set):
             continue
         a = c.get_coefficient_val(t.set, 0).to_python()
         if a not in (1, -1):
-            return _UNKNOWN
+            return None
         # a*x + g(p) + k >= 0 (or == 0): x >= -g(p) - k for a = 1, x <= g(p) + k for a = -1
         k = -a * int(c.get_constant_val().to_python())
         g = {
@@ -194,9 +195,20 @@ def _read_bounds(alone: isl.Set):
             lows.append((k, g))
         if c.is_equality() or a == -1:
             highs.append((k, g))
+    return lows, highs, others
+
+
+def _read_bounds(alone: isl.Set, lows: list, highs: list, others: list):
+    """_bounds of a nonempty set whose dimension x has one lower bound `x >= f(p) + a` and one
+    upper bound `x <= f(p) + b` (or one equality `x = f(p) + a`), with the same affine f of the
+    parameters (_unit_constraints): then x ranges over b - a + 1 values at every point of the
+    parameters where the set is nonempty, from f(p) + a, which is what isl's dim_min and dim_max
+    give, as long as no other constraint relates a parameter of f to another one (d2 = d1: isl
+    may write f in terms of either). Any other set: _UNKNOWN."""
     if len(lows) != 1 or len(highs) != 1 or lows[0][1] != highs[0][1]:
         return _UNKNOWN
     (lo, coefs), (hi, _) = lows[0], highs[0]
+    t, n_par = isl.dim_type, alone.dim(isl.dim_type.param)
     for c in others:
         for i in coefs:
             if c.involves_dims(t.param, i, 1) and (
@@ -207,6 +219,41 @@ def _read_bounds(alone: isl.Set):
         return _UNKNOWN
     names = {i: alone.get_dim_name(t.param, i) for i in coefs}
     return _Bounds(hi - lo + 1, (lo, {names[i]: c for i, c in coefs.items()}), alone)
+
+
+def _clipped_bounds(alone: isl.Set, highs: list):
+    """_bounds of a set whose dimension x is bounded above by unit constraints (_unit_constraints)
+    of which at most one, `x <= f(p) + b`, is not a constant `x <= c` (a tile clipped to its
+    tensor), and whose least value is one affine piece `f(p) + a` (isl's dim_min): at a point p
+    of the parameters where the set is nonempty, x's greatest value is min(f(p) + b, c), so its
+    extent, min(b - a, c - f(p) - a), is largest where f(p) + a is least (min_val); its greatest
+    value over all p is min(max_val - a + b, c). Without isl's dim_max and the maximum of the
+    difference, which took most of the time. Any other set: _UNKNOWN."""
+    tiled = [(k, g) for k, g in highs if g]
+    if len(tiled) > 1 or len(tiled) == len(highs):
+        return _UNKNOWN  # no constant upper bound: _read_bounds, or isl
+    try:
+        lo = alone.dim_min(0)
+    except isl.Error:
+        return _UNKNOWN
+    pieces = lo.get_pieces()
+    if len(pieces) != 1 or _has_division(pieces[0][1]):
+        return _UNKNOWN
+    aff, t = pieces[0][1], isl.dim_type
+    coefs = {i: aff.get_coefficient_val(t.param, i).to_python() for i in range(aff.dim(t.param))}
+    coefs = {i: c for i, c in coefs.items() if c}
+    least, most, a = lo.min_val(), lo.max_val(), aff.get_constant_val()
+    if not (least.is_int() and most.is_int() and a.is_int()) or (tiled and tiled[0][1] != coefs):
+        return _UNKNOWN
+    least, most, a = least.to_python(), most.to_python(), a.to_python()
+    c = min(k for k, g in highs if not g)
+    extent, greatest = c - least, c
+    if tiled:
+        b = tiled[0][0]
+        extent, greatest = min(b - a, extent), min(most - a + b, c)
+    names = {i: alone.get_dim_name(t.param, i) for i in coefs}
+    offset = (a, {names[i]: v for i, v in coefs.items()})
+    return _Bounds(extent + 1, offset, alone, None, (least, greatest))
 
 
 def _isl_bounds(alone: isl.Set) -> _Bounds | None:
