@@ -128,14 +128,19 @@ class _Bounds:
 
     size: int  # its largest extent over the parameters
     offset: tuple[int, dict[str, int]] | None  # its least value, if one affine function of them
-    lo: isl.PwAff
-    hi: isl.PwAff
+    alone: isl.Set  # the set
+    lo_hi: tuple[isl.PwAff, isl.PwAff] | None = None  # isl's dim_min and dim_max, if asked
     least_greatest: tuple[int, int] | None = None
 
     def span(self) -> tuple[int, int]:
-        """Its least and greatest value over all parameters (asked of isl once)."""
+        """Its least and greatest value over all parameters (asked of isl once): of the
+        dim_min and dim_max when isl gave them, else of the set."""
         if self.least_greatest is None:
-            self.least_greatest = (self.lo.min_val().to_python(), self.hi.max_val().to_python())
+            if self.lo_hi is None:
+                least, greatest = self.alone.dim_min_val(0), self.alone.dim_max_val(0)
+            else:
+                least, greatest = self.lo_hi[0].min_val(), self.lo_hi[1].max_val()
+            self.least_greatest = (least.to_python(), greatest.to_python())
         return self.least_greatest
 
 
@@ -143,44 +148,141 @@ def _bounds(alone: isl.Set) -> _Bounds | None:
     """The bounds of the one dimension of `alone` (None: unbounded or empty), remembered by the
     set's text: a probe's footprints ask for the same few (a tile's channels, its rows) in
     many images, and isl's dim_min and dim_max took most of the search (ResNet-18's 1,774
-    dimensions have 1,209 distinct sets, and of one dimension isl bounds them 3x faster)."""
+    dimensions have 1,209 distinct sets, and of one dimension isl bounds them 3x faster).
+    Most of them bound the dimension by unit constraints: one each way (`_read_bounds`), or
+    a tile clipped to its tensor (`_clipped_bounds`), whose bounds take a fraction of isl's."""
     key = str(alone)
     hit = _BOUNDS.get(key, _UNKNOWN)
     if hit is not _UNKNOWN:
         return hit
-    try:  # isl reports an unbounded dimension as an error, not as a value
-        lo, hi = alone.dim_min(0), alone.dim_max(0)
-        extent = hi.sub(lo).max_val()
-    except isl.Error:
-        extent = None
-    bounds = None
-    if extent is not None and extent.is_int():  # else unbounded or empty: infinity or NaN
-        pieces = lo.get_pieces()
-        offset = None
-        # one affine piece without integer divisions (floor(o/2) is not an offset the DMA takes)
-        if (
-            len(pieces) == 1
-            and pieces[0][1].get_constant_val().is_int()
-            and not _has_division(pieces[0][1])
-        ):
-            aff = pieces[0][1]
-            names = [
-                alone.get_dim_name(isl.dim_type.param, i)
-                for i in range(alone.dim(isl.dim_type.param))
-            ]
-            coefs = {
-                n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
-                for i, n in enumerate(names)
-            }
-            offset = (
-                int(aff.get_constant_val().to_python()),
-                {n: c for n, c in coefs.items() if c},
-            )
-        bounds = _Bounds(int(extent.to_python()) + 1, offset, lo, hi)
+    unit = _unit_constraints(alone)
+    bounds = _UNKNOWN if unit is None else _read_bounds(alone, *unit)
+    if bounds is _UNKNOWN and unit is not None:
+        bounds = _clipped_bounds(alone, unit[1])
+    if bounds is _UNKNOWN:
+        bounds = _isl_bounds(alone)
     if len(_BOUNDS) >= BOUNDS_CACHE:
         del _BOUNDS[next(iter(_BOUNDS))]
     _BOUNDS[key] = bounds
     return bounds
+
+
+def _unit_constraints(alone: isl.Set) -> tuple[list, list, list] | None:
+    """The constraints of a set of one basic set without existential variables, if each one
+    on its dimension x is unit in x: (lower bounds, upper bounds, the constraints without x),
+    a bound as (k, {parameter index: coefficient}) for `x >= g(p) + k` or `x <= g(p) + k` (an
+    equality is both); None for any other set."""
+    bsets = alone.get_basic_sets()
+    if len(bsets) != 1 or bsets[0].dim(isl.dim_type.div):
+        return None
+    t, n_par = isl.dim_type, alone.dim(isl.dim_type.param)
+    lows, highs, others = [], [], []
+    for c in bsets[0].get_constraints():
+        if not c.involves_dims(t.set, 0, 1):
+            others.append(c)
+            continue
+        a = c.get_coefficient_val(t.set, 0).to_python()
+        if a not in (1, -1):
+            return None
+        # a*x + g(p) + k >= 0 (or == 0): x >= -g(p) - k for a = 1, x <= g(p) + k for a = -1
+        k = -a * int(c.get_constant_val().to_python())
+        g = {
+            i: -a * int(c.get_coefficient_val(t.param, i).to_python())
+            for i in range(n_par)
+            if c.involves_dims(t.param, i, 1)
+        }
+        if c.is_equality() or a == 1:
+            lows.append((k, g))
+        if c.is_equality() or a == -1:
+            highs.append((k, g))
+    return lows, highs, others
+
+
+def _read_bounds(alone: isl.Set, lows: list, highs: list, others: list):
+    """_bounds of a nonempty set whose dimension x has one lower bound `x >= f(p) + a` and one
+    upper bound `x <= f(p) + b` (or one equality `x = f(p) + a`), with the same affine f of the
+    parameters (_unit_constraints): then x ranges over b - a + 1 values at every point of the
+    parameters where the set is nonempty, from f(p) + a, which is what isl's dim_min and dim_max
+    give, as long as no other constraint relates a parameter of f to another one (d2 = d1: isl
+    may write f in terms of either). Any other set: _UNKNOWN."""
+    if len(lows) != 1 or len(highs) != 1 or lows[0][1] != highs[0][1]:
+        return _UNKNOWN
+    (lo, coefs), (hi, _) = lows[0], highs[0]
+    t, n_par = isl.dim_type, alone.dim(isl.dim_type.param)
+    for c in others:
+        for i in coefs:
+            if c.involves_dims(t.param, i, 1) and (
+                c.involves_dims(t.param, 0, i) or c.involves_dims(t.param, i + 1, n_par - i - 1)
+            ):
+                return _UNKNOWN
+    if alone.is_empty():
+        return _UNKNOWN
+    names = {i: alone.get_dim_name(t.param, i) for i in coefs}
+    return _Bounds(hi - lo + 1, (lo, {names[i]: c for i, c in coefs.items()}), alone)
+
+
+def _clipped_bounds(alone: isl.Set, highs: list):
+    """_bounds of a set whose dimension x is bounded above by unit constraints (_unit_constraints)
+    of which at most one, `x <= f(p) + b`, is not a constant `x <= c` (a tile clipped to its
+    tensor), and whose least value is one affine piece `f(p) + a` (isl's dim_min): at a point p
+    of the parameters where the set is nonempty, x's greatest value is min(f(p) + b, c), so its
+    extent, min(b - a, c - f(p) - a), is largest where f(p) + a is least (min_val); its greatest
+    value over all p is min(max_val - a + b, c). Without isl's dim_max and the maximum of the
+    difference, which took most of the time. Any other set: _UNKNOWN."""
+    tiled = [(k, g) for k, g in highs if g]
+    if len(tiled) > 1 or len(tiled) == len(highs):
+        return _UNKNOWN  # no constant upper bound: _read_bounds, or isl
+    try:
+        lo = alone.dim_min(0)
+    except isl.Error:
+        return _UNKNOWN
+    pieces = lo.get_pieces()
+    if len(pieces) != 1 or _has_division(pieces[0][1]):
+        return _UNKNOWN
+    aff, t = pieces[0][1], isl.dim_type
+    coefs = {i: aff.get_coefficient_val(t.param, i).to_python() for i in range(aff.dim(t.param))}
+    coefs = {i: c for i, c in coefs.items() if c}
+    least, most, a = lo.min_val(), lo.max_val(), aff.get_constant_val()
+    if not (least.is_int() and most.is_int() and a.is_int()) or (tiled and tiled[0][1] != coefs):
+        return _UNKNOWN
+    least, most, a = least.to_python(), most.to_python(), a.to_python()
+    c = min(k for k, g in highs if not g)
+    extent, greatest = c - least, c
+    if tiled:
+        b = tiled[0][0]
+        extent, greatest = min(b - a, extent), min(most - a + b, c)
+    names = {i: alone.get_dim_name(t.param, i) for i in coefs}
+    offset = (a, {names[i]: v for i, v in coefs.items()})
+    return _Bounds(extent + 1, offset, alone, None, (least, greatest))
+
+
+def _isl_bounds(alone: isl.Set) -> _Bounds | None:
+    """_bounds by isl's dim_min and dim_max."""
+    try:  # isl reports an unbounded dimension as an error, not as a value
+        lo, hi = alone.dim_min(0), alone.dim_max(0)
+        extent = hi.sub(lo).max_val()
+    except isl.Error:
+        return None
+    if not extent.is_int():  # unbounded or empty: infinity or NaN
+        return None
+    pieces = lo.get_pieces()
+    offset = None
+    # one affine piece without integer divisions (floor(o/2) is not an offset the DMA takes)
+    if (
+        len(pieces) == 1
+        and pieces[0][1].get_constant_val().is_int()
+        and not _has_division(pieces[0][1])
+    ):
+        aff = pieces[0][1]
+        names = [
+            alone.get_dim_name(isl.dim_type.param, i) for i in range(alone.dim(isl.dim_type.param))
+        ]
+        coefs = {
+            n: int(aff.get_coefficient_val(isl.dim_type.param, i).to_python())
+            for i, n in enumerate(names)
+        }
+        offset = (int(aff.get_constant_val().to_python()), {n: c for n, c in coefs.items() if c})
+    return _Bounds(int(extent.to_python()) + 1, offset, alone, (lo, hi))
 
 
 BOUNDS_CACHE = 1 << 13  # sets of one dimension remembered (the oldest forgotten first)
