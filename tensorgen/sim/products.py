@@ -281,9 +281,12 @@ def _int_mm():
 @functools.lru_cache(maxsize=1)
 def _int_mm_pays() -> bool:
     """Whether `torch._int_mm` multiplies int8 faster than numpy's float32 BLAS does the
-    same integers, at one thread (the best of a few runs of each): which of the two exact
-    arithmetics `integer` picks (if the probe trusts it), a choice that changes no value and
-    no counter. False without torch or its `_int_mm`."""
+    same integers, at one thread: which of the two exact arithmetics `integer` picks (if the
+    probe trusts it), a choice that changes no value and no counter. False without torch or
+    its `_int_mm`. Each is warmed up a few calls first (oneDNN's first two calls of a shape
+    cost 5 ms and 3x the rest, measured), then timed interleaved with the other, the least of
+    several runs each: one warm-up and three runs in a row saw a 3x faster int8 (15 vs 46 us,
+    AVX512-VNNI) lose to float32 in one process in three on a loaded machine."""
     try:
         torch = _torch()
         mm = torch._int_mm
@@ -296,19 +299,28 @@ def _int_mm_pays() -> bool:
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     fa, fb = a.astype(np.float32), b.astype(np.float32)
     with one_thread():
-        ints = _best(lambda: mm(ta, tb).numpy())
-        floats = _best(lambda: (fa @ fb).astype(np.int32))
+        ints, floats = _best(
+            (lambda: mm(ta, tb).numpy(), lambda: (fa @ fb).astype(np.int32)), PROBE_RUNS
+        )
     return ints < floats
 
 
-def _best(call, runs: int = 3) -> float:
-    """The least wall time of `runs` calls after one untimed (warm-up) call."""
-    call()
-    best = float("inf")
+# warm-up calls and timed runs of each arithmetic (`_int_mm_pays`)
+PROBE_WARMUP, PROBE_RUNS = 3, 7
+
+
+def _best(calls, runs: int) -> list[float]:
+    """The least wall time of `runs` calls of each of `calls`, timed in turns, after
+    PROBE_WARMUP untimed calls of each."""
+    for call in calls:
+        for _ in range(PROBE_WARMUP):
+            call()
+    best = [float("inf")] * len(calls)
     for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t0)
+        for i, call in enumerate(calls):
+            t0 = time.perf_counter()
+            call()
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 

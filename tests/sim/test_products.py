@@ -33,6 +33,25 @@ def test_a_slow_int_mm_is_not_taken(monkeypatch) -> None:
         products._int_mm_pays.cache_clear()
 
 
+def test_the_speed_probe_times_warm_calls_in_turns() -> None:
+    """`_best` leaves out the slow first calls (oneDNN's first two of a shape) and times the
+    arithmetics in turns: a call that is slow twice and then fast is timed fast, and each
+    call's time is its own."""
+    counts = [0, 0]
+
+    def cold_then_fast() -> None:
+        counts[0] += 1
+        time.sleep(0.02 if counts[0] <= 2 else 0)
+
+    def always_slow() -> None:
+        counts[1] += 1
+        time.sleep(0.005)
+
+    fast, slow = products._best((cold_then_fast, always_slow), 4)
+    assert fast < 0.004 <= slow
+    assert counts == [products.PROBE_WARMUP + 4] * 2
+
+
 @pytest.mark.parametrize("faster_only", [True, False])
 def test_both_choices_give_the_same_integers(faster_only, monkeypatch) -> None:
     """A product large enough for torch._int_mm, uint8 with zero points, wrapping int32:
