@@ -119,6 +119,46 @@ def buffer(shape: tuple[int, ...], integral: bool) -> np.ndarray:
     return np.empty(shape, np.int8 if integral else np.float32)
 
 
+def k_order(b: np.ndarray) -> tuple[int, ...] | None:
+    """For a stack of B, (lead, K.., N), stored output-channel-major (its N stride the
+    widest: a conv's weights), its K axes in memory order (strides descending): A's and B's
+    K axes permuted alike give the same dot products, and B gathered N-major in that order
+    reads runs of memory (layer4's 3x3 weights 591 -> 27 us, measured). None otherwise."""
+    ks = [abs(st) for st in b.strides[1:-1]]
+    if not ks or abs(b.strides[-1]) <= max(ks):
+        return None
+    return tuple(sorted(range(len(ks)), key=lambda i: -ks[i]))
+
+
+def side_by_side(bs: list[np.ndarray], ks: list[int], integral: bool):
+    """The gather of a batch's B (each (batch, K.., N), K spans of `ks`) side by side as one
+    (K, batch * N) matrix (`batch._shared_a`): that matrix, and per B (the order its K axes
+    are gathered in, the view of the buffer its fill writes, the view of B that fill reads,
+    a function of B). B stored N-major (`k_order`) is gathered N-major, (batch * N, K), its K
+    axes in memory order; any other K-major, (K, batch, N), its K axes in order."""
+    batch, n = bs[0].shape[0], bs[0].shape[-1]
+    perms = [k_order(b) for b in bs]
+    n_major = all(perms)
+    if n_major:
+        w = buffer((batch * n, sum(ks)), integral)
+        matrix = w.T
+    else:
+        perms = [tuple(range(b.ndim - 2)) for b in bs]
+        w = buffer((sum(ks), batch, n), integral)
+        matrix = w.reshape(sum(ks), batch * n)
+    at, parts = 0, []
+    for b, k, perm in zip(bs, ks, perms, strict=True):
+        nd = b.ndim
+        if n_major:  # (batch, N, K..)
+            axes, ws = (0, nd - 1, *(1 + i for i in perm)), w[:, at : at + k]
+        else:  # (K.., batch, N): `np.moveaxis(b, 0, -2)` at a tenth of the cost
+            axes, ws = (*range(1, nd - 1), 0, nd - 1), w[at : at + k]
+        src = functools.partial(np.transpose, axes=axes)
+        parts.append((perm, ws.reshape(src(b).shape), src))
+        at += k
+    return matrix, parts
+
+
 def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
     """Copy the int8/uint8 values `src` into `dst` (a view of a `buffer`, same shape): as
     float32 minus the zero point (returns 0), or as int8 (uint8 with its top bit flipped),

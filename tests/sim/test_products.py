@@ -101,3 +101,40 @@ def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
                 np.testing.assert_array_equal(got, ((exact + 2**31) % 2**32 - 2**31))
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("n_major", [False, True])
+@pytest.mark.parametrize("arith", ["float32", "int_mm"])
+def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeypatch) -> None:
+    """A batch sharing one channel-major A (a 3x3 tile of 5x6 outputs in rows of 8, padded):
+    its rows gathered as one run each (`batch._rows_merge`), the columns between them
+    dropped from the product; weights stored K-major or output-channel-major (then gathered
+    N-major with their K axes, and A's, in memory order: `products.k_order`) -- every
+    output equals the int64 dot products, in float32 and in int8."""
+    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(7)
+    c, h, w, rows, plane, n, count = 4, 5, 6, 8, 8 * 8, 3, 2  # channels, outputs, row bytes
+    image = rng.integers(0, 256, c * plane, dtype=np.uint8)
+    weights = rng.integers(-128, 128, (count, 3, 3, c, n), dtype=np.int8)
+    if n_major:  # the same values stored (count, n, c, kh, kw)
+        weights = np.ascontiguousarray(weights.transpose(0, 4, 3, 1, 2)).transpose(0, 3, 4, 2, 1)
+    assert (products.k_order(weights) == (2, 0, 1)) if n_major else not products.k_order(weights)
+    # A (count, h, w, kh, kw, c), the same for every reduction (stride 0), W contiguous
+    a = np.lib.stride_tricks.as_strided(
+        image, (count, h, w, 3, 3, c), (0, rows, 1, rows, 1, plane), writeable=False
+    )
+    unmerged = []
+    real = batch._unmerged
+    monkeypatch.setattr(batch, "_unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    acc = np.zeros((count, h, w, n), np.int32)
+    for _ in range(2):  # a second call on the layout built by the first
+        batch.reduce_into(acc, [batch.Piece(a, weights, 9, 0, 247 * 128)], 0, count)
+        want = np.einsum(
+            "hwijc,bijcn->bhwn", a[0].astype(np.int64) - 9, weights.astype(np.int64)
+        ).astype(np.int32)
+        np.testing.assert_array_equal(acc, want)
+        image[:] = rng.integers(0, 256, image.size, dtype=np.uint8)
+    assert unmerged == [(h, w, rows, (h - 1) * rows + w)] * 2  # the rows were merged
