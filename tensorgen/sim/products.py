@@ -119,12 +119,12 @@ def buffer(shape: tuple[int, ...], integral: bool) -> np.ndarray:
     return np.empty(shape, np.int8 if integral else np.float32)
 
 
-def k_order(b: np.ndarray) -> tuple[int, ...] | None:
-    """For a stack of B, (lead, K.., N), stored output-channel-major (its N stride the
-    widest: a conv's weights), its K axes in memory order (strides descending): A's and B's
-    K axes permuted alike give the same dot products, and B gathered N-major in that order
-    reads runs of memory (layer4's 3x3 weights 591 -> 27 us, measured). None otherwise."""
-    ks = [abs(st) for st in b.strides[1:-1]]
+def k_order(b: np.ndarray, lead: int = 1) -> tuple[int, ...] | None:
+    """For B, (`lead` axes.., K.., N), stored output-channel-major (its N stride the widest:
+    a conv's weights), its K axes in memory order (strides descending): A's and B's K axes
+    permuted alike give the same dot products, and B gathered N-major in that order reads
+    runs of memory (layer4's 3x3 weights 591 -> 27 us, measured). None otherwise."""
+    ks = [abs(st) for st in b.strides[lead:-1]]
     if not ks or abs(b.strides[-1]) <= max(ks):
         return None
     return tuple(sorted(range(len(ks)), key=lambda i: -ks[i]))
@@ -157,6 +157,38 @@ def side_by_side(bs: list[np.ndarray], ks: list[int], integral: bool):
         parts.append((perm, ws.reshape(src(b).shape), src))
         at += k
     return matrix, parts
+
+
+def stacked(bs: list[np.ndarray], ks, lead: tuple[int, ...], integral: bool, shared=False):
+    """The gather of B (each (lead.., K.., N), K spans of `ks`; `shared`: each a stack of
+    one B, (batch, K.., N) with stride 0, read once) as one (lead.., K, N) operand
+    (`batch._general`, `batch._shared_b`): that operand, and per B (the order its K axes are
+    gathered in, the view of the buffer its fill writes, the view of B that fill reads: a
+    function of B, or None for B itself). B stored N-major (`k_order`) is gathered N-major,
+    (lead.., N, K), its K axes in memory order; any other as it is."""
+    mats = [b[0] for b in bs] if shared else bs
+    nl, n = len(lead), mats[0].shape[-1]
+    perms = [k_order(b, nl) for b in mats]
+    n_major = all(perms)
+    if not n_major:
+        perms = [tuple(range(b.ndim - nl - 1)) for b in mats]
+    w = buffer((*lead, n, sum(ks)) if n_major else (*lead, sum(ks), n), integral)
+    at, parts = 0, []
+    for b, k, perm in zip(mats, ks, perms, strict=True):
+        if n_major:  # (lead.., N, K..)
+            axes, ws = (*range(nl), b.ndim - 1, *(nl + i for i in perm)), w[..., at : at + k]
+        else:
+            axes, ws = tuple(range(b.ndim)), w[..., at : at + k, :]
+        src = None
+        if shared or n_major:
+            src = functools.partial(_first if shared else np.transpose, axes=axes)
+        parts.append((perm, ws.reshape(b.transpose(axes).shape), src))
+        at += k
+    return (w.swapaxes(-1, -2) if n_major else w), parts
+
+
+def _first(a: np.ndarray, axes) -> np.ndarray:
+    return a[0].transpose(axes)
 
 
 def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:

@@ -138,3 +138,46 @@ def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeyp
         np.testing.assert_array_equal(acc, want)
         image[:] = rng.integers(0, 256, image.size, dtype=np.uint8)
     assert unmerged == [(h, w, rows, (h - 1) * rows + w)] * 2  # the rows were merged
+
+
+@pytest.mark.parametrize("a_layout", ["channels_last", "channels_first"])
+@pytest.mark.parametrize("kind", ["one", "stack", "shared_b"])
+@pytest.mark.parametrize("arith", ["float32", "int_mm"])
+def test_output_channel_major_weights_gathered_n_major_are_exact(
+    arith, kind, a_layout, monkeypatch
+):
+    """Weights stored output-channel-major, (n, c, kh, kw), against a 3x3 conv's A (K axes
+    (kh, kw, c)) stored either way, alone, as a stack of 2 (each its own A and B), or a
+    stack sharing B (stride 0): gathered N-major with the K axes permuted to memory order
+    (`products.k_order`), every output equals the int64 dot products, float32 and int8."""
+    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(11)
+    c, h, w, n, count = 5, 4, 6, 7, 2
+    lead = () if kind == "one" else (count,)
+    image = rng.integers(
+        0,
+        256,
+        (*lead, c, h + 2, w + 2) if a_layout == "channels_first" else (*lead, h + 2, w + 2, c),
+        dtype=np.uint8,
+    )
+    im = image if a_layout == "channels_last" else np.moveaxis(image, -3, -1)  # (.., y, x, c)
+    st = im.strides[-3:]
+    a = np.lib.stride_tricks.as_strided(
+        im, (*lead, h, w, 3, 3, c), im.strides[:-3] + (st[0], st[1], st[0], st[1], st[2])
+    )
+    stored = rng.integers(-128, 128, (count if kind == "stack" else 1, n, c, 3, 3), dtype=np.int8)
+    b = stored.transpose(0, 3, 4, 2, 1)  # (.., kh, kw, c, n), n the widest stride
+    if kind == "one":
+        b = b[0]
+    elif kind == "shared_b":
+        b = np.broadcast_to(b, (count, *b.shape[1:]))
+    assert products.k_order(b, len(lead)) == (2, 0, 1)
+    acc = rng.integers(-1000, 1000, (*lead, h, w, n)).astype(np.int32)
+    want = acc.astype(np.int64) + np.einsum(
+        "...hwijc,...ijcn->...hwn", a.astype(np.int64) - 3, b.astype(np.int64)
+    )
+    batch.reduce_into(acc, [batch.Piece(a, b, 3, 0, 253 * 128)], 1, len(lead) and count)
+    np.testing.assert_array_equal(acc, want.astype(np.int32))
