@@ -234,12 +234,17 @@ def _general(shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout
     if _m_contiguous(pieces[0], len(lead)):
         return _transposed(shape, pieces, lead, (n, m, ks), ints)
     x = products.buffer((*lead, m, sum(ks)), ints)
-    w = products.buffer((*lead, sum(ks), n), ints)
+    w, b_parts = products.stacked([p.b for p in pieces], ks, lead, ints)
     at, parts = 0, []
-    for p, k in zip(pieces, ks, strict=True):
-        xs, ws = x[..., at : at + k], w[..., at : at + k, :]
-        # splitting axes: still views
-        parts.append((at, at + k, xs.reshape(p.a.shape), None, ws.reshape(p.b.shape), None))
+    for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
+        nd, nk = p.a.ndim, len(perm)  # (lead.., M.., K..), its K axes in B's gather order
+        src_a = None
+        if perm != tuple(range(nk)):
+            src_a = functools.partial(
+                np.transpose, axes=(*range(nd - nk), *(nd - nk + i for i in perm))
+            )
+        a = p.a if src_a is None else src_a(p.a)
+        parts.append((at, at + k, x[..., at : at + k].reshape(a.shape), src_a, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
     return _Layout(
@@ -268,18 +273,17 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
     if merge is not None:
         m = m // (merge[0] * merge[1]) * merge[3]
     x = products.buffer((*lead, sum(ks), m), ints)
-    w = products.buffer((*lead, sum(ks), n), ints)
+    w, b_parts = products.stacked([p.b for p in pieces], ks, lead, ints)
     at, parts = 0, []
-    for p, k in zip(pieces, ks, strict=True):
-        xs, ws = x[..., at : at + k, :], w[..., at : at + k, :]
-        nk, nd = p.b.ndim - nl - 1, p.a.ndim  # (lead.., M.., K..) -> (lead.., K.., M..)
-        axes = (*range(nl), *range(nd - nk, nd), *range(nl, nd - nk))
+    for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
+        xs, nk, nd = x[..., at : at + k, :], len(perm), p.a.ndim
+        # (lead.., M.., K..) -> (lead.., K.., M..), the K axes in B's gather order
+        axes = (*range(nl), *(nd - nk + i for i in perm), *range(nl, nd - nk))
         if merge is None:
             src = functools.partial(np.transpose, axes=axes)
         else:
             src = functools.partial(_merged_transpose, axes=axes, merge=merge)
-        a = src(p.a)
-        parts.append((at, at + k, xs.reshape(a.shape), src, ws.reshape(p.b.shape), None))
+        parts.append((at, at + k, xs.reshape(src(p.a).shape), src, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
     xt, wt = x.swapaxes(-1, -2), w.swapaxes(-1, -2)
@@ -342,9 +346,9 @@ def _unmerged(prod: np.ndarray, merge) -> np.ndarray:
 
 
 def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
-    """`reduce_into` of a batch whose A operands are the same in every reduction (a 1x1
-    conv's activations against each output-channel block's weights): one product of A
-    against the batch's B side by side, (M, K) @ (K, batch * N)."""
+    """`reduce_into` of a batch sharing A (a conv's activations against each output-channel
+    block's weights): A against the batch's B side by side, (M, K) @ (K, batch * N); a K-major
+    A's padded tile rows gathered as one run each (`_rows_merge`: 14x14 rows of 16, 4.0x)."""
     _run(acc, pieces, accumulate, _layout(_shared_a, acc.shape, pieces, batch))
 
 
@@ -354,25 +358,20 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
     ks = [p.b.size // n // batch for p in pieces]
     ints = products.integer(m, sum(ks), batch * n)
     t = _m_contiguous(pieces[0], 1)  # then x is (K, M), for the transposed product
+    merge = _rows_merge([(p.a[0], p.b.ndim - 2) for p in pieces], 0) if t else None
+    m = m if merge is None else m // (merge[0] * merge[1]) * merge[3]  # as `_transposed`
     x = products.buffer((sum(ks), m) if t else (m, sum(ks)), ints)
-    w = products.buffer((sum(ks), batch, n), ints)
+    w2, b_parts = products.side_by_side([p.b for p in pieces], ks, ints)
     at, parts = 0, []
-    for p, k in zip(pieces, ks, strict=True):
-        xs, ws = (x[at : at + k] if t else x[:, at : at + k]), w[at : at + k]
-        nd = p.a.ndim - 1
-        if t:  # (M.., K..) -> (K.., M..)
-            nk = p.b.ndim - 2
-            a_axes = (*range(nd - nk, nd), *range(nd - nk))
-        else:
-            a_axes = tuple(range(nd))
-        src_a = functools.partial(_first, axes=a_axes)
-        nd = p.b.ndim  # (K.., batch, N): `np.moveaxis(p.b, 0, -2)` at a tenth of the cost
-        src_b = functools.partial(np.transpose, axes=(*range(1, nd - 1), 0, nd - 1))
-        xd, wd = xs.reshape(src_a(p.a).shape), ws.reshape(src_b(p.b).shape)
-        parts.append((at, at + k, xd, src_a, wd, src_b))
+    for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
+        xs = x[at : at + k] if t else x[:, at : at + k]
+        nm = p.a.ndim - 1 - len(perm)  # a[0]'s M axes, then its K axes in B's gather order
+        kax = tuple(nm + i for i in perm)
+        a_axes = (*kax, *range(nm)) if t else (*range(nm), *kax)  # (K.., M..) or (M.., K..)
+        src_a = functools.partial(_first, axes=a_axes, merge=merge)
+        parts.append((at, at + k, xs.reshape(src_a(p.a).shape), src_a, wd, src_b))
         at += k
-    term, w2 = max(p.term for p in pieces), w.reshape(len(w), batch * n)
-    xt, scratch = x.T, products.Scratch()
+    term, xt, scratch = max(p.term for p in pieces), x.T, products.Scratch()
 
     def product(spans) -> np.ndarray:
         if t and not ints:  # (batch * N, K) @ (K, M)
@@ -381,13 +380,17 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
         else:
             prod = products.product(xt if t else x, w2, term, spans, scratch)
             prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
+        if merge is not None:
+            prod = _unmerged(prod, merge)
         return prod.reshape(shape)
 
-    return _Layout(tuple(parts), product, x.nbytes + w.nbytes)
+    return _Layout(tuple(parts), product, x.nbytes + w2.nbytes)
 
 
-def _first(a: np.ndarray, axes) -> np.ndarray:
-    return a[0].transpose(axes)
+def _first(a: np.ndarray, axes, merge=None) -> np.ndarray:
+    """a[0] (shared by the stack), axes reordered, its last two merged (`_rows_merge`)."""
+    a = a[0].transpose(axes)
+    return a if merge is None else _merged(a, merge)
 
 
 def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
@@ -411,19 +414,18 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
     nk = first.b.ndim - 2  # K axes, last in A
     k_major = first.a.ndim - 1 - nk > 0 and abs(first.a.strides[-1]) > abs(first.a.strides[-1 - nk])
     x = products.buffer((sum(ks), batch, m) if k_major else (batch, m, sum(ks)), ints)
-    w = products.buffer((sum(ks), n), ints)
+    w, b_parts = products.stacked([p.b for p in pieces], ks, (), ints, shared=True)
     at, parts = 0, []
-    for p, k in zip(pieces, ks, strict=True):
-        ws = w[at : at + k]
-        src_a = None
+    for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
+        nd, nk = p.a.ndim, len(perm)  # A's K axes in B's gather order
+        kax = tuple(nd - nk + i for i in perm)
         if k_major:  # (batch, M.., K..) -> (K.., batch, M..)
-            xs, nd, nk = x[at : at + k], p.a.ndim, p.b.ndim - 2
-            src_a = functools.partial(np.transpose, axes=(*range(nd - nk, nd), *range(nd - nk)))
-            xd = xs.reshape(src_a(p.a).shape)
+            src_a = functools.partial(np.transpose, axes=(*kax, *range(nd - nk)))
+            xs = x[at : at + k]
         else:
-            xd = x[..., at : at + k].reshape(p.a.shape)
-        src_b = functools.partial(_first, axes=tuple(range(p.b.ndim - 1)))
-        parts.append((at, at + k, xd, src_a, ws.reshape(p.b.shape[1:]), src_b))
+            src_a = functools.partial(np.transpose, axes=(*range(nd - nk), *kax))
+            xs = x[..., at : at + k]
+        parts.append((at, at + k, xs.reshape(src_a(p.a).shape), src_a, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
     xk = x.reshape(len(x), batch * m) if k_major else x.reshape(batch * m, -1)

@@ -119,6 +119,78 @@ def buffer(shape: tuple[int, ...], integral: bool) -> np.ndarray:
     return np.empty(shape, np.int8 if integral else np.float32)
 
 
+def k_order(b: np.ndarray, lead: int = 1) -> tuple[int, ...] | None:
+    """For B, (`lead` axes.., K.., N), stored output-channel-major (its N stride the widest:
+    a conv's weights), its K axes in memory order (strides descending): A's and B's K axes
+    permuted alike give the same dot products, and B gathered N-major in that order reads
+    runs of memory (layer4's 3x3 weights 591 -> 27 us, measured). None otherwise."""
+    ks = [abs(st) for st in b.strides[lead:-1]]
+    if not ks or abs(b.strides[-1]) <= max(ks):
+        return None
+    return tuple(sorted(range(len(ks)), key=lambda i: -ks[i]))
+
+
+def side_by_side(bs: list[np.ndarray], ks: list[int], integral: bool):
+    """The gather of a batch's B (each (batch, K.., N), K spans of `ks`) side by side as one
+    (K, batch * N) matrix (`batch._shared_a`): that matrix, and per B (the order its K axes
+    are gathered in, the view of the buffer its fill writes, the view of B that fill reads,
+    a function of B). B stored N-major (`k_order`) is gathered N-major, (batch * N, K), its K
+    axes in memory order; any other K-major, (K, batch, N), its K axes in order."""
+    batch, n = bs[0].shape[0], bs[0].shape[-1]
+    perms = [k_order(b) for b in bs]
+    n_major = all(perms)
+    if n_major:
+        w = buffer((batch * n, sum(ks)), integral)
+        matrix = w.T
+    else:
+        perms = [tuple(range(b.ndim - 2)) for b in bs]
+        w = buffer((sum(ks), batch, n), integral)
+        matrix = w.reshape(sum(ks), batch * n)
+    at, parts = 0, []
+    for b, k, perm in zip(bs, ks, perms, strict=True):
+        nd = b.ndim
+        if n_major:  # (batch, N, K..)
+            axes, ws = (0, nd - 1, *(1 + i for i in perm)), w[:, at : at + k]
+        else:  # (K.., batch, N): `np.moveaxis(b, 0, -2)` at a tenth of the cost
+            axes, ws = (*range(1, nd - 1), 0, nd - 1), w[at : at + k]
+        src = functools.partial(np.transpose, axes=axes)
+        parts.append((perm, ws.reshape(src(b).shape), src))
+        at += k
+    return matrix, parts
+
+
+def stacked(bs: list[np.ndarray], ks, lead: tuple[int, ...], integral: bool, shared=False):
+    """The gather of B (each (lead.., K.., N), K spans of `ks`; `shared`: each a stack of
+    one B, (batch, K.., N) with stride 0, read once) as one (lead.., K, N) operand
+    (`batch._general`, `batch._shared_b`): that operand, and per B (the order its K axes are
+    gathered in, the view of the buffer its fill writes, the view of B that fill reads: a
+    function of B, or None for B itself). B stored N-major (`k_order`) is gathered N-major,
+    (lead.., N, K), its K axes in memory order; any other as it is."""
+    mats = [b[0] for b in bs] if shared else bs
+    nl, n = len(lead), mats[0].shape[-1]
+    perms = [k_order(b, nl) for b in mats]
+    n_major = all(perms)
+    if not n_major:
+        perms = [tuple(range(b.ndim - nl - 1)) for b in mats]
+    w = buffer((*lead, n, sum(ks)) if n_major else (*lead, sum(ks), n), integral)
+    at, parts = 0, []
+    for b, k, perm in zip(mats, ks, perms, strict=True):
+        if n_major:  # (lead.., N, K..)
+            axes, ws = (*range(nl), b.ndim - 1, *(nl + i for i in perm)), w[..., at : at + k]
+        else:
+            axes, ws = tuple(range(b.ndim)), w[..., at : at + k, :]
+        src = None
+        if shared or n_major:
+            src = functools.partial(_first if shared else np.transpose, axes=axes)
+        parts.append((perm, ws.reshape(b.transpose(axes).shape), src))
+        at += k
+    return (w.swapaxes(-1, -2) if n_major else w), parts
+
+
+def _first(a: np.ndarray, axes) -> np.ndarray:
+    return a[0].transpose(axes)
+
+
 def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
     """Copy the int8/uint8 values `src` into `dst` (a view of a `buffer`, same shape): as
     float32 minus the zero point (returns 0), or as int8 (uint8 with its top bit flipped),
@@ -194,10 +266,14 @@ def _sums(a: np.ndarray, rows: bool) -> np.ndarray:
     """The int32 sums of (a stack of) int8 matrices along K -- each row's (`rows`: of A,
     (.., M, K)) or each column's (of B, (.., K, N)) -- as products with a vector of ones on
     `torch._int_mm` (exact, as its probe shows; 3-5x faster than numpy's int8 -> int32
-    reduction, measured), one per matrix of the stack."""
+    reduction, measured), one per matrix of the stack: a matrix alone without the stack's
+    loop and its result (11 -> 6 us for (256, 16), measured)."""
     mm, torch = _int_mm(), _torch()
     k = a.shape[-1] if rows else a.shape[-2]
     ones = _ones(k, rows)
+    if a.ndim == 2:
+        t = _tensor(torch, a)
+        return (mm(t, ones) if rows else mm(ones, t)).numpy().reshape(-1)
     out = np.empty(a.shape[:-1] if rows else a.shape[:-2] + a.shape[-1:], np.int32)
     for i in np.ndindex(*a.shape[:-2]):
         t = _tensor(torch, a[i])
@@ -281,9 +357,12 @@ def _int_mm():
 @functools.lru_cache(maxsize=1)
 def _int_mm_pays() -> bool:
     """Whether `torch._int_mm` multiplies int8 faster than numpy's float32 BLAS does the
-    same integers, at one thread (the best of a few runs of each): which of the two exact
-    arithmetics `integer` picks (if the probe trusts it), a choice that changes no value and
-    no counter. False without torch or its `_int_mm`."""
+    same integers, at one thread: which of the two exact arithmetics `integer` picks (if the
+    probe trusts it), a choice that changes no value and no counter. False without torch or
+    its `_int_mm`. Each is warmed up a few calls first (oneDNN's first two calls of a shape
+    cost 5 ms and 3x the rest, measured), then timed interleaved with the other, the least of
+    several runs each: one warm-up and three runs in a row saw a 3x faster int8 (15 vs 46 us,
+    AVX512-VNNI) lose to float32 in one process in three on a loaded machine."""
     try:
         torch = _torch()
         mm = torch._int_mm
@@ -296,19 +375,28 @@ def _int_mm_pays() -> bool:
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     fa, fb = a.astype(np.float32), b.astype(np.float32)
     with one_thread():
-        ints = _best(lambda: mm(ta, tb).numpy())
-        floats = _best(lambda: (fa @ fb).astype(np.int32))
+        ints, floats = _best(
+            (lambda: mm(ta, tb).numpy(), lambda: (fa @ fb).astype(np.int32)), PROBE_RUNS
+        )
     return ints < floats
 
 
-def _best(call, runs: int = 3) -> float:
-    """The least wall time of `runs` calls after one untimed (warm-up) call."""
-    call()
-    best = float("inf")
+# warm-up calls and timed runs of each arithmetic (`_int_mm_pays`)
+PROBE_WARMUP, PROBE_RUNS = 3, 7
+
+
+def _best(calls, runs: int) -> list[float]:
+    """The least wall time of `runs` calls of each of `calls`, timed in turns, after
+    PROBE_WARMUP untimed calls of each."""
+    for call in calls:
+        for _ in range(PROBE_WARMUP):
+            call()
+    best = [float("inf")] * len(calls)
     for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t0)
+        for i, call in enumerate(calls):
+            t0 = time.perf_counter()
+            call()
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 

@@ -33,6 +33,25 @@ def test_a_slow_int_mm_is_not_taken(monkeypatch) -> None:
         products._int_mm_pays.cache_clear()
 
 
+def test_the_speed_probe_times_warm_calls_in_turns() -> None:
+    """`_best` leaves out the slow first calls (oneDNN's first two of a shape) and times the
+    arithmetics in turns: a call that is slow twice and then fast is timed fast, and each
+    call's time is its own."""
+    counts = [0, 0]
+
+    def cold_then_fast() -> None:
+        counts[0] += 1
+        time.sleep(0.02 if counts[0] <= 2 else 0)
+
+    def always_slow() -> None:
+        counts[1] += 1
+        time.sleep(0.005)
+
+    fast, slow = products._best((cold_then_fast, always_slow), 4)
+    assert fast < 0.004 <= slow
+    assert counts == [products.PROBE_WARMUP + 4] * 2
+
+
 @pytest.mark.parametrize("faster_only", [True, False])
 def test_both_choices_give_the_same_integers(faster_only, monkeypatch) -> None:
     """A product large enough for torch._int_mm, uint8 with zero points, wrapping int32:
@@ -82,3 +101,83 @@ def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
                 np.testing.assert_array_equal(got, ((exact + 2**31) % 2**32 - 2**31))
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("n_major", [False, True])
+@pytest.mark.parametrize("arith", ["float32", "int_mm"])
+def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeypatch) -> None:
+    """A batch sharing one channel-major A (a 3x3 tile of 5x6 outputs in rows of 8, padded):
+    its rows gathered as one run each (`batch._rows_merge`), the columns between them
+    dropped from the product; weights stored K-major or output-channel-major (then gathered
+    N-major with their K axes, and A's, in memory order: `products.k_order`) -- every
+    output equals the int64 dot products, in float32 and in int8."""
+    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(7)
+    c, h, w, rows, plane, n, count = 4, 5, 6, 8, 8 * 8, 3, 2  # channels, outputs, row bytes
+    image = rng.integers(0, 256, c * plane, dtype=np.uint8)
+    weights = rng.integers(-128, 128, (count, 3, 3, c, n), dtype=np.int8)
+    if n_major:  # the same values stored (count, n, c, kh, kw)
+        weights = np.ascontiguousarray(weights.transpose(0, 4, 3, 1, 2)).transpose(0, 3, 4, 2, 1)
+    assert (products.k_order(weights) == (2, 0, 1)) if n_major else not products.k_order(weights)
+    # A (count, h, w, kh, kw, c), the same for every reduction (stride 0), W contiguous
+    a = np.lib.stride_tricks.as_strided(
+        image, (count, h, w, 3, 3, c), (0, rows, 1, rows, 1, plane), writeable=False
+    )
+    unmerged = []
+    real = batch._unmerged
+    monkeypatch.setattr(batch, "_unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    acc = np.zeros((count, h, w, n), np.int32)
+    for _ in range(2):  # a second call on the layout built by the first
+        batch.reduce_into(acc, [batch.Piece(a, weights, 9, 0, 247 * 128)], 0, count)
+        want = np.einsum(
+            "hwijc,bijcn->bhwn", a[0].astype(np.int64) - 9, weights.astype(np.int64)
+        ).astype(np.int32)
+        np.testing.assert_array_equal(acc, want)
+        image[:] = rng.integers(0, 256, image.size, dtype=np.uint8)
+    assert unmerged == [(h, w, rows, (h - 1) * rows + w)] * 2  # the rows were merged
+
+
+@pytest.mark.parametrize("a_layout", ["channels_last", "channels_first"])
+@pytest.mark.parametrize("kind", ["one", "stack", "shared_b"])
+@pytest.mark.parametrize("arith", ["float32", "int_mm"])
+def test_output_channel_major_weights_gathered_n_major_are_exact(
+    arith, kind, a_layout, monkeypatch
+):
+    """Weights stored output-channel-major, (n, c, kh, kw), against a 3x3 conv's A (K axes
+    (kh, kw, c)) stored either way, alone, as a stack of 2 (each its own A and B), or a
+    stack sharing B (stride 0): gathered N-major with the K axes permuted to memory order
+    (`products.k_order`), every output equals the int64 dot products, float32 and int8."""
+    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(11)
+    c, h, w, n, count = 5, 4, 6, 7, 2
+    lead = () if kind == "one" else (count,)
+    image = rng.integers(
+        0,
+        256,
+        (*lead, c, h + 2, w + 2) if a_layout == "channels_first" else (*lead, h + 2, w + 2, c),
+        dtype=np.uint8,
+    )
+    im = image if a_layout == "channels_last" else np.moveaxis(image, -3, -1)  # (.., y, x, c)
+    st = im.strides[-3:]
+    a = np.lib.stride_tricks.as_strided(
+        im, (*lead, h, w, 3, 3, c), im.strides[:-3] + (st[0], st[1], st[0], st[1], st[2])
+    )
+    stored = rng.integers(-128, 128, (count if kind == "stack" else 1, n, c, 3, 3), dtype=np.int8)
+    b = stored.transpose(0, 3, 4, 2, 1)  # (.., kh, kw, c, n), n the widest stride
+    if kind == "one":
+        b = b[0]
+    elif kind == "shared_b":
+        b = np.broadcast_to(b, (count, *b.shape[1:]))
+    assert products.k_order(b, len(lead)) == (2, 0, 1)
+    acc = rng.integers(-1000, 1000, (*lead, h, w, n)).astype(np.int32)
+    want = acc.astype(np.int64) + np.einsum(
+        "...hwijc,...ijcn->...hwn", a.astype(np.int64) - 3, b.astype(np.int64)
+    )
+    batch.reduce_into(acc, [batch.Piece(a, b, 3, 0, 253 * 128)], 1, len(lead) and count)
+    np.testing.assert_array_equal(acc, want.astype(np.int32))
