@@ -18,8 +18,8 @@ def test_a_slow_int_mm_is_not_taken(monkeypatch) -> None:
     torch = pytest.importorskip("torch")
     real = torch._int_mm
 
-    def slow(a, b):
-        time.sleep(0.002)
+    def slow(a, b):  # 50 ms: float32 BLAS at 128^3 is ~0.1 ms, a few ms on a loaded machine
+        time.sleep(0.05)
         return real(a, b)
 
     monkeypatch.setattr(torch, "_int_mm", slow)
