@@ -61,6 +61,12 @@ class RunParts:
         self.first_end = ends[0]
         self._parts: list[Access] | None = None
 
+    def shift(self, s: int) -> None:
+        """Every end `s` cycles later (`replay.shift`); the parts are built again if needed."""
+        self.ends = [e + s for e in self.ends]
+        self.first_end += s
+        self._parts = None
+
     def expand(self) -> list[Access]:
         if self._parts is None:
             parts, i = [], 0
