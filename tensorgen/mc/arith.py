@@ -19,6 +19,8 @@ numpy is imported, so the simulator can use this module without torch.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -143,8 +145,15 @@ def requantize_int32(
     np.clip(r, low, high, out=r)  # min(max(r, low), high), as the rule's clamp
     # + zp is exact in float32: the sum is an integer in [lo, hi], below 2**24 in magnitude
     r += np.float32(zp)
-    info = np.iinfo(dtype)  # the integers in `dtype` directly when it holds all of [lo, hi]
-    return r.astype(dtype if info.min <= min(lo, hi) and max(lo, hi) <= info.max else np.int32)
+    least, most = _int_range(dtype)  # the integers in `dtype` directly when it holds [lo, hi]
+    return r.astype(dtype if least <= min(lo, hi) and max(lo, hi) <= most else np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _int_range(dtype) -> tuple[int, int]:
+    """np.iinfo(dtype)'s (min, max), once per dtype: iinfo is built anew at every call."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def cvt_int32(t: ArrayLike) -> np.ndarray:

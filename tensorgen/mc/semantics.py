@@ -153,13 +153,21 @@ def _vlut(state: MachineState, a) -> None:
     state.write(a["dst"], table[state.read(a["a"]) & 0xFF])
 
 
+def _amount(y):
+    """A shift amount clamped to [0, 31], of y's dtype as np.clip gives it: an immediate's
+    (a numpy scalar) without np.clip's Python wrapper, ~4 us of ~5 a shift."""
+    if isinstance(y, np.ndarray):
+        return np.clip(y, 0, 31)
+    return y.dtype.type(min(max(int(y), 0), 31))
+
+
 def _rshr(x, y, dtype=None):
-    return arith.rounding_shift_right(x, np.clip(y, 0, 31))
+    return arith.rounding_shift_right(x, _amount(y))
 
 
 def _shl(x, y, dtype=None):
-    return np.left_shift(x, np.clip(y, 0, 31), dtype=dtype)
+    return np.left_shift(x, _amount(y), dtype=dtype)
 
 
 def _shr(x, y, dtype=None):
-    return np.right_shift(x, np.clip(y, 0, 31), dtype=dtype)
+    return np.right_shift(x, _amount(y), dtype=dtype)

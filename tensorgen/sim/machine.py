@@ -49,6 +49,11 @@ __all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
 MAX_NEST_ELEMENTS = 1 << 22
 # the instructions a run executed at once may begin with
 _RUN_HEADS = frozenset(("MATMUL", "LOOP", "LOOPB", "VMUL", "VMAC"))
+# per queue, the other queues, each with the queues other than it (`_check_hazards`)
+_PEERS = {
+    q: tuple((o, tuple(k for k in isa.QUEUES if k != o)) for o in isa.QUEUES if o != q)
+    for q in isa.QUEUES
+}
 
 
 class Simulator:
@@ -497,13 +502,14 @@ class Simulator:
         # its newest entry stops at the first access that ended before this one starts.
         store = ins.mnemonic == "STORE"
         touched = self.machine.touched
-        qt = self.queue_time
-        for other, accesses in self.inflight.items():
-            if other == q or not accesses:
+        qt, inflight = self.queue_time, self.inflight
+        for other, peers in _PEERS[q]:
+            accesses = inflight[other]
+            if not accesses:
                 continue
             # its horizon: the earliest time of the other queues (no other queue can start
             # earlier again), which every access that ended by then is forgotten at
-            horizon = min(v for k, v in qt.items() if k != other)
+            horizon = min([qt[k] for k in peers])
             if accesses[0].end <= horizon:
                 del accesses[: bisect.bisect_right(accesses, horizon, key=_end)]
             if not accesses or accesses[-1].end <= start:

@@ -321,7 +321,12 @@ def shift(sim, s: int, active) -> None:
     t = _horizon(sim, active)
     sim.channel.busy[:] = [(a + s, b + s) for a, b in sim.channel.busy if b > t]
     for q, acc in sim.inflight.items():
-        sim.inflight[q] = [_shifted(a, s) for a in acc if a.end > t]
+        live = [a for a in acc if a.end > t]
+        for a in live:  # in place: only the in-flight lists refer to them (no `snapshot` here)
+            a.end += s
+            if a.parts is not None:
+                a.parts.shift(s)
+        sim.inflight[q] = live
     _advance(sim, s, active)
 
 

@@ -61,6 +61,12 @@ class RunParts:
         self.first_end = ends[0]
         self._parts: list[Access] | None = None
 
+    def shift(self, s: int) -> None:
+        """Every end `s` cycles later (`replay.shift`); the parts are built again if needed."""
+        self.ends = [e + s for e in self.ends]
+        self.first_end += s
+        self._parts = None
+
     def expand(self) -> list[Access]:
         if self._parts is None:
             parts, i = [], 0
@@ -316,11 +322,11 @@ class MatmulRuns:
             self.signatures[id(segments)] = (segments, sig)
         return sig
 
-    def _timing(self, segments, spans) -> list[tuple[int, int]] | None:
-        """Per-step (start, end) on EX, or None if another queue might touch the run's memory
-        meanwhile (then stepping finds the exact hazard, or none). The steps are a function of
-        the segments and of EX's state relative to its time (`_steps`), computed once per
-        such state: every time in them shifts with it."""
+    def _timing(self, segments, spans) -> tuple[list[int], list[int]] | None:
+        """Per-step starts and ends on EX (two lists, no tuple per step), or None if another
+        queue might touch the run's memory meanwhile (then stepping finds the exact hazard, or
+        none). The steps are a function of the segments and of EX's state relative to its
+        time (`_steps`), computed once per such state: every time in them shifts with it."""
         sim = self.sim
         t, saved = sim.queue_time["EX"], sim.streaming
         state = None if saved is None else (t - saved[0], saved[1])
@@ -328,17 +334,16 @@ class MatmulRuns:
         known = self.timings.get(key)
         if known is not None and t + known[5] >= 0:
             starts, ends, rf, after, rows, _ = known
-            steps = list(zip((starts + t).tolist(), (ends + t).tolist(), strict=True))
+            steps = ((starts + t).tolist(), (ends + t).tolist())
             reads_from = rf + t
             sim.streaming = None if after is None else (after + t, rows)
         else:
             steps, reads_from, clamped = self._steps(segments)
-            if steps and clamped >= 0 and len(self.timings) < MAX_PLANS:
+            if steps[0] and clamped >= 0 and len(self.timings) < MAX_PLANS:
                 after = sim.streaming
-                relative = np.array(steps, np.int64) - t  # shifted back in C: runs are long
-                self.timings[key] = (
-                    relative[:, 0].copy(),
-                    relative[:, 1].copy(),
+                self.timings[key] = (  # shifted back in C: runs are long
+                    np.array(steps[0], np.int64) - t,
+                    np.array(steps[1], np.int64) - t,
                     reads_from - t,
                     None if after is None else after[0] - t,
                     None if after is None else after[1],
@@ -356,15 +361,15 @@ class MatmulRuns:
                         return None
         return steps
 
-    def _steps(self, segments) -> tuple[list[tuple[int, int]], int | None, int]:
-        """(per-step (start, end), the first cycle the run reads, the least of EX's time and
+    def _steps(self, segments) -> tuple[tuple[list[int], list[int]], int | None, int]:
+        """(per-step starts and ends, the first cycle the run reads, the least of EX's time and
         the streaming starts clamped at 0 on the way) from EX's state now; the MAC array's
         streaming state updated. While that least is >= 0 no clamp changed anything, so the
         steps from the same state shifted by s are these shifted by s, as long as it stays
         >= 0 (`_timing`)."""
         sim = self.sim
         t = clamped = sim.queue_time["EX"]
-        steps, reads_from = [], None
+        starts, stops, reads_from = [], [], None
         target = sim.target
         fill, double = target.fill_cycles, target.weight_buffers > 1
         for seg in segments:
@@ -377,7 +382,8 @@ class MatmulRuns:
                     if sim.streaming is not None:
                         clamped = min(clamped, sim.streaming[0])
                     end, rf = sim._execute_timing(cost, 1, t, 0)
-                    steps.append((t, end))
+                    starts.append(t)
+                    stops.append(end)
                     reads_from = rf if reads_from is None else min(reads_from, rf)
                     t = end
                 continue
@@ -397,10 +403,11 @@ class MatmulRuns:
             # first reads come later than this one's
             pace = max(rows, fill) if double else max(fill, 0) + rows
             ends = list(range(end, end + k * pace, pace)) if pace > 0 else [end] * k
-            steps += zip([t, *ends[:-1]], ends, strict=True)
+            starts += [t, *ends[:-1]]
+            stops += ends
             t = ends[-1]
             sim.streaming = (t - rows, rows)
-        return steps, reads_from, clamped
+        return (starts, stops), reads_from, clamped
 
     def _compute(self, n_singles, nest, shape, segments, counters) -> None:
         """The run's values: its products summed into the accumulator as one BLAS product
@@ -460,14 +467,15 @@ class MatmulRuns:
     def _commit(self, segments, spans, steps) -> None:
         sim = self.sim
         st = sim.stats
-        end = steps[-1][1]
-        parts = RunParts(segments, [e for _, e in steps])
+        starts, ends = steps
+        end = ends[-1]
+        parts = RunParts(segments, ends)
         sim.inflight["EX"].append(Access(None, 0, 0, end, "EX", True, segments[0].pc, parts, spans))
         if sim.recorder is not None:
             pcs = [seg.pc for seg in segments for _ in range(len(seg.bases))]
-            for pc, (start, stop) in zip(pcs, steps, strict=True):
+            for pc, start, stop in zip(pcs, starts, ends, strict=True):
                 sim.recorder.events.append(("EX", start, start, stop, pc, "MATMUL"))
-        st.busy["EX"] += end - steps[0][0]
+        st.busy["EX"] += end - starts[0]
         sim.queue_time["EX"] = end
         count_segments(sim, segments)
 

@@ -7,7 +7,7 @@ for the simulator's hazard checks (`tensorgen.sim.machine`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +35,10 @@ def _eval(aff, counters: tuple[int, ...]) -> int:
     return v
 
 
+# places kept per decoded LOAD or STORE (`Transfer.places`): beyond this many, not kept
+MAX_PLACES = 4096
+
+
 @dataclass(frozen=True)
 class Transfer:
     """A LOAD or STORE decoded once (`Machine.transfer`): its on-chip view, its DRAM tensor,
@@ -52,6 +56,8 @@ class Transfer:
     shape: tuple[int, ...]
     dims: tuple[int, ...]  # the tensor's shape
     pad: int
+    # `Machine.transfer`'s places by loop counters, kept with the binary's decode (`static`)
+    places: dict = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(ins, binary: Binary) -> Transfer | None:
@@ -310,23 +316,51 @@ class Machine:
         """Execute a decoded LOAD or STORE (`Transfer`) at the current counters, recording
         what it touches as its semantics would; False (nothing done) when an operand is out
         of bounds or reads a counter of no loop around it: its semantics then report it."""
-        counters, d = self.counters, op.view
-        if op.levels > len(counters) or len(d.coefs) > len(counters):
+        place = op.places.get(self.counters)
+        if place is None:
+            place = self._place(op)
+            if len(op.places) < MAX_PLACES:
+                op.places[self.counters] = place
+        if place is False:
             return False
-        base = d.const
-        for c, n in zip(d.coefs, counters, strict=False):
-            base += c * n
-        memory = self.mem[d.mem]
-        lo, hi = base + d.lo, base + d.hi
-        if lo < 0 or hi > memory.size:
-            return False
+        base, lo, hi, src, dst, inside, empty = place
+        d = op.view
         arr, extent = self._tensor_array(op.tensor)
         if not self.values:
             self.touched = (
                 [extent, (d.mem, lo, hi, True)] if op.load else [(d.mem, lo, hi, False), extent]
             )
             return True
+        memory = self.mem[d.mem]
         view = np.ndarray(d.shape, d.dtype, buffer=memory, offset=base, strides=d.strides)
+        if op.load:
+            if inside:
+                copy_values(view, arr[src])  # channels innermost: by channel
+            else:  # a halo: the pad, and the part inside the tensor
+                view[...] = op.pad
+                if not empty:
+                    view[dst] = arr[src]
+            self.touched = [extent, (d.mem, lo, hi, True)]
+        else:
+            if not empty:  # wholly outside the tensor: a halo, nothing to write
+                arr[src] = view[dst]
+            self.touched = [(d.mem, lo, hi, False), extent]
+        return True
+
+    def _place(self, op: Transfer):
+        """Where `op` copies at the current counters: (on-chip base, first byte, end, the
+        tensor's and the view's slices, whether the box lies inside the tensor, whether
+        outside it), or False when an operand is out of bounds or reads a counter of no loop
+        around it. A function of the binary and the target's memory sizes (`static`'s key)."""
+        counters, d = self.counters, op.view
+        if op.levels > len(counters) or len(d.coefs) > len(counters):
+            return False
+        base = d.const
+        for c, n in zip(d.coefs, counters, strict=False):
+            base += c * n
+        lo, hi = base + d.lo, base + d.hi
+        if lo < 0 or hi > self.mem[d.mem].size:
+            return False
         src, dst, inside, empty = [], [], True, False
         for const, coefs, n, dim in zip(op.consts, op.coefs, op.shape, op.dims, strict=True):
             o = const
@@ -337,19 +371,7 @@ class Machine:
             empty = empty or a >= b
             src.append(slice(a, b))
             dst.append(slice(a - o, b - o))
-        if op.load:
-            if inside:
-                copy_values(view, arr[tuple(src)])  # channels innermost: by channel
-            else:  # a halo: the pad, and the part inside the tensor
-                view[...] = op.pad
-                if not empty:
-                    view[tuple(dst)] = arr[tuple(src)]
-            self.touched = [extent, (d.mem, lo, hi, True)]
-        else:
-            if not empty:  # wholly outside the tensor: a halo, nothing to write
-                arr[tuple(src)] = view[tuple(dst)]
-            self.touched = [(d.mem, lo, hi, False), extent]
-        return True
+        return base, lo, hi, tuple(src), tuple(dst), inside, empty
 
     def _tensor_array(self, index: int):
         """Tensor `index`'s array over the DRAM and its extent, once a run (`_tensor`)."""

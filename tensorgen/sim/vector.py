@@ -247,16 +247,17 @@ class VectorRuns:
         counters and trace events of its instructions."""
         sim = self.sim
         st, segs = sim.stats, plan.segments
-        end = steps[-1][1]
-        parts = RunParts(segs, [e for _, e in steps])
+        starts, ends = steps
+        end = ends[-1]
+        parts = RunParts(segs, ends)
         sim.inflight["EX"].append(
             Access(None, 0, 0, end, "EX", True, segs[0].pc, parts, plan.spans)
         )
         if sim.recorder is not None:
             pcs = [(s.pc, s.op.vop.mnemonic) for s in segs for _ in range(len(s.bases))]
-            for (pc, name), (start, stop) in zip(pcs, steps, strict=True):
+            for (pc, name), start, stop in zip(pcs, starts, ends, strict=True):
                 sim.recorder.events.append(("EX", start, start, stop, pc, name))
-        st.busy["EX"] += end - steps[0][0]
+        st.busy["EX"] += end - starts[0]
         sim.queue_time["EX"] = end
         count_segments(sim, segs)
 
