@@ -57,8 +57,22 @@ def _check_statements(program: Program, state: State) -> None:
             )
         if not m.is_single_valued():
             raise ScheduleError(f"{WHO}: statement {stmt.name}: an instance is scheduled twice")
-    if not union_map(state).is_injective():
+    if not _injective(list(state.maps.values())):
         raise ScheduleError(f"{WHO}: two statement instances are scheduled at the same point")
+
+
+def _injective(maps: list[isl.Map]) -> bool:
+    """Whether the union of the statements' schedules (one map each, of distinct domains) is
+    injective: each map is, and no two ranges meet (ranges of different spaces never do).
+    isl's `is_injective` on the union map answers the same, some three times slower."""
+    if not all(m.is_injective() for m in maps):
+        return False
+    ranges = [m.range() for m in maps]
+    return all(
+        a.get_space() != b.get_space() or a.is_disjoint(b)
+        for k, a in enumerate(ranges)
+        for b in ranges[:k]
+    )
 
 
 def _point(points: isl.Set) -> str:

@@ -100,6 +100,15 @@ def test_two_instances_at_one_point() -> None:
     )
 
 
+def test_two_instances_of_one_statement_at_one_point() -> None:
+    s = Schedule(parse_program(TWO))
+    folded = s.state.maps["S0"].apply_range(isl.Map("{ [d0, d1] -> [d0, 0] }"))
+    _fails(
+        _corrupt(s, maps={**s.state.maps, "S0": folded}),
+        r"^verify_schedule: two statement instances are scheduled at the same point$",
+    )
+
+
 def test_a_loop_in_two_rows_and_a_loop_that_lies() -> None:
     s = Schedule(parse_program(MATMUL))
     i, j = s.loop("i").id, s.loop("j").id
