@@ -20,6 +20,7 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import math
 from collections import deque
@@ -558,7 +559,7 @@ def simulate(
     marks, trace and errors as the run that computes them -- the timing never reads a value,
     and bounds and hazards follow the addresses only. Its `outputs` are a `NoOutputs`, which
     raises when read. `inputs` are checked as ever; a dict of zeros will do."""
-    with _blas().limit(limits=1, user_api="blas"), products.one_thread():  # restored on return
+    with _one_blas_thread(), products.one_thread():  # restored on return
         sim = Simulator(binary, target, vectorize_loops, limits, record, values)
         result = sim.run(inputs, marks)
     if values:
@@ -569,8 +570,26 @@ def simulate(
 
 
 @functools.lru_cache(maxsize=1)
-def _blas() -> ThreadpoolController:
+def _blas() -> tuple:
     """The process's BLAS thread pools, found once. A simulation runs on one BLAS thread: its
     products are small and many, and more threads on a busy machine only fight (1.7-3.4x
     slower measured at OpenBLAS's default two on two cores)."""
-    return ThreadpoolController()
+    return tuple(lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas")
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """Every BLAS pool (`_blas`) at one thread meanwhile, set and restored only where it has
+    another count: ThreadpoolController.limit does the same at ~14 us a run, ~1 % of a small
+    layer's simulation (it builds the info of every library, twice)."""
+    libs = _blas()
+    before = [lib.num_threads for lib in libs]
+    for lib, n in zip(libs, before, strict=True):
+        if n != 1:
+            lib.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for lib, n in zip(libs, before, strict=True):
+            if n != 1:
+                lib.set_num_threads(n)

@@ -437,6 +437,24 @@ def test_products_run_at_one_torch_thread_restored_afterwards(monkeypatch, outco
         torch.set_num_threads(before)
 
 
+def test_blas_runs_at_one_thread_restored_afterwards(monkeypatch, outcome) -> None:
+    """simulate pins every BLAS pool to one thread (as threadpoolctl reports it) while it
+    runs, and restores the caller's count."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def counts():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen, real = [], Simulator.run
+    monkeypatch.setattr(Simulator, "run", lambda *a: seen.append(counts()) or real(*a))
+    with threadpool_limits(limits=2, user_api="blas"):
+        c = Case(2, "uint8", 3, -2, False, False, "loop", 0, False, False, "none")
+        inputs = {"X": np.ones((8, 16), np.uint8), "W": np.ones((16, 4), np.int8)}
+        outcome(assemble(_program(c)), inputs, TARGETS[2], True)
+        assert seen and all(n == 1 for ns in seen for n in ns)
+        assert counts() == [2] * len(counts())
+
+
 def test_a_run_s_timing_is_kept_and_shifted_exactly(monkeypatch, outcome) -> None:
     """`MatmulRuns._timing` computes a run's steps once per (segments, EX state relative to
     its time) and shifts them after: a second run of a binary takes them (no fresh
