@@ -33,6 +33,7 @@ TOP_KEYS = {
     "description",
 }
 TENSOR_KEYS = {"shape", "dtype", "role", "pad"}
+STR_TAG = "tag:yaml.org,2002:str"
 
 
 class _Doc:
@@ -55,11 +56,23 @@ class _Doc:
         for k, v in node.value:
             if not isinstance(k, yaml.ScalarNode):
                 raise self.error(k, f"expected a plain key in {what}")
+            if k.tag != self.untagged(k):  # `!!null role` is no key 'role'
+                raise self.error(
+                    k,
+                    f"expected a plain key in {what}, got '{one_line(k.value, 60)}' tagged {k.tag}",
+                )
             if k.value in seen:
                 raise self.error(k, f"duplicate key '{one_line(k.value, 60)}' in {what}")
             seen.add(k.value)
             out.append((k.value, k, v))
         return out
+
+    def untagged(self, node: yaml.ScalarNode) -> str:
+        """The tag YAML gives `node`'s text without an explicit tag: a key's text is its name
+        whatever YAML would read it as (`on`, `1`), but an explicit tag asks for something else."""
+        if node.style in ("'", '"'):
+            return STR_TAG
+        return self.constructor.resolve(yaml.ScalarNode, node.value, (True, False))
 
     def scalar(self, node: yaml.Node, kind: type, what: str):
         """The value of a scalar as YAML reads it (its tag decides: `'1'` and `!!str 1` are

@@ -86,6 +86,11 @@ CASES = [
         "tensorgen: 1\n@tensorgen: 1\n",
         r"duplicate key 'tensorgen' in the op.yaml file",
     ),
+    case(
+        "tagged-key",
+        stmt(MATMUL).replace("dtype: int8, role: input}", "dtype: int8, @!!null role: input}", 1),
+        r"expected a plain key in tensor A, got 'role' tagged tag:yaml.org,2002:null",
+    ),
     # --- the file as a whole
     case("empty-file", MARK, r"empty file; expected an op.yaml mapping with 'tensorgen: 1'"),
     case("comment-only", f"{MARK}# only a comment\n", r"empty file; expected an op.yaml mapping"),
@@ -354,3 +359,16 @@ def test_a_good_file_loads():
     """The cases above differ from a file that loads by the one thing they test."""
     program = parse_program(stmt(MATMUL), "ops/good.yaml")
     assert [s.bounds for s in program.statements] == [((0, 3), (0, 4), (0, 2))]
+
+
+def test_a_key_is_its_text_when_untagged():
+    """Quoted keys, and plain keys YAML would read as a bool (`on`, `off`), are names; only an
+    explicit tag (the `tagged-key` case) is refused."""
+    text = stmt("on[i, j] = A[i, j] + off[i, j]").replace(
+        "  C: {shape: [4, 5], dtype: int32, role: output}\n",
+        "  on: {shape: [4, 3], dtype: int32, 'role': output}\n"
+        '  off: {shape: [4, 3], dtype: int8, "role": input}\n',
+    )
+    program = parse_program(text, "ops/keys.yaml")
+    roles = {t.name: t.role for t in program.tensors}
+    assert (roles["on"], roles["off"]) == ("output", "input")
