@@ -50,9 +50,11 @@ __all__ = ["SimLimits", "SimResult", "Simulator", "Stats", "simulate"]
 MAX_NEST_ELEMENTS = 1 << 22
 # the instructions a run executed at once may begin with
 _RUN_HEADS = frozenset(("MATMUL", "LOOP", "LOOPB", "VMUL", "VMAC"))
-# per queue, the other queues, each with the queues other than it (`_check_hazards`)
+# per queue, the other queues, each with the two queues other than it (`_check_hazards`:
+# three queues, so a horizon is the lesser of two times, without a list per check)
+assert len(isa.QUEUES) == 3
 _PEERS = {
-    q: tuple((o, tuple(k for k in isa.QUEUES if k != o)) for o in isa.QUEUES if o != q)
+    q: tuple((o, *(k for k in isa.QUEUES if k != o)) for o in isa.QUEUES if o != q)
     for q in isa.QUEUES
 }
 
@@ -69,6 +71,7 @@ class Simulator:
     ) -> None:
         target = target or binary_target(binary)
         self.limits = limits or SimLimits()
+        self.max_steps = self.limits.max_steps  # read by every step
         known = static(binary, target, self.limits)  # verified, before anything is allocated
         self.static = known
         self.iterations = 0  # of hardware loops run one by one, bounded by limits.max_iterations
@@ -89,6 +92,11 @@ class Simulator:
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
         self.fields, self.queues, self.costs = known.fields, known.queues, known.costs
+        # per static instruction, its semantics (`ins.defn.execute`, a property and a lookup)
+        executes = known.runs.get("executes")
+        if executes is None:
+            executes = known.runs["executes"] = [ins.defn.execute for ins in binary.code]
+        self.executes = executes
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = known.nests
         self.vectorize_loops = vectorize_loops
         # per pc: a SYNC, stepped without the memory-access bookkeeping (`_sync`), unless every
@@ -324,19 +332,20 @@ class Simulator:
         m, st = self.machine, self.stats
         m.pc, m.counters, m.loop = pc, counters, nest or []
         reps = math.prod(n for _, n in nest) if nest else 1
-        if (
-            st.instructions + reps > self.limits.max_steps
-        ):  # LOOPB and IF nests are only bounded up front
+        if st.instructions + reps > self.max_steps:  # LOOPB and IF nests: bounded up front only
             raise SimulatorError(step_limit_message(None, self.limits))
         q = self.queues[pc]
         tokens = self._await(pc, ins, q, counters) if ins.wait else 0
-        start = max(self.queue_time[q], tokens)
+        before = self.queue_time[q]
+        start = before if before >= tokens else tokens
         cost = self.costs[pc]
         m.touched = []
         if nest:
             cost = self._reduction(pc, ins, cost, reps)
-        elif ins.defn.execute is not None and not self._once(pc):
-            self._execute(pc, ins, ins.defn.execute)
+        else:
+            execute = self.executes[pc]
+            if execute is not None and not self._once(pc):
+                self._execute(pc, ins, execute)
         reads_from = start
         if cost.dram_bytes:
             end = self._transfer(
@@ -352,12 +361,12 @@ class Simulator:
             end = start + cost.cycles
         if m.touched:  # a SYNC touches nothing: no hazard to look for
             self._check_hazards(pc, ins, q, reads_from, end)
-        st.stalled[q] += start - self.queue_time[q]
+        st.stalled[q] += start - before
         if self.recorder is not None:
             # a nest run at once (token-free, no fill) records each of its instructions
             one = self.costs[pc].cycles if reps > 1 else end - start
             self.recorder.events += [
-                (q, self.queue_time[q] if i == 0 else start + i * one, start + i * one)
+                (q, before if i == 0 else start + i * one, start + i * one)
                 + (start + (i + 1) * one, pc, ins.mnemonic)
                 for i in range(reps)
             ]
@@ -372,12 +381,12 @@ class Simulator:
         """`_step` of an instruction that computes and touches nothing (a SYNC): its tokens,
         time and counters only, without the bookkeeping of memory accesses."""
         st = self.stats
-        if st.instructions + 1 > self.limits.max_steps:
+        if st.instructions + 1 > self.max_steps:
             raise SimulatorError(step_limit_message(None, self.limits))
         q = self.queues[pc]
         tokens = self._await(pc, ins, q, counters) if ins.wait else 0
         before = self.queue_time[q]
-        start = max(before, tokens)
+        start = before if before >= tokens else tokens
         cost = self.costs[pc]
         ex = q == "EX"  # EX: the MAC array's streaming state too (`_execute_timing`)
         end = self._execute_timing(cost, 1, start, tokens)[0] if ex else start + cost.cycles
@@ -504,13 +513,14 @@ class Simulator:
         store = ins.mnemonic == "STORE"
         touched = self.machine.touched
         qt, inflight = self.queue_time, self.inflight
-        for other, peers in _PEERS[q]:
+        for other, p1, p2 in _PEERS[q]:
             accesses = inflight[other]
             if not accesses:
                 continue
             # its horizon: the earliest time of the other queues (no other queue can start
             # earlier again), which every access that ended by then is forgotten at
-            horizon = min([qt[k] for k in peers])
+            h1, h2 = qt[p1], qt[p2]
+            horizon = h1 if h1 < h2 else h2
             if accesses[0].end <= horizon:
                 del accesses[: bisect.bisect_right(accesses, horizon, key=_end)]
             if not accesses or accesses[-1].end <= start:
@@ -523,9 +533,9 @@ class Simulator:
                         f"{start} while instruction {a.pc} on {a.queue} still {'writes' if a.write else 'reads'} "
                         f"it (until cycle {a.end}) and no token orders them"
                     )
-        self.inflight[q] += [
-            Access(mem, lo, hi, end, q, store if w is None else w, pc) for mem, lo, hi, w in touched
-        ]
+        mine = inflight[q]
+        for mem, lo, hi, w in touched:
+            mine.append(Access(mem, lo, hi, end, q, store if w is None else w, pc))
 
 
 def _touch(machine: Machine, fields, pattern) -> None:
