@@ -8,11 +8,15 @@ once (`Taps.span` per row), the taps' views are strided views of that one cast, 
 is one fused multiply-add (torch's `addcmul_`) into a fresh int32 sum, added into the
 destination at the end in wrapping int32 (numpy). The sum is exact: `bound` checks on the
 weights of every call that no partial sum can reach 2**31, so nothing wraps before that last
-add, and int32 wrap-around makes the order of the additions irrelevant to it. Anything else
-(a negative stride, an innermost axis that is not contiguous -- a strided convolution's
-taps, measured slower this way --, views so sparse in their span that its cast reads more
-than the taps do, sources other than int8/uint8, a weight that could overflow) is None: tap
-by tap.
+add, and int32 wrap-around makes the order of the additions irrelevant to it.
+
+A view whose innermost moving axis has a stride s > 1 (a strided convolution's taps) is cast
+de-interleaved: each plane (the axes whose strides are multiples of s; the others lead) into
+s phases, phase q holding the plane's bytes q, q + s, q + 2s ... Every tap's view then lies in
+one phase (its base mod s) with stride 1 innermost, where torch's multiply-add is fast (on the
+strided bytes it was slower than tap by tap). Anything else (a negative stride, views so
+sparse in their span that its cast reads more than the taps do, sources other than
+int8/uint8, a weight that could overflow) is None: tap by tap.
 """
 
 from __future__ import annotations
@@ -43,21 +47,33 @@ class Taps:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # bytes (= elements: int8/uint8)
     dtype: np.dtype
+    phases: int = 1  # s > 1: the innermost moving axis's stride, the cast de-interleaved
+    leading: int = 0  # with phases: the axes before the plane (a stride not a multiple of s)
+    plane: int = 0  # with phases: the bytes of one plane, from `low`
 
 
 def plan(shape, strides, bases, dtype) -> Taps | None:
     """The tap run of views of `shape`/`strides` (bytes) at byte `bases`, or None."""
     if np.dtype(dtype) not in SOURCES or len(bases) < 2 or any(s < 0 for s in strides):
         return None
-    inner = [s for n, s in zip(shape, strides, strict=True) if n > 1][-1:]
-    if inner not in ([], [1]):  # torch's multiply-add over a strided row: slower than tap by tap
-        return None
-    extent = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1
+    moving = [s if n > 1 else 0 for n, s in zip(shape, strides, strict=True)]
+    inner = [s for s in moving if s][-1:]
+    extent = sum((n - 1) * s for n, s in zip(shape, moving, strict=True)) + 1
     low = min(bases)
     span = max(bases) - low + extent
-    if span > len(bases) * math.prod(shape):
-        return None  # the views are sparse in their span: one cast of it reads more than all taps
-    return Taps(low, span, tuple(b - low for b in bases), tuple(shape), tuple(strides), dtype)
+    offsets = tuple(b - low for b in bases)
+    if inner in ([], [1]):
+        if span > len(bases) * math.prod(shape):
+            return None  # the views are sparse in their span: one cast reads more than all taps
+        return Taps(low, span, offsets, tuple(shape), tuple(strides), dtype)
+    phases, leading = inner[0], len(shape)
+    while leading and moving[leading - 1] % phases == 0:
+        leading -= 1  # the plane: the axes whose strides are multiples of the phases
+    rest = zip(shape[leading:], moving[leading:], strict=True)
+    plane = max(offsets) + sum((n - 1) * s for n, s in rest) + 1
+    if math.prod(shape[:leading]) * plane > len(bases) * math.prod(shape):
+        return None  # sparse, as above: the cast of every plane reads more than all taps
+    return Taps(low, span, offsets, tuple(shape), tuple(moving), dtype, phases, leading, plane)
 
 
 def bound(taps: Taps, weights) -> bool:
@@ -82,18 +98,19 @@ def tap_sum(taps: Taps, buf: np.ndarray, first: int, count: int, lead: int, weig
     if not ENABLED or first < 0 or lead < 0 or last >= buf.nbytes or not buf.flags.c_contiguous:
         return None
     torch = _torch()
-    raw = np.ndarray((count, taps.span), taps.dtype, buffer=buf, offset=first, strides=(lead, 1))
-    size, strides = (count, *taps.shape), (taps.span, *taps.strides)
-    if scratch is None:
-        cast, acc = raw.astype(np.int32), torch.empty(size, dtype=torch.int32)
+    if taps.phases > 1:
+        x, views = _phased(taps, buf, first, count, lead, scratch, torch)
     else:
-        cast = scratch.get(raw.shape, np.int32, "cast")
-        acc = torch.from_numpy(scratch.get(size, np.int32, "sum"))
-        np.copyto(cast, raw)
-    x = torch.from_numpy(cast)  # the one cast of every tap's bytes
+        x, views = _flat(taps, buf, first, count, lead, scratch, torch)
+    size = (count, *taps.shape)
+    acc = (
+        torch.empty(size, dtype=torch.int32)
+        if scratch is None
+        else torch.from_numpy(scratch.get(size, np.int32, "sum"))
+    )
     scalar = all(np.size(w) == 1 for w in weights)
-    for i, (off, w) in enumerate(zip(taps.offsets, weights, strict=True)):
-        view = x.as_strided(size, strides, off)
+    for i, (view, w) in enumerate(zip(views, weights, strict=True)):
+        view = x.as_strided(*view)
         # one weight for every row: a Python integer, no tensor to make
         w = int(np.ravel(w)[0]) if scalar else torch.from_numpy(np.ascontiguousarray(w, np.int32))
         if i == 0:
@@ -103,6 +120,43 @@ def tap_sum(taps: Taps, buf: np.ndarray, first: int, count: int, lead: int, weig
         else:
             acc.addcmul_(view, w)
     return acc.numpy()
+
+
+def _flat(taps: Taps, buf, first, count, lead, scratch, torch):
+    """The cast of each row's span (count, span), and each tap's view in it (size, strides,
+    offset)."""
+    raw = np.ndarray((count, taps.span), taps.dtype, buffer=buf, offset=first, strides=(lead, 1))
+    if scratch is None:
+        cast = raw.astype(np.int32)
+    else:
+        cast = scratch.get(raw.shape, np.int32, "cast")
+        np.copyto(cast, raw)
+    size, strides = (count, *taps.shape), (taps.span, *taps.strides)
+    return torch.from_numpy(cast), [(size, strides, off) for off in taps.offsets]
+
+
+def _phased(taps: Taps, buf, first, count, lead, scratch, torch):
+    """The de-interleaved cast (phases, count, *leading, per phase) of every row's planes,
+    and each tap's view in its phase (size, strides, offset)."""
+    s, n, plane = taps.phases, taps.leading, taps.plane
+    ahead, rest = taps.shape[:n], taps.shape[n:]
+    planes = np.ndarray(
+        (count, *ahead, plane),
+        taps.dtype,
+        buffer=buf,
+        offset=first,
+        strides=(lead, *taps.strides[:n], 1),
+    )
+    width = -(-plane // s)
+    shape = (s, count, *ahead, width)
+    cast = np.empty(shape, np.int32) if scratch is None else scratch.get(shape, np.int32, "cast")
+    for q in range(s):  # phase q's last element is stale where plane - q is no multiple of s
+        np.copyto(cast[q, ..., : -(-(plane - q) // s)], planes[..., q::s])
+    x = torch.from_numpy(cast)
+    into = x.stride()
+    strides = (into[1], *into[2 : 2 + n], *(st // s for st in taps.strides[n:]))
+    size = (count, *ahead, *rest)
+    return x, [(size, strides, (off % s) * into[0] + off // s) for off in taps.offsets]
 
 
 # --- the runs of `stacked`'s plans ------------------------------------------------------
