@@ -245,6 +245,19 @@ def _prefix(sched: isl.Map, pos: int) -> isl.Map:
     return out
 
 
+def width(state: State, statement: str, pos: int) -> int:
+    """How many values dimension `pos` of `statement`'s schedule takes, its least to its
+    greatest (remembered per map: the search's skeletons ask it of the same maps again)."""
+    sched = state.maps[statement]
+    return _derived("width", sched, pos, lambda: _width(sched, pos))
+
+
+def _width(sched: isl.Map, pos: int) -> int:
+    rng = sched.range()
+    lo, hi = rng.dim_min(pos).min_val(), rng.dim_max(pos).max_val()
+    return int(hi.to_python() - lo.to_python()) + 1
+
+
 def const_at(state: State, statements: Iterable[str], pos: int) -> int | None:
     """The constant value of dimension `pos` shared by `statements`, or None."""
     values = set()
