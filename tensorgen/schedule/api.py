@@ -144,12 +144,7 @@ class Schedule:
     def trips(self, loop: Loop | str) -> int:
         """Iterations of `loop` (the widest, for loops with varying bounds)."""
         pos, stmts = self.position(loop), self.statements_of(loop)
-        widths = []
-        for name in sorted(stmts):
-            rng = self._state.maps[name].range()
-            lo, hi = rng.dim_min(pos).min_val(), rng.dim_max(pos).max_val()
-            widths.append(int(hi.to_python() - lo.to_python()) + 1)
-        return max(widths)
+        return max(st.width(self._state, name, pos) for name in sorted(stmts))
 
     def union_map(self) -> isl.UnionMap:
         return st.union_map(self._state)

@@ -357,6 +357,42 @@ def _constraint_pieces(points: isl.Set, context: isl.Set):
 @lru_cache(maxsize=256)
 def _initial_readers(program: Program, tensor: str) -> isl.UnionSet:
     """The instances that read an element of `tensor` before any statement writes it."""
+    if _written_first(program, tensor):
+        return isl.UnionSet("{ }")
+    return _initial_readers_by_flow(program, tensor)
+
+
+def _written_first(program: Program, tensor: str) -> bool:
+    """Whether no instance reads an initial value of `tensor` for a plain reason, without
+    isl's dataflow analysis (3 ms a program and tensor, 0.28 s of ResNet-18's compile, where
+    this answers every one): the first statement that accesses it is an `=` that does not read
+    it, every statement runs after the one before (no shared loops), and it writes every
+    element of the tensor that any statement reads. Then each read has that write before it.
+    False declines: _initial_readers_by_flow decides."""
+    if program.shared_loops:
+        return False
+    box = poly.tensor_box(program.tensor(tensor))
+    first, written, read = None, None, None
+    for stmt in program.statements:
+        accs = stmt.reads + ([stmt.lhs] if stmt.op != "=" else [])
+        mine = [acc for acc in accs if acc.tensor == tensor]
+        if first is None:
+            if mine:
+                return False  # read before (or as) it is first written
+            if stmt.lhs.tensor != tensor:
+                continue
+            first = stmt
+            written = poly.access_map(stmt, stmt.lhs).range().intersect(box)
+            continue
+        for acc in mine:
+            part = poly.access_map(stmt, acc).range().intersect(box)
+            read = part if read is None else read.union(part)
+    return first is not None and (read is None or read.is_subset(written))
+
+
+def _initial_readers_by_flow(program: Program, tensor: str) -> isl.UnionSet:
+    """_initial_readers by isl's dataflow analysis (the instances of the reads of `tensor`
+    that no write precedes)."""
     reads = isl.UnionMap("{ }")
     for stmt in program.statements:
         # `+=` and `max=` read the element they update

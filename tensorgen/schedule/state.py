@@ -207,7 +207,29 @@ _TRANSFORMS: dict[tuple, isl.Map] = {}
 
 def remap(maps: Mapping[str, isl.Map], changes: Mapping[str, isl.Map]) -> dict[str, isl.Map]:
     """`maps` with the maps of the statements in `changes` composed with their transform."""
-    return {s: m.apply_range(changes[s]) if s in changes else m for s, m in maps.items()}
+    return {s: applied(m, changes[s]) if s in changes else m for s, m in maps.items()}
+
+
+def applied(sched: isl.Map, change: isl.Map) -> isl.Map:
+    """`sched.apply_range(change)`, remembered per pair of maps by identity. The search starts
+    each skeleton of a layer from the same `original` state and takes the same first steps with
+    the same parsed transforms (`transform` shares them), so the same compositions come back
+    again and again; each result is the schedule map of the state that follows, so the next
+    step's key is a hit too. Valid because a state's maps never change (islpy's operations
+    return new maps), and the entry holds both maps, so their ids are not reused."""
+    key = (id(sched), id(change))
+    hit = _APPLIED.get(key)
+    if hit is not None and hit[0] is sched and hit[1] is change:
+        return hit[2]
+    value = sched.apply_range(change)
+    if len(_APPLIED) >= APPLIED_CACHE:
+        del _APPLIED[next(iter(_APPLIED))]
+    _APPLIED[key] = (sched, change, value)
+    return value
+
+
+APPLIED_CACHE = 1 << 14  # compositions remembered (the oldest forgotten first)
+_APPLIED: dict[tuple[int, int], tuple[isl.Map, isl.Map, isl.Map]] = {}
 
 
 def prefix(state: State, statement: str, pos: int) -> isl.Map:
@@ -221,6 +243,19 @@ def _prefix(sched: isl.Map, pos: int) -> isl.Map:
     for k in range(pos + 1):
         out = out.set_dim_name(isl.dim_type.out, k, f"d{k}")
     return out
+
+
+def width(state: State, statement: str, pos: int) -> int:
+    """How many values dimension `pos` of `statement`'s schedule takes, its least to its
+    greatest (remembered per map: the search's skeletons ask it of the same maps again)."""
+    sched = state.maps[statement]
+    return _derived("width", sched, pos, lambda: _width(sched, pos))
+
+
+def _width(sched: isl.Map, pos: int) -> int:
+    rng = sched.range()
+    lo, hi = rng.dim_min(pos).min_val(), rng.dim_max(pos).max_val()
+    return int(hi.to_python() - lo.to_python()) + 1
 
 
 def const_at(state: State, statements: Iterable[str], pos: int) -> int | None:
