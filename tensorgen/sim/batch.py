@@ -413,13 +413,21 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
     first = pieces[0]
     nk = first.b.ndim - 2  # K axes, last in A
     k_major = first.a.ndim - 1 - nk > 0 and abs(first.a.strides[-1]) > abs(first.a.strides[-1 - nk])
+    # a K-major A's padded tile rows gathered as one run each, as `_transposed` does (layer1's
+    # 3x3 convs: rows of 56 of 58, one copy of 230 bytes for four of 56)
+    merge = _rows_merge([(p.a, p.b.ndim - 2) for p in pieces], 1) if k_major else None
+    m = m if merge is None else m // (merge[0] * merge[1]) * merge[3]
     x = products.buffer((sum(ks), batch, m) if k_major else (batch, m, sum(ks)), ints)
     w, b_parts = products.stacked([p.b for p in pieces], ks, (), ints, shared=True)
     at, parts = 0, []
     for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
         nd, nk = p.a.ndim, len(perm)  # A's K axes in B's gather order
         kax = tuple(nd - nk + i for i in perm)
-        if k_major:  # (batch, M.., K..) -> (K.., batch, M..)
+        if k_major and merge is not None:  # (batch, M.., K..) -> (K.., batch, M.. merged)
+            axes = (*kax, *range(nd - nk))
+            src_a = functools.partial(_merged_transpose, axes=axes, merge=merge)
+            xs = x[at : at + k]
+        elif k_major:  # (batch, M.., K..) -> (K.., batch, M..)
             src_a = functools.partial(np.transpose, axes=(*kax, *range(nd - nk)))
             xs = x[at : at + k]
         else:
@@ -437,6 +445,8 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
             prod = products.product(xk.T, w, term, spans)
         else:
             prod = products.product(xk, w, term, spans, scratch)
+        if merge is not None:
+            prod = _unmerged(prod, merge)
         return prod.reshape(shape)
 
     return _Layout(tuple(parts), product, x.nbytes + w.nbytes)

@@ -181,3 +181,36 @@ def test_output_channel_major_weights_gathered_n_major_are_exact(
     )
     batch.reduce_into(acc, [batch.Piece(a, b, 3, 0, 253 * 128)], 1, len(lead) and count)
     np.testing.assert_array_equal(acc, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("arith", ["float32", "int_mm"])
+def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -> None:
+    """A stack of channel-major A sharing one B (a loop over 3x3 tiles of 5x6 outputs in
+    rows of 8, padded, against the same weights): each tile's rows gathered as one run
+    (`batch._rows_merge` in `batch._shared_b`), the columns between them dropped -- every
+    output equals the int64 dot products, accumulated, in float32 and in int8."""
+    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(8)
+    c, h, w, rows, plane, n, count = 4, 5, 6, 8, 8 * 8, 3, 2  # channels, outputs, row bytes
+    image = rng.integers(0, 256, count * c * plane, dtype=np.uint8)
+    weights = rng.integers(-128, 128, (3, 3, c, n), dtype=np.int8)
+    b = np.broadcast_to(weights, (count, *weights.shape))
+    # A (count, h, w, kh, kw, c): tile i at i * c * plane
+    a = np.lib.stride_tricks.as_strided(
+        image, (count, h, w, 3, 3, c), (c * plane, rows, 1, rows, 1, plane), writeable=False
+    )
+    unmerged = []
+    real = batch._unmerged
+    monkeypatch.setattr(batch, "_unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    acc = rng.integers(-(2**31), 2**31, (count, h, w, n)).astype(np.int32)
+    for _ in range(2):  # a second call on the layout built by the first
+        want = acc.astype(np.int64) + np.einsum(
+            "thwijc,ijcn->thwn", a.astype(np.int64) - 9, weights.astype(np.int64) + 2
+        )
+        batch.reduce_into(acc, [batch.Piece(a, b, 9, -2, 247 * 130)], 1, count)
+        np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
+        image[:] = rng.integers(0, 256, image.size, dtype=np.uint8)
+    assert unmerged == [(h, w, rows, (h - 1) * rows + w)] * 2  # the rows were merged
