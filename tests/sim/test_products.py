@@ -214,3 +214,49 @@ def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -
         np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
         image[:] = rng.integers(0, 256, image.size, dtype=np.uint8)
     assert unmerged == [(h, w, rows, (h - 1) * rows + w)] * 2  # the rows were merged
+
+
+@pytest.mark.parametrize("zps", [(3, 3), (3, 200)])
+@pytest.mark.parametrize("channel_major", [False, True])
+@pytest.mark.parametrize("shared", ["none", "a", "b", "alone"])
+def test_column_sums_from_the_row_of_ones_are_exact(zps, channel_major, shared, monkeypatch):
+    """int8 products take B's column sums from the row of ones under A's gather buffer
+    (`batch._gather_a`) where one zero point's correction spans all of K: two pieces of one
+    uint8 zero point (then no column sum is computed apart), or of two (then each piece's
+    is), alone, stacked, sharing A or B, row- or channel-major -- every output the int64 dot
+    products, wrapped."""
+    monkeypatch.setattr(products, "ENABLED", True)
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    if products._int_mm() is None:
+        pytest.skip("torch._int_mm is not exact here")
+    apart = []
+    real = products._sums
+    monkeypatch.setattr(products, "_sums", lambda a, rows: apart.append(rows) or real(a, rows))
+    rng = np.random.default_rng(12)
+    count, m, ks, n = 3, (4, 5), (6, 7), 9
+    lead = () if shared == "alone" else (count,)
+    pieces, want = [], 0
+    for k, zp in zip(ks, zps, strict=True):
+        a_full = rng.integers(0, 256, (*lead, *m, k)).astype(np.uint8)
+        if shared == "a":
+            a_full = np.ascontiguousarray(np.broadcast_to(a_full[:1], a_full.shape))
+        a = a_full
+        if channel_major:  # K outermost in memory, M innermost
+            nl = len(lead)
+            order = (nl + 2, *range(nl), nl, nl + 1)
+            a = np.ascontiguousarray(a_full.transpose(order)).transpose(np.argsort(order))
+        if shared == "a":
+            a = np.broadcast_to(a[:1], a.shape)
+        b = rng.integers(-128, 128, (*lead, k, n)).astype(np.int8)
+        if shared == "b":
+            b = np.broadcast_to(b[:1], b.shape)
+        pieces.append(batch.Piece(a, b, zp, -2, 256 * 130))
+        ai = a_full.astype(np.int64).reshape(*lead, m[0] * m[1], k) - zp
+        want = want + (ai @ (b.astype(np.int64) + 2)).reshape(*lead, *m, n)
+    acc = rng.integers(-(2**31), 2**31, (*lead, *m, n)).astype(np.int32)
+    want = want + acc
+    batch.reduce_into(acc, pieces, 1, len(lead) and count)
+    np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
+    assert (False in apart) == (zps[0] != zps[1])  # column sums apart only for two corrections
