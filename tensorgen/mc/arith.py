@@ -113,7 +113,13 @@ def float32_exact(*values: int) -> bool:
 
 
 def requantize_int32(
-    x: np.ndarray, scale: np.float32, zp: int, lo: int, hi: int, dtype=np.int32
+    x: np.ndarray,
+    scale: np.float32,
+    zp: int,
+    lo: int,
+    hi: int,
+    dtype=np.int32,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """`requantize` of int32 values with zero point and bounds below 2**24 in magnitude,
     in float32 and int32 without int64 or float64 round trips; the same integers (tested
@@ -124,9 +130,15 @@ def requantize_int32(
     Returns `dtype` (the destination's, saving a conversion) when it holds [lo, hi], else
     int32.
 
-    Computed in place on one float32 copy; the range test is two reductions (none for a
-    scale below 1 in magnitude, whose products all lie inside int32), and the mask only when
-    some product lies outside int32 (or is NaN, which fails both comparisons)."""
+    With `out` (an array of x's shape whose dtype holds [lo, hi]), the integers are written
+    into it (the one conversion the result needs anyway) and `out` is returned; x may be `out`
+    itself or overlap it: x is read in full before `out` is written.
+
+    Computed in place on one float32 copy (not in ufuncs that cast as they go: numpy's
+    buffered casts cost twice a cast and a pass, measured); the range test is two reductions
+    (none for a scale below 1 in magnitude, whose products all lie inside int32), and the
+    mask only when some product lies outside int32 (or is NaN, which fails both
+    comparisons)."""
     low, high = np.float32(lo - zp), np.float32(hi - zp)
     r = x.astype(np.float32)
     with np.errstate(invalid="ignore"):
@@ -143,10 +155,19 @@ def requantize_int32(
             ok = (r >= np.float32(-(2**31))) & (r < np.float32(2**31))  # False for NaN too
             np.copyto(r, low, where=~ok)
     np.clip(r, low, high, out=r)  # min(max(r, low), high), as the rule's clamp
-    # + zp is exact in float32: the sum is an integer in [lo, hi], below 2**24 in magnitude
+    # + zp is exact in float32: the sum is an integer in [lo, hi], below 2**24 in magnitude,
+    # so its conversion to an integer dtype that holds [lo, hi] is exact too
     r += np.float32(zp)
-    least, most = _int_range(dtype)  # the integers in `dtype` directly when it holds [lo, hi]
-    return r.astype(dtype if least <= min(lo, hi) and max(lo, hi) <= most else np.int32)
+    if out is None:  # in `dtype` directly when it holds [lo, hi]
+        return r.astype(dtype if holds(dtype, lo, hi) else np.int32)
+    np.copyto(out, r, casting="unsafe")
+    return out
+
+
+def holds(dtype, lo: int, hi: int) -> bool:
+    """Whether the integer `dtype` holds every integer of [lo, hi] (and lo and hi)."""
+    least, most = _int_range(dtype)
+    return least <= min(lo, hi) and max(lo, hi) <= most
 
 
 @functools.lru_cache(maxsize=64)

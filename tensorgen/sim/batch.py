@@ -233,7 +233,7 @@ def _general(shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout
     ints = products.integer(m, sum(ks), n)
     if _m_contiguous(pieces[0], len(lead)):
         return _transposed(shape, pieces, lead, (n, m, ks), ints)
-    x = products.buffer((*lead, m, sum(ks)), ints)
+    x, xf = _gather_a((*lead, m, sum(ks)), ints, -2)
     w, b_parts = products.stacked([p.b for p in pieces], ks, lead, ints)
     at, parts = 0, []
     for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
@@ -244,14 +244,35 @@ def _general(shape: tuple[int, ...], pieces: list[Piece], batch: int) -> _Layout
                 np.transpose, axes=(*range(nd - nk), *(nd - nk + i for i in perm))
             )
         a = p.a if src_a is None else src_a(p.a)
-        parts.append((at, at + k, x[..., at : at + k].reshape(a.shape), src_a, wd, src_b))
+        parts.append((at, at + k, _view(x[..., at : at + k], a.shape), src_a, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
     return _Layout(
         tuple(parts),
-        lambda spans: products.product(x, w, term, spans, scratch).reshape(shape),
-        x.nbytes + w.nbytes,
+        lambda spans: products.product(xf, w, term, spans, scratch, ints).reshape(shape),
+        xf.nbytes + w.nbytes,
     )
+
+
+def _gather_a(shape: tuple[int, ...], ints: bool, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """A's gather buffer of `shape` (`products.buffer`; `axis` its M axis) and the array the
+    product takes: itself in float32; in int8 the buffer it is a view of, one row longer along
+    M, that row all ones -- its products with B are B's column sums, which the zero points'
+    correction needs (`products.product`'s `ones`), computed in the GEMM itself rather than
+    in one small GEMM per matrix after it. No fill writes that row."""
+    if not ints:
+        x = products.buffer(shape, False)
+        return x, x
+    axis %= len(shape)
+    full = products.buffer((*shape[:axis], shape[axis] + 1, *shape[axis + 1 :]), True)
+    at = (slice(None),) * axis
+    full[(*at, -1)] = 1
+    return full[(*at, slice(0, shape[axis]))], full
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`a` reshaped, necessarily a view (a fill writes through it into a gather buffer)."""
+    return np.reshape(a, shape, copy=False)
 
 
 def _m_contiguous(p: Piece, lead: int) -> bool:
@@ -272,7 +293,7 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
     merge = _rows_merge([(p.a, p.b.ndim - nl - 1) for p in pieces], nl)
     if merge is not None:
         m = m // (merge[0] * merge[1]) * merge[3]
-    x = products.buffer((*lead, sum(ks), m), ints)
+    x, xf = _gather_a((*lead, sum(ks), m), ints, -1)
     w, b_parts = products.stacked([p.b for p in pieces], ks, lead, ints)
     at, parts = 0, []
     for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
@@ -283,21 +304,21 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
             src = functools.partial(np.transpose, axes=axes)
         else:
             src = functools.partial(_merged_transpose, axes=axes, merge=merge)
-        parts.append((at, at + k, xs.reshape(src(p.a).shape), src, wd, src_b))
+        parts.append((at, at + k, _view(xs, src(p.a).shape), src, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
-    xt, wt = x.swapaxes(-1, -2), w.swapaxes(-1, -2)
+    xt, wt = xf.swapaxes(-1, -2), w.swapaxes(-1, -2)
 
     def product(spans) -> np.ndarray:
         if ints:
-            prod = products.product(xt, w, term, spans)
+            prod = products.product(xt, w, term, spans, ones=True)
         else:
             prod = products.product(wt, x, term, spans, scratch).swapaxes(-1, -2)
         if merge is not None:
             prod = _unmerged(prod, merge)
         return prod.reshape(shape)
 
-    return _Layout(tuple(parts), product, x.nbytes + w.nbytes)
+    return _Layout(tuple(parts), product, xf.nbytes + w.nbytes)
 
 
 def _merged_transpose(a: np.ndarray, axes, merge) -> np.ndarray:
@@ -360,7 +381,7 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
     t = _m_contiguous(pieces[0], 1)  # then x is (K, M), for the transposed product
     merge = _rows_merge([(p.a[0], p.b.ndim - 2) for p in pieces], 0) if t else None
     m = m if merge is None else m // (merge[0] * merge[1]) * merge[3]  # as `_transposed`
-    x = products.buffer((sum(ks), m) if t else (m, sum(ks)), ints)
+    x, xf = _gather_a((sum(ks), m) if t else (m, sum(ks)), ints, 1 if t else 0)
     w2, b_parts = products.side_by_side([p.b for p in pieces], ks, ints)
     at, parts = 0, []
     for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
@@ -369,22 +390,22 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
         kax = tuple(nm + i for i in perm)
         a_axes = (*kax, *range(nm)) if t else (*range(nm), *kax)  # (K.., M..) or (M.., K..)
         src_a = functools.partial(_first, axes=a_axes, merge=merge)
-        parts.append((at, at + k, xs.reshape(src_a(p.a).shape), src_a, wd, src_b))
+        parts.append((at, at + k, _view(xs, src_a(p.a).shape), src_a, wd, src_b))
         at += k
-    term, xt, scratch = max(p.term for p in pieces), x.T, products.Scratch()
+    term, xt, scratch = max(p.term for p in pieces), xf.T, products.Scratch()
 
     def product(spans) -> np.ndarray:
         if t and not ints:  # (batch * N, K) @ (K, M)
             prod = products.product(w2.T, x, term, spans, scratch)
             prod = prod.reshape(batch, n, m).swapaxes(1, 2)
         else:
-            prod = products.product(xt if t else x, w2, term, spans, scratch)
+            prod = products.product(xt if t else xf, w2, term, spans, scratch, ints)
             prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
         if merge is not None:
             prod = _unmerged(prod, merge)
         return prod.reshape(shape)
 
-    return _Layout(tuple(parts), product, x.nbytes + w2.nbytes)
+    return _Layout(tuple(parts), product, xf.nbytes + w2.nbytes)
 
 
 def _first(a: np.ndarray, axes, merge=None) -> np.ndarray:
@@ -413,33 +434,46 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
     first = pieces[0]
     nk = first.b.ndim - 2  # K axes, last in A
     k_major = first.a.ndim - 1 - nk > 0 and abs(first.a.strides[-1]) > abs(first.a.strides[-1 - nk])
-    x = products.buffer((sum(ks), batch, m) if k_major else (batch, m, sum(ks)), ints)
+    # a K-major A's padded tile rows gathered as one run each, as `_transposed` does (layer1's
+    # 3x3 convs: rows of 56 of 58, one copy of 230 bytes for four of 56)
+    merge = _rows_merge([(p.a, p.b.ndim - 2) for p in pieces], 1) if k_major else None
+    m = m if merge is None else m // (merge[0] * merge[1]) * merge[3]
+    # the batch's M rows as one axis of the buffer (`_gather_a`'s row of ones after them)
+    flat, xk = _gather_a(
+        (sum(ks), batch * m) if k_major else (batch * m, sum(ks)), ints, int(k_major)
+    )
+    x = _view(flat, (sum(ks), batch, m) if k_major else (batch, m, sum(ks)))
     w, b_parts = products.stacked([p.b for p in pieces], ks, (), ints, shared=True)
     at, parts = 0, []
     for p, k, (perm, wd, src_b) in zip(pieces, ks, b_parts, strict=True):
         nd, nk = p.a.ndim, len(perm)  # A's K axes in B's gather order
         kax = tuple(nd - nk + i for i in perm)
-        if k_major:  # (batch, M.., K..) -> (K.., batch, M..)
+        if k_major and merge is not None:  # (batch, M.., K..) -> (K.., batch, M.. merged)
+            axes = (*kax, *range(nd - nk))
+            src_a = functools.partial(_merged_transpose, axes=axes, merge=merge)
+            xs = x[at : at + k]
+        elif k_major:  # (batch, M.., K..) -> (K.., batch, M..)
             src_a = functools.partial(np.transpose, axes=(*kax, *range(nd - nk)))
             xs = x[at : at + k]
         else:
             src_a = functools.partial(np.transpose, axes=(*range(nd - nk), *kax))
             xs = x[..., at : at + k]
-        parts.append((at, at + k, xs.reshape(src_a(p.a).shape), src_a, wd, src_b))
+        parts.append((at, at + k, _view(xs, src_a(p.a).shape), src_a, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
-    xk = x.reshape(len(x), batch * m) if k_major else x.reshape(batch * m, -1)
 
     def product(spans) -> np.ndarray:
         if k_major and not ints:
             prod = products.product(w.T, xk, term, spans, scratch).T
         elif k_major:
-            prod = products.product(xk.T, w, term, spans)
+            prod = products.product(xk.T, w, term, spans, ones=True)
         else:
-            prod = products.product(xk, w, term, spans, scratch)
+            prod = products.product(xk, w, term, spans, scratch, ints)
+        if merge is not None:
+            prod = _unmerged(prod, merge)
         return prod.reshape(shape)
 
-    return _Layout(tuple(parts), product, x.nbytes + w.nbytes)
+    return _Layout(tuple(parts), product, xk.nbytes + w.nbytes)
 
 
 def batched(d: Decoded, memory: np.ndarray, base: int, count: int, step: int) -> np.ndarray:

@@ -211,11 +211,19 @@ def fill(dst: np.ndarray, src: np.ndarray, zp: int) -> int:
 
 
 def product(
-    x: np.ndarray, w: np.ndarray, term: int, spans, scratch: Scratch | None = None
+    x: np.ndarray,
+    w: np.ndarray,
+    term: int,
+    spans,
+    scratch: Scratch | None = None,
+    ones: bool = False,
 ) -> np.ndarray:
     """int32 (wrapped) (x - zp) @ (w - zp) of (stacks of) gathered operands: float32 ones
     (`exact_product`, zero points already subtracted, the result in `scratch` if given) or
-    int8 ones with `spans`, one (k_lo, k_hi, da, db) per stretch of K gathered by `fill`."""
+    int8 ones with `spans`, one (k_lo, k_hi, da, db) per stretch of K gathered by `fill`.
+    With `ones` (int8), x's last row is all ones and not an operand's: its products are w's
+    column sums (exact, as every product of `_int_mm`), which the correction then takes
+    instead of computing them, and the result leaves that row out."""
     if x.dtype == np.float32:
         return exact_product(x, w, term, scratch)
     mm = _int_mm()
@@ -233,18 +241,26 @@ def product(
     finally:
         if threads != 1:
             torch.set_num_threads(threads)
-    _correct(out, x, w, spans)
+    sums = None
+    if ones:
+        sums, out, x = out[..., -1, :], out[..., :-1, :], x[..., :-1, :]
+    _correct(out, x, w, spans, sums)
     return out
 
 
-def _correct(out: np.ndarray, x: np.ndarray, w: np.ndarray, spans) -> None:
+def _correct(out: np.ndarray, x: np.ndarray, w: np.ndarray, spans, sums=None) -> None:
     """out += the zero points' corrections of every span (`product`): the column sums of B
     and the row sums of A over adjacent spans of one correction taken in one pass, all of
     them summed into one vector of each before the one add of it into `out` -- the same
-    integers (wrapping int32 arithmetic is a ring), a pass over `out` each, not one a span."""
+    integers (wrapping int32 arithmetic is a ring), a pass over `out` each, not one a span.
+    `sums`: B's column sums over all of K, taken when one correction spans all of it."""
     col = row = None
     const = 0
-    for lo, hi, d in _stretches([(lo, hi, da) for lo, hi, da, _ in spans]):
+    stretches = _stretches([(lo, hi, da) for lo, hi, da, _ in spans])
+    if sums is not None and len(stretches) == 1 and stretches[0][:2] == (0, w.shape[-2]):
+        col = np.multiply(sums, np.int32(stretches[0][2]), dtype=np.int32)
+        stretches = []
+    for lo, hi, d in stretches:
         c = np.multiply(_sums(w[..., lo:hi, :], False), np.int32(d), dtype=np.int32)
         col = c if col is None else np.add(col, c, out=col)
     for lo, hi, d in _stretches([(lo, hi, db) for lo, hi, _, db in spans]):

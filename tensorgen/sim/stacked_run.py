@@ -108,6 +108,10 @@ class _Stacked:
         """`read` without the conversion: the values as held (`semantics._store`, `requant.vrequant`)."""
         return self.arrays[id(view)]
 
+    def destination(self, view) -> np.ndarray:
+        """`Machine.destination`: the written view's array, every iteration's."""
+        return self.arrays[id(view)]
+
     def write(self, view, values: np.ndarray) -> None:
         arr = self.arrays[id(view)]
         if values.dtype == arr.dtype and values.shape == arr.shape:

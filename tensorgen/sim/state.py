@@ -267,6 +267,14 @@ class Machine:
         self.touched.append((*self._last_range, False))
         return arr
 
+    def destination(self, view: View) -> np.ndarray:
+        """The view's array, its bytes recorded as written: for semantics that compute
+        values already of the view's dtype (`requant.vrequant`) to put them there directly,
+        as `write` would copy them."""
+        arr = self._ndarray(view)
+        self.touched.append((*self._last_range, True))
+        return arr
+
     def write(self, view: View, values: np.ndarray) -> None:
         arr = self._ndarray(view)
         self.touched.append((*self._last_range, True))

@@ -181,3 +181,82 @@ def test_output_channel_major_weights_gathered_n_major_are_exact(
     )
     batch.reduce_into(acc, [batch.Piece(a, b, 3, 0, 253 * 128)], 1, len(lead) and count)
     np.testing.assert_array_equal(acc, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("arith", ["float32", "int_mm"])
+def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -> None:
+    """A stack of channel-major A sharing one B (a loop over 3x3 tiles of 5x6 outputs in
+    rows of 8, padded, against the same weights): each tile's rows gathered as one run
+    (`batch._rows_merge` in `batch._shared_b`), the columns between them dropped -- every
+    output equals the int64 dot products, accumulated, in float32 and in int8."""
+    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    rng = np.random.default_rng(8)
+    c, h, w, rows, plane, n, count = 4, 5, 6, 8, 8 * 8, 3, 2  # channels, outputs, row bytes
+    image = rng.integers(0, 256, count * c * plane, dtype=np.uint8)
+    weights = rng.integers(-128, 128, (3, 3, c, n), dtype=np.int8)
+    b = np.broadcast_to(weights, (count, *weights.shape))
+    # A (count, h, w, kh, kw, c): tile i at i * c * plane
+    a = np.lib.stride_tricks.as_strided(
+        image, (count, h, w, 3, 3, c), (c * plane, rows, 1, rows, 1, plane), writeable=False
+    )
+    unmerged = []
+    real = batch._unmerged
+    monkeypatch.setattr(batch, "_unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    acc = rng.integers(-(2**31), 2**31, (count, h, w, n)).astype(np.int32)
+    for _ in range(2):  # a second call on the layout built by the first
+        want = acc.astype(np.int64) + np.einsum(
+            "thwijc,ijcn->thwn", a.astype(np.int64) - 9, weights.astype(np.int64) + 2
+        )
+        batch.reduce_into(acc, [batch.Piece(a, b, 9, -2, 247 * 130)], 1, count)
+        np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
+        image[:] = rng.integers(0, 256, image.size, dtype=np.uint8)
+    assert unmerged == [(h, w, rows, (h - 1) * rows + w)] * 2  # the rows were merged
+
+
+@pytest.mark.parametrize("zps", [(3, 3), (3, 200)])
+@pytest.mark.parametrize("channel_major", [False, True])
+@pytest.mark.parametrize("shared", ["none", "a", "b", "alone"])
+def test_column_sums_from_the_row_of_ones_are_exact(zps, channel_major, shared, monkeypatch):
+    """int8 products take B's column sums from the row of ones under A's gather buffer
+    (`batch._gather_a`) where one zero point's correction spans all of K: two pieces of one
+    uint8 zero point (then no column sum is computed apart), or of two (then each piece's
+    is), alone, stacked, sharing A or B, row- or channel-major -- every output the int64 dot
+    products, wrapped."""
+    monkeypatch.setattr(products, "ENABLED", True)
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    if products._int_mm() is None:
+        pytest.skip("torch._int_mm is not exact here")
+    apart = []
+    real = products._sums
+    monkeypatch.setattr(products, "_sums", lambda a, rows: apart.append(rows) or real(a, rows))
+    rng = np.random.default_rng(12)
+    count, m, ks, n = 3, (4, 5), (6, 7), 9
+    lead = () if shared == "alone" else (count,)
+    pieces, want = [], 0
+    for k, zp in zip(ks, zps, strict=True):
+        a_full = rng.integers(0, 256, (*lead, *m, k)).astype(np.uint8)
+        if shared == "a":
+            a_full = np.ascontiguousarray(np.broadcast_to(a_full[:1], a_full.shape))
+        a = a_full
+        if channel_major:  # K outermost in memory, M innermost
+            nl = len(lead)
+            order = (nl + 2, *range(nl), nl, nl + 1)
+            a = np.ascontiguousarray(a_full.transpose(order)).transpose(np.argsort(order))
+        if shared == "a":
+            a = np.broadcast_to(a[:1], a.shape)
+        b = rng.integers(-128, 128, (*lead, k, n)).astype(np.int8)
+        if shared == "b":
+            b = np.broadcast_to(b[:1], b.shape)
+        pieces.append(batch.Piece(a, b, zp, -2, 256 * 130))
+        ai = a_full.astype(np.int64).reshape(*lead, m[0] * m[1], k) - zp
+        want = want + (ai @ (b.astype(np.int64) + 2)).reshape(*lead, *m, n)
+    acc = rng.integers(-(2**31), 2**31, (*lead, *m, n)).astype(np.int32)
+    want = want + acc
+    batch.reduce_into(acc, pieces, 1, len(lead) and count)
+    np.testing.assert_array_equal(acc, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
+    assert (False in apart) == (zps[0] != zps[1])  # column sums apart only for two corrections

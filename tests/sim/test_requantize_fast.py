@@ -46,6 +46,14 @@ def test_the_int32_kernel_gives_the_rule_s_integers(scale, zp, lo, width, seed) 
         fits = info.min <= min(lo, hi) and max(lo, hi) <= info.max
         assert narrow.dtype == (dt if fits else np.int32)
         np.testing.assert_array_equal(narrow.astype(np.int64), want)
+        if fits:  # written into a destination of that dtype: the same integers
+            out = np.full(x.shape, 7, dt)
+            assert arith.requantize_int32(x, s, zp, lo, hi, dt, out=out) is out
+            np.testing.assert_array_equal(out.astype(np.int64), want)
+    inplace = x.copy()  # an int32 VREQUANT onto its own operand: x read before it is written
+    with np.errstate(invalid="ignore", over="ignore"):
+        arith.requantize_int32(inplace, s, zp, lo, hi, np.int32, out=inplace)
+    np.testing.assert_array_equal(inplace.astype(np.int64), want)
 
 
 def test_scales_that_overflow_come_out_as_the_lower_bound() -> None:
