@@ -99,6 +99,7 @@ def fewer_collections(young: int = YOUNG_COLLECTION):
         gc.set_threshold(*old)
 
 
+@fewer_collections()
 def compile_model(
     model: torch.nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
@@ -121,38 +122,6 @@ def compile_model(
     schedule search minimises (autosched/objective.py)."""
     check_objective(objective)
     t0 = time.perf_counter()
-    with fewer_collections():
-        cm = _compile_model(
-            model,
-            example_inputs,
-            target,
-            engine,
-            seed,
-            progress,
-            jobs,
-            quantizer,
-            fuse,
-            overlap,
-            objective,
-        )
-    cm.compile_s = time.perf_counter() - t0
-    return cm
-
-
-def _compile_model(
-    model,
-    example_inputs,
-    target,
-    engine,
-    seed,
-    progress,
-    jobs,
-    quantizer,
-    fuse,
-    overlap,
-    objective,
-) -> CompiledModel:
-    """compile_model's passes (under fewer_collections), in order."""
     qmodel, graph, reference = _lowered(model, example_inputs, engine, seed, quantizer)
     if not graph.layers:
         raise TensorgenError("the model has no layers to compile")
@@ -186,6 +155,7 @@ def _compile_model(
     cm.fusion_notes = notes
     cm.units = units
     _report(cm, units)
+    cm.compile_s = time.perf_counter() - t0
     return cm
 
 
@@ -317,18 +287,11 @@ def compile_layers(
     return out
 
 
+@fewer_collections()  # in a worker process too
 def _compile_layer(
     program: Program, target: Target, trace: tuple | None = None, objective: str = "cycles"
 ) -> LayerBinary:
-    """`program` compiled under the schedule `trace` builds on it, else by compile_auto (in a
-    worker process too, with fewer collections)."""
-    with fewer_collections():
-        return _compile_one(program, target, trace, objective)
-
-
-def _compile_one(
-    program: Program, target: Target, trace: tuple | None, objective: str
-) -> LayerBinary:
+    """`program` compiled under the schedule `trace` builds on it, else by compile_auto."""
     if trace is not None:
         try:
             schedule = replay_schedule(program, target, trace)
