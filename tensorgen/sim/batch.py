@@ -21,7 +21,7 @@ import numpy as np
 
 from tensorgen.mc import isa
 from tensorgen.mc.operands import ITEMSIZE, View
-from tensorgen.sim import products
+from tensorgen.sim import products, rowruns
 
 # a batched run's gathered operands stay this small; a larger run computes MATMUL by MATMUL
 MAX_BATCH_ELEMENTS = 1 << 22
@@ -287,10 +287,10 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
     axis is the contiguous one (`_m_contiguous`): in float32 the product B^T @ A^T, (lead..,
     N, K) @ (lead.., K, M); in int8 A^T's transposed view against B. The same integers: the
     same dot products over the same K, int32 sums wrapping alike. A's last two M axes are
-    gathered as one run when the rows of a padded tile make that cheaper (`_rows_merge`)."""
+    gathered as one run when the rows of a padded tile make that cheaper (`rowruns.rows_merge`)."""
     n, m, ks = dims
     nl = len(lead)
-    merge = _rows_merge([(p.a, p.b.ndim - nl - 1) for p in pieces], nl)
+    merge = rowruns.rows_merge([(p.a, p.b.ndim - nl - 1) for p in pieces], nl)
     if merge is not None:
         m = m // (merge[0] * merge[1]) * merge[3]
     x, xf = _gather_a((*lead, sum(ks), m), ints, -1)
@@ -303,7 +303,7 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
         if merge is None:
             src = functools.partial(np.transpose, axes=axes)
         else:
-            src = functools.partial(_merged_transpose, axes=axes, merge=merge)
+            src = functools.partial(rowruns.merged_transpose, axes=axes, merge=merge)
         parts.append((at, at + k, _view(xs, src(p.a).shape), src, wd, src_b))
         at += k
     term, scratch = max(p.term for p in pieces), products.Scratch()
@@ -315,61 +315,16 @@ def _transposed(shape, pieces: list[Piece], lead, dims, ints) -> _Layout:
         else:
             prod = products.product(wt, x, term, spans, scratch).swapaxes(-1, -2)
         if merge is not None:
-            prod = _unmerged(prod, merge)
+            prod = rowruns.unmerged(prod, merge)
         return prod.reshape(shape)
 
     return _Layout(tuple(parts), product, xf.nbytes + w.nbytes)
 
 
-def _merged_transpose(a: np.ndarray, axes, merge) -> np.ndarray:
-    return _merged(a.transpose(axes), merge)
-
-
-# gather a padded tile's rows as one run while it computes at most this many extra columns
-MERGE_WASTE = 1.3
-
-
-def _rows_merge(arrays: list[tuple[np.ndarray, int]], nl: int) -> tuple[int, int, int, int] | None:
-    """(n1, n2, q, run) when every A (lead axes, M axes, then the number of K axes given with
-    it; the same M shape and strides) has two M axes last among them, n1 rows of n2
-    contiguous bytes q bytes apart with q > n2 (a tile of a padded image): gathered as one run
-    of (n1 - 1) * q + n2 bytes instead of n1 runs of n2, the q - n2 bytes between rows
-    computed along and dropped (`_unmerged`). The run lies within the view's own first and
-    last bytes, so it reads nothing out of bounds."""
-    ms = {(a.shape[nl : a.ndim - nk], a.strides[nl : a.ndim - nk]) for a, nk in arrays}
-    if len(ms) != 1:
-        return None
-    ((shape, strides),) = ms
-    if len(shape) < 2:
-        return None
-    (n1, n2), (s1, s2) = shape[-2:], strides[-2:]
-    if s2 != arrays[0][0].itemsize or s1 <= n2 * s2 or s1 % s2 or n1 < 2 or n2 < 2:
-        return None
-    q, run = s1 // s2, (n1 - 1) * (s1 // s2) + n2
-    return (n1, n2, q, run) if run <= MERGE_WASTE * n1 * n2 else None
-
-
-def _merged(a: np.ndarray, merge) -> np.ndarray:
-    """A, (.., n1, n2) last, with those two axes as one run (`_rows_merge`)."""
-    n1, n2, q, run = merge
-    shape, strides = a.shape[:-2] + (run,), a.strides[:-2] + (a.strides[-1],)
-    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
-
-
-def _unmerged(prod: np.ndarray, merge) -> np.ndarray:
-    """The (.., M', N) product of merged operands as (.., n1, n2, N): the run's columns that
-    are the tile's, dropping those between its rows."""
-    n1, n2, q, run = merge
-    prod = prod.reshape(*prod.shape[:-2], -1, run, prod.shape[-1])
-    rs, cs = prod.strides[-2:]
-    shape = prod.shape[:-2] + (n1, n2, prod.shape[-1])
-    return np.lib.stride_tricks.as_strided(prod, shape, prod.strides[:-2] + (q * rs, rs, cs))
-
-
 def _reduce_shared(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
     """`reduce_into` of a batch sharing A (a conv's activations against each output-channel
     block's weights): A against the batch's B side by side, (M, K) @ (K, batch * N); a K-major
-    A's padded tile rows gathered as one run each (`_rows_merge`: 14x14 rows of 16, 4.0x)."""
+    A's padded tile rows gathered as one run each (`rowruns.rows_merge`: 14x14 rows of 16, 4.0x)."""
     _run(acc, pieces, accumulate, _layout(_shared_a, acc.shape, pieces, batch))
 
 
@@ -379,7 +334,7 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
     ks = [p.b.size // n // batch for p in pieces]
     ints = products.integer(m, sum(ks), batch * n)
     t = _m_contiguous(pieces[0], 1)  # then x is (K, M), for the transposed product
-    merge = _rows_merge([(p.a[0], p.b.ndim - 2) for p in pieces], 0) if t else None
+    merge = rowruns.rows_merge([(p.a[0], p.b.ndim - 2) for p in pieces], 0) if t else None
     m = m if merge is None else m // (merge[0] * merge[1]) * merge[3]  # as `_transposed`
     x, xf = _gather_a((sum(ks), m) if t else (m, sum(ks)), ints, 1 if t else 0)
     w2, b_parts = products.side_by_side([p.b for p in pieces], ks, ints)
@@ -402,16 +357,16 @@ def _shared_a(shape, pieces: list[Piece], batch: int) -> _Layout:
             prod = products.product(xt if t else xf, w2, term, spans, scratch, ints)
             prod = prod.reshape(m, batch, n).transpose(1, 0, 2)
         if merge is not None:
-            prod = _unmerged(prod, merge)
+            prod = rowruns.unmerged(prod, merge)
         return prod.reshape(shape)
 
     return _Layout(tuple(parts), product, xf.nbytes + w2.nbytes)
 
 
 def _first(a: np.ndarray, axes, merge=None) -> np.ndarray:
-    """a[0] (shared by the stack), axes reordered, its last two merged (`_rows_merge`)."""
+    """a[0] (shared by the stack), axes reordered, its last two merged (`rowruns.rows_merge`)."""
     a = a[0].transpose(axes)
-    return a if merge is None else _merged(a, merge)
+    return a if merge is None else rowruns.merged(a, merge)
 
 
 def _reduce_shared_b(acc: np.ndarray, pieces: list[Piece], accumulate: int, batch: int) -> None:
@@ -436,7 +391,7 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
     k_major = first.a.ndim - 1 - nk > 0 and abs(first.a.strides[-1]) > abs(first.a.strides[-1 - nk])
     # a K-major A's padded tile rows gathered as one run each, as `_transposed` does (layer1's
     # 3x3 convs: rows of 56 of 58, one copy of 230 bytes for four of 56)
-    merge = _rows_merge([(p.a, p.b.ndim - 2) for p in pieces], 1) if k_major else None
+    merge = rowruns.rows_merge([(p.a, p.b.ndim - 2) for p in pieces], 1) if k_major else None
     m = m if merge is None else m // (merge[0] * merge[1]) * merge[3]
     # the batch's M rows as one axis of the buffer (`_gather_a`'s row of ones after them)
     flat, xk = _gather_a(
@@ -450,7 +405,7 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
         kax = tuple(nd - nk + i for i in perm)
         if k_major and merge is not None:  # (batch, M.., K..) -> (K.., batch, M.. merged)
             axes = (*kax, *range(nd - nk))
-            src_a = functools.partial(_merged_transpose, axes=axes, merge=merge)
+            src_a = functools.partial(rowruns.merged_transpose, axes=axes, merge=merge)
             xs = x[at : at + k]
         elif k_major:  # (batch, M.., K..) -> (K.., batch, M..)
             src_a = functools.partial(np.transpose, axes=(*kax, *range(nd - nk)))
@@ -470,7 +425,7 @@ def _shared_b(shape, pieces: list[Piece], batch: int) -> _Layout:
         else:
             prod = products.product(xk, w, term, spans, scratch, ints)
         if merge is not None:
-            prod = _unmerged(prod, merge)
+            prod = rowruns.unmerged(prod, merge)
         return prod.reshape(shape)
 
     return _Layout(tuple(parts), product, xk.nbytes + w.nbytes)

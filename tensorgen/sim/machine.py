@@ -20,13 +20,11 @@ as a hazard, not computed silently.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
 import math
 from collections import deque
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from tensorgen.errors import SimulatorError
 from tensorgen.inputs import one_line
@@ -35,6 +33,7 @@ from tensorgen.mc.binary import Binary
 from tensorgen.mc.operands import View
 from tensorgen.mc.verify import SimLimits, binary_target, step_limit_message
 from tensorgen.sim import products, replay
+from tensorgen.sim.blas import one_blas_thread
 from tensorgen.sim.results import Mark, NoOutputs, Recorder, SimResult, Stats
 from tensorgen.sim.runs import Access, MatmulRuns, hazard
 from tensorgen.sim.state import Machine, access_pattern
@@ -569,7 +568,7 @@ def simulate(
     marks, trace and errors as the run that computes them -- the timing never reads a value,
     and bounds and hazards follow the addresses only. Its `outputs` are a `NoOutputs`, which
     raises when read. `inputs` are checked as ever; a dict of zeros will do."""
-    with _one_blas_thread(), products.one_thread():  # restored on return
+    with one_blas_thread(), products.one_thread():  # restored on return
         sim = Simulator(binary, target, vectorize_loops, limits, record, values)
         result = sim.run(inputs, marks)
     if values:
@@ -577,29 +576,3 @@ def simulate(
         # this binary zeroes them instead of mapping fresh pages
         sim.static.spare = sim.machine.mem
     return result
-
-
-@functools.lru_cache(maxsize=1)
-def _blas() -> tuple:
-    """The process's BLAS thread pools, found once. A simulation runs on one BLAS thread: its
-    products are small and many, and more threads on a busy machine only fight (1.7-3.4x
-    slower measured at OpenBLAS's default two on two cores)."""
-    return tuple(lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas")
-
-
-@contextlib.contextmanager
-def _one_blas_thread():
-    """Every BLAS pool (`_blas`) at one thread meanwhile, set and restored only where it has
-    another count: ThreadpoolController.limit does the same at ~14 us a run, ~1 % of a small
-    layer's simulation (it builds the info of every library, twice)."""
-    libs = _blas()
-    before = [lib.num_threads for lib in libs]
-    for lib, n in zip(libs, before, strict=True):
-        if n != 1:
-            lib.set_num_threads(1)
-    try:
-        yield
-    finally:
-        for lib, n in zip(libs, before, strict=True):
-            if n != 1:
-                lib.set_num_threads(n)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorgen.mc.binary import assemble
-from tensorgen.sim import batch, loops, products
+from tensorgen.sim import batch, loops, products, rowruns
 from tensorgen.sim.machine import Simulator, simulate
 from tensorgen.sim.products import exact_product
 from tensorgen.target import ISA_DIR, target_from_dict
@@ -265,7 +265,7 @@ def test_products_equal_int64_in_either_orientation(
 ) -> None:
     """`reduce_into` (unbatched, batched, a batch against one A or one B) equals int64 arithmetic
     whether A's K axis (row-major activations) or its M axis (channel-major: the transposed
-    product) is the contiguous one -- in rows of a padded tile or not (`batch._rows_merge`) --,
+    product) is the contiguous one -- in rows of a padded tile or not (`rowruns.rows_merge`) --,
     accumulating or not, int8 or uint8 activations, with zero points, wrapping like int32, on
     either arithmetic."""
     rng = np.random.default_rng(seed)
@@ -396,14 +396,14 @@ def test_a_padded_tile_is_gathered_in_runs_and_exact() -> None:
     image = rng.integers(0, 256, (16, 9, 16)).astype(np.uint8)  # (C, H, W) padded to W=16
     a = image[:, :8, :14].transpose(1, 2, 0)  # (M: 8 x 14, K: 16 channels)
     b = rng.integers(-128, 128, (16, 64)).astype(np.int8)
-    merge = batch._rows_merge([(a, 1)], 0)
+    merge = rowruns.rows_merge([(a, 1)], 0)
     assert merge == (8, 14, 16, 7 * 16 + 14)
     want = (a.astype(np.int64) - 7).reshape(-1, 16) @ (b.astype(np.int64) + 1)
     # and a second piece with two K axes (a nest's loop axis before the channels)
     image2 = rng.integers(0, 256, (3, 16, 9, 16)).astype(np.uint8)
     a2 = image2[:, :, :8, :14].transpose(2, 3, 0, 1)  # (M: 8 x 14, K: 3 x 16)
     b2 = rng.integers(-128, 128, (3, 16, 64)).astype(np.int8)
-    assert batch._rows_merge([(a, 1), (a2, 2)], 0) is not None
+    assert rowruns.rows_merge([(a, 1), (a2, 2)], 0) is not None
     want2 = want + (a2.astype(np.int64) - 5).reshape(-1, 48) @ b2.astype(np.int64).reshape(48, 64)
     for arith in ARITHS:
         for pieces, expected in (

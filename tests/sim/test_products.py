@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tensorgen.sim import batch, products
+from tensorgen.sim import batch, products, rowruns
 
 
 def test_a_slow_int_mm_is_not_taken(monkeypatch) -> None:
@@ -107,7 +107,7 @@ def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
 @pytest.mark.parametrize("arith", ["float32", "int_mm"])
 def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeypatch) -> None:
     """A batch sharing one channel-major A (a 3x3 tile of 5x6 outputs in rows of 8, padded):
-    its rows gathered as one run each (`batch._rows_merge`), the columns between them
+    its rows gathered as one run each (`rowruns.rows_merge`), the columns between them
     dropped from the product; weights stored K-major or output-channel-major (then gathered
     N-major with their K axes, and A's, in memory order: `products.k_order`) -- every
     output equals the int64 dot products, in float32 and in int8."""
@@ -127,8 +127,8 @@ def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeyp
         image, (count, h, w, 3, 3, c), (0, rows, 1, rows, 1, plane), writeable=False
     )
     unmerged = []
-    real = batch._unmerged
-    monkeypatch.setattr(batch, "_unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    real = rowruns.unmerged
+    monkeypatch.setattr(rowruns, "unmerged", lambda p, m: unmerged.append(m) or real(p, m))
     acc = np.zeros((count, h, w, n), np.int32)
     for _ in range(2):  # a second call on the layout built by the first
         batch.reduce_into(acc, [batch.Piece(a, weights, 9, 0, 247 * 128)], 0, count)
@@ -187,7 +187,7 @@ def test_output_channel_major_weights_gathered_n_major_are_exact(
 def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -> None:
     """A stack of channel-major A sharing one B (a loop over 3x3 tiles of 5x6 outputs in
     rows of 8, padded, against the same weights): each tile's rows gathered as one run
-    (`batch._rows_merge` in `batch._shared_b`), the columns between them dropped -- every
+    (`rowruns.rows_merge` in `batch._shared_b`), the columns between them dropped -- every
     output equals the int64 dot products, accumulated, in float32 and in int8."""
     monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
     monkeypatch.setattr(products, "MIN_INT_MACS", 0)
@@ -203,8 +203,8 @@ def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -
         image, (count, h, w, 3, 3, c), (c * plane, rows, 1, rows, 1, plane), writeable=False
     )
     unmerged = []
-    real = batch._unmerged
-    monkeypatch.setattr(batch, "_unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    real = rowruns.unmerged
+    monkeypatch.setattr(rowruns, "unmerged", lambda p, m: unmerged.append(m) or real(p, m))
     acc = rng.integers(-(2**31), 2**31, (count, h, w, n)).astype(np.int32)
     for _ in range(2):  # a second call on the layout built by the first
         want = acc.astype(np.int64) + np.einsum(
