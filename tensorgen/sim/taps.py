@@ -34,6 +34,8 @@ from tensorgen.sim.products import _torch
 ENABLED = True
 SOURCES = {np.dtype(np.int8): 128, np.dtype(np.uint8): 255}  # the largest |value|
 INT32_EXACT = 1 << 31
+# the largest |weight| of a narrow weight dtype: its bound needs no look at the values
+_WIDEST = {np.dtype(np.int8): 128, np.dtype(np.uint8): 255, np.dtype(np.int16): 1 << 15}
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ def plan(shape, strides, bases, dtype) -> Taps | None:
 def bound(taps: Taps, weights) -> bool:
     """Whether no partial sum of the taps can reach 2**31 in magnitude (`weights`: an
     integer array per tap, broadcastable to the views)."""
+    widest = max(_WIDEST.get(np.asarray(w).dtype, INT32_EXACT) for w in weights)
+    if len(weights) * widest * SOURCES[np.dtype(taps.dtype)] < INT32_EXACT:
+        return True  # int8/uint8 weights: no sum of their products can (9 taps: 294,912 at most)
     if all(np.size(w) == 1 for w in weights):  # a scalar each (one row): Python integers
         total = sum(abs(int(np.ravel(w)[0])) for w in weights)
     else:

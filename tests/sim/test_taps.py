@@ -181,3 +181,16 @@ def test_the_simulator_s_tap_runs_take_it_and_equal_stepping(
                 )
                 want += x[rows, cols] * wt
         np.testing.assert_array_equal(np.array(fast[0]["D"])[4 * blk : 4 * blk + 4], want)
+
+
+def test_narrow_weights_are_bounded_by_their_dtype_alone() -> None:
+    """int8/uint8/int16 weights pass `bound` without a look at their values when the taps
+    times the dtype's widest weight cannot reach 2**31, and only then: the worst values
+    agree with the exact sum, and too many int16 taps fall through to it."""
+    t = taps.plan((4,), (1,), [0, 1], np.dtype(np.uint8))
+    worst = [np.full((3, 1), -128, np.int8)] * 9
+    assert taps.bound(t, worst)
+    assert 9 * 128 * 255 < 2**31
+    wide = [np.full((3, 1), -(2**15), np.int16)] * 300  # 300 * 2**15 * 255 > 2**31: exact path
+    assert not taps.bound(t, wide)
+    assert taps.bound(t, [np.zeros((3, 1), np.int16)] * 300)  # exact path: all zeros
