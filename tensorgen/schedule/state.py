@@ -211,25 +211,14 @@ def remap(maps: Mapping[str, isl.Map], changes: Mapping[str, isl.Map]) -> dict[s
 
 
 def applied(sched: isl.Map, change: isl.Map) -> isl.Map:
-    """`sched.apply_range(change)`, remembered per pair of maps by identity. The search starts
-    each skeleton of a layer from the same `original` state and takes the same first steps with
-    the same parsed transforms (`transform` shares them), so the same compositions come back
-    again and again; each result is the schedule map of the state that follows, so the next
-    step's key is a hit too. Valid because a state's maps never change (islpy's operations
-    return new maps), and the entry holds both maps, so their ids are not reused."""
-    key = (id(sched), id(change))
-    hit = _APPLIED.get(key)
-    if hit is not None and hit[0] is sched and hit[1] is change:
-        return hit[2]
-    value = sched.apply_range(change)
-    if len(_APPLIED) >= APPLIED_CACHE:
-        del _APPLIED[next(iter(_APPLIED))]
-    _APPLIED[key] = (sched, change, value)
-    return value
-
-
-APPLIED_CACHE = 1 << 14  # compositions remembered (the oldest forgotten first)
-_APPLIED: dict[tuple[int, int], tuple[isl.Map, isl.Map, isl.Map]] = {}
+    """`sched.apply_range(change)`, remembered per pair of maps by identity (`_remembered`). The
+    search starts each skeleton of a layer from the same `original` state and takes the same
+    first steps with the same parsed transforms (`transform` shares them), so the same
+    compositions come back again and again; each result is the schedule map of the state that
+    follows, so the next step's key is a hit too."""
+    return _remembered(
+        ("applied", id(sched), id(change)), (sched, change), lambda: sched.apply_range(change)
+    )
 
 
 def prefix(state: State, statement: str, pos: int) -> isl.Map:
@@ -271,7 +260,7 @@ def const_at(state: State, statements: Iterable[str], pos: int) -> int | None:
 
 
 def _const_dim(sched: isl.Map, pos: int) -> int | None:
-    fixed = _fixed_by_equality(sched, pos)
+    fixed = fixed_by_equality(sched, pos)
     if fixed is not None:
         return fixed
     v = sched.range().dim_max(pos)
@@ -280,7 +269,7 @@ def _const_dim(sched: isl.Map, pos: int) -> int | None:
     return int(v.get_pieces()[0][1].get_constant_val().to_python())
 
 
-def _fixed_by_equality(sched: isl.Map, pos: int) -> int | None:
+def fixed_by_equality(sched: isl.Map, pos: int) -> int | None:
     """The value c of an explicit equality `d<pos> = c` of a map of one basic map, or None (then
     isl decides). Read off isl's equality matrix (microseconds; projecting the range and
     taking its dim_max takes a hundred): every point of such a map has d<pos> = c, so that is
@@ -304,18 +293,24 @@ def _fixed_by_equality(sched: isl.Map, pos: int) -> int | None:
 
 
 def _derived(kind: str, sched: isl.Map, pos: int, compute):
-    """`compute()`, remembered per schedule map (by identity: a state's maps are shared by the
-    states derived from it, and never change) and position."""
-    key = (kind, id(sched), pos)
-    hit = _DERIVED.get(key)
-    if hit is not None and hit[0] is sched:  # the entry holds the map: its id is not reused
+    """`compute()`, remembered per schedule map and position (`_remembered`)."""
+    return _remembered((kind, id(sched), pos), (sched,), compute)
+
+
+def _remembered(key: tuple, maps: tuple[isl.Map, ...], compute):
+    """`compute()`, remembered under `key` (built of the ids of `maps`): valid because a
+    state's maps are shared by the states derived from it and never change (islpy's
+    operations return new maps), and the entry holds `maps`, so their ids are not reused."""
+    hit = _REMEMBERED.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], maps, strict=True)):
         return hit[1]
     value = compute()
-    if len(_DERIVED) >= DERIVED_CACHE:
-        del _DERIVED[next(iter(_DERIVED))]
-    _DERIVED[key] = (sched, value)
+    if len(_REMEMBERED) >= REMEMBERED:
+        del _REMEMBERED[next(iter(_REMEMBERED))]
+    _REMEMBERED[key] = (maps, value)
     return value
 
 
-DERIVED_CACHE = 1 << 14  # prefixes and constant dimensions remembered (the oldest forgotten first)
-_DERIVED: dict[tuple, tuple[isl.Map, object]] = {}
+# prefixes, constant dimensions, widths and compositions remembered (the oldest forgotten first)
+REMEMBERED = 1 << 15
+_REMEMBERED: dict[tuple, tuple[tuple[isl.Map, ...], object]] = {}

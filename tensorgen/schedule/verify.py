@@ -19,7 +19,7 @@ from tensorgen.ir import poly
 from tensorgen.ir.core import Program
 from tensorgen.poly.legality import find_violation
 from tensorgen.schedule.memory import check_capacity
-from tensorgen.schedule.state import MEMORIES, State, _fixed_by_equality, union_map
+from tensorgen.schedule.state import MEMORIES, State, fixed_by_equality, union_map
 
 WHO = "verify_schedule"
 
@@ -99,7 +99,7 @@ def _constants(state: State) -> dict[tuple[str, int], int | None]:
                 # an explicit equality d<pos> = c of a map that is not empty fixes the row at c
                 # in every point: the singleton isl's projection gives, read off the
                 # constraints in microseconds; otherwise isl decides
-                fixed = _fixed_by_equality(m, pos)
+                fixed = fixed_by_equality(m, pos)
                 if fixed is not None and nonempty is None:
                     nonempty = not m.is_empty()
                 if fixed is not None and nonempty:

@@ -91,11 +91,7 @@ class Simulator:
         # per static instruction, once: its fields by name, its cost, and (for a LOOP) whether it
         # heads a reduction nest the simulator runs as one numpy call
         self.fields, self.queues, self.costs = known.fields, known.queues, known.costs
-        # per static instruction, its semantics (`ins.defn.execute`, a property and a lookup)
-        executes = known.runs.get("executes")
-        if executes is None:
-            executes = known.runs["executes"] = [ins.defn.execute for ins in binary.code]
-        self.executes = executes
+        self.executes = known.executes  # `ins.defn.execute`, without a property a step
         self.nests: dict[tuple[int, int], list[tuple[int, int]] | None] = known.nests
         self.vectorize_loops = vectorize_loops
         # per pc: a SYNC, stepped without the memory-access bookkeeping (`_sync`), unless every

@@ -108,9 +108,7 @@ class _Stacked:
         """`read` without the conversion: the values as held (`semantics._store`, `requant.vrequant`)."""
         return self.arrays[id(view)]
 
-    def destination(self, view) -> np.ndarray:
-        """`Machine.destination`: the written view's array, every iteration's."""
-        return self.arrays[id(view)]
+    destination = stored  # `Machine.destination`: the written view's array, every iteration's
 
     def write(self, view, values: np.ndarray) -> None:
         arr = self.arrays[id(view)]

@@ -23,6 +23,7 @@ class Static:
     def __init__(self, binary, target) -> None:
         self.fields = [dict(ins.args) for ins in binary.code]
         self.queues = [ins.queue for ins in binary.code]
+        self.executes = [ins.defn.execute for ins in binary.code]  # semantics, or None
         self.costs = [
             ins.defn.cost(target, f) if ins.defn.cost else None
             for ins, f in zip(binary.code, self.fields, strict=False)

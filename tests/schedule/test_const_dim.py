@@ -31,5 +31,5 @@ def test_const_dim_agrees_with_isl_dim_max(text: str) -> None:
 
 def test_equalities_are_read_without_isl_dim_max() -> None:
     sched = isl.Map(MAPS[1])
-    assert [state._fixed_by_equality(sched, p) for p in range(5)] == [1, None, 7, None, -3]
-    assert state._fixed_by_equality(isl.Map(MAPS[4]), 0) is None  # left to isl
+    assert [state.fixed_by_equality(sched, p) for p in range(5)] == [1, None, 7, None, -3]
+    assert state.fixed_by_equality(isl.Map(MAPS[4]), 0) is None  # left to isl
