@@ -103,6 +103,22 @@ def test_a_product_into_scratch_is_the_fresh_one(shape, gemm) -> None:
         torch.set_num_threads(threads)
 
 
+def _every_product_on(monkeypatch, int_mm: bool) -> None:
+    """Every product on `torch._int_mm` (`int_mm`, even where slower or small) or on float32,
+    with no gather layout kept from another test."""
+    monkeypatch.setattr(products, "ENABLED", int_mm)
+    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
+    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
+    monkeypatch.setattr(batch, "_LAYOUTS", {})
+
+
+def _spy_unmerged(monkeypatch) -> list:
+    """The merges `rowruns.unmerged` is called with, appended as they come."""
+    calls, real = [], rowruns.unmerged
+    monkeypatch.setattr(rowruns, "unmerged", lambda p, m: calls.append(m) or real(p, m))
+    return calls
+
+
 @pytest.mark.parametrize("n_major", [False, True])
 @pytest.mark.parametrize("arith", ["float32", "int_mm"])
 def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeypatch) -> None:
@@ -111,10 +127,7 @@ def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeyp
     dropped from the product; weights stored K-major or output-channel-major (then gathered
     N-major with their K axes, and A's, in memory order: `products.k_order`) -- every
     output equals the int64 dot products, in float32 and in int8."""
-    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
-    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
-    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
-    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    _every_product_on(monkeypatch, arith == "int_mm")
     rng = np.random.default_rng(7)
     c, h, w, rows, plane, n, count = 4, 5, 6, 8, 8 * 8, 3, 2  # channels, outputs, row bytes
     image = rng.integers(0, 256, c * plane, dtype=np.uint8)
@@ -126,9 +139,7 @@ def test_a_shared_k_major_tile_gathered_by_rows_is_exact(arith, n_major, monkeyp
     a = np.lib.stride_tricks.as_strided(
         image, (count, h, w, 3, 3, c), (0, rows, 1, rows, 1, plane), writeable=False
     )
-    unmerged = []
-    real = rowruns.unmerged
-    monkeypatch.setattr(rowruns, "unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    unmerged = _spy_unmerged(monkeypatch)
     acc = np.zeros((count, h, w, n), np.int32)
     for _ in range(2):  # a second call on the layout built by the first
         batch.reduce_into(acc, [batch.Piece(a, weights, 9, 0, 247 * 128)], 0, count)
@@ -150,10 +161,7 @@ def test_output_channel_major_weights_gathered_n_major_are_exact(
     (kh, kw, c)) stored either way, alone, as a stack of 2 (each its own A and B), or a
     stack sharing B (stride 0): gathered N-major with the K axes permuted to memory order
     (`products.k_order`), every output equals the int64 dot products, float32 and int8."""
-    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
-    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
-    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
-    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    _every_product_on(monkeypatch, arith == "int_mm")
     rng = np.random.default_rng(11)
     c, h, w, n, count = 5, 4, 6, 7, 2
     lead = () if kind == "one" else (count,)
@@ -189,10 +197,7 @@ def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -
     rows of 8, padded, against the same weights): each tile's rows gathered as one run
     (`rowruns.rows_merge` in `batch._shared_b`), the columns between them dropped -- every
     output equals the int64 dot products, accumulated, in float32 and in int8."""
-    monkeypatch.setattr(products, "ENABLED", arith == "int_mm")
-    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
-    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
-    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    _every_product_on(monkeypatch, arith == "int_mm")
     rng = np.random.default_rng(8)
     c, h, w, rows, plane, n, count = 4, 5, 6, 8, 8 * 8, 3, 2  # channels, outputs, row bytes
     image = rng.integers(0, 256, count * c * plane, dtype=np.uint8)
@@ -202,9 +207,7 @@ def test_a_shared_b_k_major_tile_gathered_by_rows_is_exact(arith, monkeypatch) -
     a = np.lib.stride_tricks.as_strided(
         image, (count, h, w, 3, 3, c), (c * plane, rows, 1, rows, 1, plane), writeable=False
     )
-    unmerged = []
-    real = rowruns.unmerged
-    monkeypatch.setattr(rowruns, "unmerged", lambda p, m: unmerged.append(m) or real(p, m))
+    unmerged = _spy_unmerged(monkeypatch)
     acc = rng.integers(-(2**31), 2**31, (count, h, w, n)).astype(np.int32)
     for _ in range(2):  # a second call on the layout built by the first
         want = acc.astype(np.int64) + np.einsum(
@@ -225,10 +228,7 @@ def test_column_sums_from_the_row_of_ones_are_exact(zps, channel_major, shared, 
     uint8 zero point (then no column sum is computed apart), or of two (then each piece's
     is), alone, stacked, sharing A or B, row- or channel-major -- every output the int64 dot
     products, wrapped."""
-    monkeypatch.setattr(products, "ENABLED", True)
-    monkeypatch.setattr(products, "MIN_INT_MACS", 0)
-    monkeypatch.setattr(products, "ONLY_WHERE_FASTER", False)
-    monkeypatch.setattr(batch, "_LAYOUTS", {})
+    _every_product_on(monkeypatch, True)
     if products._int_mm() is None:
         pytest.skip("torch._int_mm is not exact here")
     apart = []
